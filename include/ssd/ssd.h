@@ -1,0 +1,244 @@
+/* ssdgen public C API.
+ *
+ * Every struct passed across this API starts with `struct_size`: set it to sizeof(the struct) as
+ * your header declares it. The library reads only the fields that size covers, so a caller built
+ * against an older header keeps working when fields are appended.
+ *
+ * Errors are values: every call returns an ssd_status; ssd_last_error_detail() returns a message
+ * for the last failing call on the calling thread (it names the offending field where there is one).
+ */
+#ifndef SSD_SSD_H
+#define SSD_SSD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define SSD_API
+#else
+#define SSD_API __attribute__((visibility("default")))
+#endif
+
+#define SSD_API_VERSION 1
+
+/* Compatible with CUstream / CUcontext / CUfunction from cuda.h, without requiring it. */
+typedef struct CUstream_st* ssd_cuda_stream;
+typedef struct CUfunc_st* ssd_cuda_function;
+
+typedef enum ssd_status {
+  SSD_OK = 0,
+  SSD_ERROR_INVALID_ARGUMENT = 1,   /* null handle, bad struct_size, bad enum value */
+  SSD_ERROR_INVALID_CONFIG = 2,     /* a kernel specialization field is out of range */
+  SSD_ERROR_INVALID_SHAPE = 3,      /* tensor shape does not match the others */
+  SSD_ERROR_INVALID_STRIDE = 4,     /* tensor stride layout not supported */
+  SSD_ERROR_INVALID_DTYPE = 5,      /* tensor dtype not allowed for that argument */
+  SSD_ERROR_INVALID_ALIGNMENT = 6,  /* tensor pointer not aligned to its element size */
+  SSD_ERROR_NULL_POINTER = 7,       /* a required tensor pointer is NULL */
+  SSD_ERROR_UNSUPPORTED = 8,        /* valid request this build/target cannot serve */
+  SSD_ERROR_NO_DRIVER = 9,          /* libcuda could not be loaded (no NVIDIA driver) */
+  SSD_ERROR_NO_DEVICE = 10,         /* driver present but no usable device / context */
+  SSD_ERROR_CUDA = 11,              /* a CUDA driver call failed (detail has the CUresult) */
+  SSD_ERROR_COMPILE = 12,           /* NVRTC failed (detail has the compile log) */
+  SSD_ERROR_CACHE_MISS = 13,        /* SSD_CACHE_MODE=require-cached and the kernel is not cached */
+  SSD_ERROR_CACHE = 14,             /* cache maintenance failed (never returned on the kernel path) */
+  SSD_ERROR_OUT_OF_MEMORY = 15,
+  SSD_ERROR_WORKSPACE_TOO_SMALL = 16,
+  SSD_ERROR_INTERNAL = 17
+} ssd_status;
+
+typedef enum ssd_kernel_id {
+  SSD_KERNEL_CHUNK_CUMSUM_FWD = 1,  /* dt -> dt_out, dA_cumsum (math F1) */
+  SSD_KERNEL_CHUNK_CUMSUM_BWD = 2,  /* ddA_cumsum, ddt_out -> ddt, per-chunk dA/ddt_bias partials (B12) */
+  SSD_KERNEL_REDUCE_HEAD_PARTIALS = 3 /* (b, nchunks, h, k) fp32 partials -> (h, k), canonical order */
+} ssd_kernel_id;
+
+typedef enum ssd_dtype {
+  SSD_DTYPE_BF16 = 1,
+  SSD_DTYPE_FP16 = 2,
+  SSD_DTYPE_FP32 = 3,
+  SSD_DTYPE_INT32 = 4
+} ssd_dtype;
+
+typedef enum ssd_mode {
+  SSD_MODE_DETERMINISTIC = 0, /* canonical reduction order, no atomics (docs/determinism.md) */
+  SSD_MODE_FAST = 1           /* atomics allowed; results within tolerance, bits may vary */
+} ssd_mode;
+
+typedef enum ssd_arch {
+  SSD_ARCH_SM80 = 80,
+  SSD_ARCH_SM90 = 90,
+  SSD_ARCH_SM90A = 901 /* sm_90a: Hopper with wgmma / setmaxnreg */
+} ssd_arch;
+
+/* Feature flags of a specialization (ssd_kernel_config.flags). */
+enum {
+  SSD_FLAG_DT_BIAS = 1u << 0,     /* dt_bias is added before softplus / clamp */
+  SSD_FLAG_DT_SOFTPLUS = 1u << 1  /* softplus(dt + dt_bias) */
+};
+
+/* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:
+ *   chunk_cumsum_fwd/bwd: m = heads per thread block (32, 64, 128), n = positions staged through
+ *                         shared memory per step (8, 16, 32, 64; <= chunk_size).
+ *   reduce_head_partials:  m = heads per thread block (32, 64, 128, 256); n unused (0).
+ * k, warps and stages are reserved for the matmul kernels and must be 0 here. */
+typedef struct ssd_tile {
+  int32_t m;
+  int32_t n;
+  int32_t k;
+  int32_t warps;
+  int32_t stages;
+} ssd_tile;
+
+/* A kernel specialization: everything that changes the generated code. batch, seqlen, nheads,
+ * pointers and strides are run-time arguments and never part of it. */
+typedef struct ssd_kernel_config {
+  size_t struct_size;
+  ssd_kernel_id kernel;
+  int32_t headdim;          /* p; 0 where the kernel does not use it (cumsum, reduce) */
+  int32_t dstate;           /* n; 0 where unused */
+  int32_t chunk_size;       /* Q: 16..256, power of two; 0 for reduce */
+  int32_t heads_per_group;  /* r = h/g; 0 where unused */
+  ssd_dtype dtype;          /* input dtype (dt for the cumsum kernels; fp32 for reduce) */
+  uint32_t flags;           /* SSD_FLAG_* */
+  ssd_tile tile;            /* zeros = default */
+  ssd_mode mode;
+  ssd_arch arch;
+  int32_t partials;         /* reduce_head_partials: values per (b, c, h) record (1..8); else 0 */
+} ssd_kernel_config;
+
+/* Fill a config with defaults for `kernel` (dtype bf16, chunk 256, deterministic, sm_90, default tile). */
+SSD_API void ssd_kernel_config_init(ssd_kernel_config* config, ssd_kernel_id kernel);
+/* Check every field; on failure the detail names the field and its legal values. */
+SSD_API ssd_status ssd_kernel_config_validate(const ssd_kernel_config* config);
+
+SSD_API const char* ssd_status_string(ssd_status status);
+/* Detail message of the last failing call on this thread ("" if none). Valid until the next call. */
+SSD_API const char* ssd_last_error_detail(void);
+SSD_API const char* ssd_version_string(void);
+
+/* ---- runtime ---------------------------------------------------------------------------- */
+
+typedef struct ssd_runtime ssd_runtime;
+
+typedef struct ssd_runtime_options {
+  size_t struct_size;
+  ssd_mode mode;           /* mode used by ssd_chunk_cumsum_* (default deterministic) */
+  int32_t arch;            /* 0: from the device of the current context; else an ssd_arch value */
+  const char* cache_dir;   /* NULL: $SSD_CACHE_DIR, else $XDG_CACHE_HOME/ssdgen, else ~/.cache/ssdgen */
+  int32_t cache_mode;      /* -1: from $SSD_CACHE_MODE; 0 readwrite, 1 readonly, 2 require-cached, 3 off */
+} ssd_runtime_options;
+
+SSD_API void ssd_runtime_options_init(ssd_runtime_options* options);
+/* options may be NULL (defaults). Does not need a GPU; kernels are loaded on first use. */
+SSD_API ssd_status ssd_runtime_create(const ssd_runtime_options* options, ssd_runtime** runtime);
+SSD_API void ssd_runtime_destroy(ssd_runtime* runtime);
+
+typedef struct ssd_kernel ssd_kernel; /* owned by the runtime; valid until ssd_runtime_destroy */
+
+typedef struct ssd_kernel_info {
+  size_t struct_size;
+  ssd_cuda_function function;  /* CUfunction in the context that was current at ssd_get_kernel */
+  const char* symbol;          /* mangled-free entry name */
+  const char* key;             /* 64 hex chars: SHA-256 of the canonical key record */
+  const char* cubin_sha256;    /* 64 hex chars */
+  int32_t block_threads;       /* threads per block */
+  int32_t dynamic_shared_bytes;
+  int32_t registers;           /* per thread, from ptxas (-1 if unknown) */
+  int32_t static_shared_bytes; /* from ptxas (-1 if unknown) */
+  ssd_kernel_config config;    /* the normalized config (default tile filled in) */
+} ssd_kernel_info;
+
+/* Memory, then disk cache, then NVRTC. Needs a CUDA context (current, or device 0's primary). */
+SSD_API ssd_status ssd_get_kernel(ssd_runtime* runtime, const ssd_kernel_config* config,
+                                  ssd_kernel** kernel);
+SSD_API ssd_status ssd_kernel_get_info(const ssd_kernel* kernel, ssd_kernel_info* info);
+
+/* Launch a kernel from ssd_get_kernel with a caller-chosen grid and the kernel's block size.
+ * `params` is the usual cuLaunchKernel parameter array (one pointer to each argument). Prefer the
+ * typed entry points below, which validate their tensors. */
+SSD_API ssd_status ssd_kernel_launch(const ssd_kernel* kernel, uint32_t grid_x, uint32_t grid_y,
+                                     uint32_t grid_z, void** params, ssd_cuda_stream stream);
+
+/* ---- tensors and the typed operations --------------------------------------------------- */
+
+#define SSD_MAX_DIMS 6
+
+/* A device tensor: pointer + dtype + shape + strides, strides in elements (not bytes). */
+typedef struct ssd_tensor {
+  void* data;
+  ssd_dtype dtype;
+  int32_t ndim;
+  int64_t shape[SSD_MAX_DIMS];
+  int64_t strides[SSD_MAX_DIMS];
+} ssd_tensor;
+
+typedef struct ssd_launch_options {
+  size_t struct_size;
+  ssd_tile tile;         /* main kernel's tile; zeros = default for (arch, specialization) */
+  ssd_tile reduce_tile;  /* tile of the deterministic reduction kernel (reduce_head_partials) */
+  int32_t max_blocks;    /* 0: one block per work item; else a persistent grid of at most this many */
+  int32_t mode;          /* -1: the runtime's mode; else an ssd_mode value */
+} ssd_launch_options;
+
+SSD_API void ssd_launch_options_init(ssd_launch_options* options);
+
+/* dt preprocessing and within-chunk cumulative sum (math F1):
+ *   dt_out[b,h,c,l]    = clamp(softplus?(dt[b,t,h] + dt_bias[h]), lo, hi), 0 at padding t >= L
+ *   dA_cumsum[b,h,c,l] = sum_{k<=l} dt_out[b,h,c,k] * A[h]   (left-to-right, docs/determinism.md) */
+typedef struct ssd_chunk_cumsum_fwd_args {
+  size_t struct_size;
+  int32_t chunk_size;
+  int32_t dt_softplus;
+  float dt_limit_lo;      /* default 0 */
+  float dt_limit_hi;      /* default +inf */
+  ssd_tensor dt;          /* (b, L, h) bf16/fp16/fp32, any strides */
+  ssd_tensor A;           /* (h) fp32 */
+  ssd_tensor dt_bias;     /* (h) fp32, or data == NULL for none */
+  ssd_tensor dt_out;      /* (b, h, nchunks, Q) fp32, Q-axis stride 1 */
+  ssd_tensor dA_cumsum;   /* (b, h, nchunks, Q) fp32, Q-axis stride 1 */
+} ssd_chunk_cumsum_fwd_args;
+
+/* Adjoint of ssd_chunk_cumsum_fwd:
+ *   g[l]         = ddt_out[l] + A * sum_{k>=l} ddA_cumsum[k]   (reverse scan, right-to-left)
+ *   ddt[b,t,h]   = g masked by the clamp, times sigmoid(u) with softplus
+ *   dA[h]        = sum over b, c, l of dt_out * sum_{k>=l} ddA_cumsum[k]
+ *   ddt_bias[h]  = sum over b, c, l of ddt
+ * In deterministic mode dA and ddt_bias are summed in the canonical order of docs/determinism.md
+ * through a workspace; in fast mode with atomics (dA and ddt_bias are zeroed by the call). */
+typedef struct ssd_chunk_cumsum_bwd_args {
+  size_t struct_size;
+  int32_t chunk_size;
+  int32_t dt_softplus;
+  float dt_limit_lo;
+  float dt_limit_hi;
+  ssd_tensor dt;          /* (b, L, h) as in the forward */
+  ssd_tensor A;           /* (h) fp32 */
+  ssd_tensor dt_bias;     /* (h) fp32 or data == NULL */
+  ssd_tensor ddA_cumsum;  /* (b, h, nchunks, Q) fp32, Q-axis stride 1 */
+  ssd_tensor ddt_out;     /* (b, h, nchunks, Q) fp32, Q-axis stride 1 */
+  ssd_tensor ddt;         /* (b, L, h), dtype of dt, any strides */
+  ssd_tensor dA;          /* (h) fp32 */
+  ssd_tensor ddt_bias;    /* (h) fp32; required iff dt_bias is given */
+  void* workspace;        /* NULL: allocated by the library (stream-ordered), with a one-time warning */
+  size_t workspace_bytes;
+} ssd_chunk_cumsum_bwd_args;
+
+SSD_API void ssd_chunk_cumsum_fwd_args_init(ssd_chunk_cumsum_fwd_args* args);
+SSD_API void ssd_chunk_cumsum_bwd_args_init(ssd_chunk_cumsum_bwd_args* args);
+
+SSD_API ssd_status ssd_chunk_cumsum_fwd(ssd_runtime* runtime, const ssd_chunk_cumsum_fwd_args* args,
+                                        const ssd_launch_options* options, ssd_cuda_stream stream);
+SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args,
+                                                       size_t* bytes);
+SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cumsum_bwd_args* args,
+                                        const ssd_launch_options* options, ssd_cuda_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SSD_SSD_H */

@@ -1,0 +1,198 @@
+// The exported C API: argument checks, exceptions stopped at the boundary, thread-local details.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "common/struct_io.h"
+#include "config/config.h"
+#include "ops/chunk_cumsum.h"
+#include "runtime/runtime.h"
+
+namespace {
+
+thread_local std::string t_last_detail;
+
+ssd_status finish(const ssd::Status& s) {
+  t_last_detail = s.detail;
+  return s.code;
+}
+
+template <class F>
+ssd_status guarded(F&& f) {
+  try {
+    return finish(f());
+  } catch (const std::bad_alloc&) {
+    return finish(ssd::make_error(SSD_ERROR_OUT_OF_MEMORY, "host allocation failed"));
+  } catch (const std::exception& e) {
+    return finish(ssd::make_error(SSD_ERROR_INTERNAL, std::string("unexpected exception: ") + e.what()));
+  } catch (...) {
+    return finish(ssd::make_error(SSD_ERROR_INTERNAL, "unexpected exception"));
+  }
+}
+
+ssd::Status null_arg(const char* name) {
+  return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, std::string(name) + ": NULL pointer");
+}
+
+ssd_runtime_options default_runtime_options() {
+  ssd_runtime_options o{};
+  o.struct_size = sizeof(o);
+  o.mode = SSD_MODE_DETERMINISTIC;
+  o.arch = 0;
+  o.cache_dir = nullptr;
+  o.cache_mode = -1;
+  return o;
+}
+
+}  // namespace
+
+extern "C" {
+
+SSD_API void ssd_kernel_config_init(ssd_kernel_config* config, ssd_kernel_id kernel) {
+  if (config) *config = ssd::default_config(kernel);
+}
+
+SSD_API ssd_status ssd_kernel_config_validate(const ssd_kernel_config* config) {
+  return guarded([&]() -> ssd::Status {
+    auto c = ssd::read_config(config);
+    if (!c.ok()) return c.status();
+    return ssd::validate_config(c.value());
+  });
+}
+
+SSD_API const char* ssd_status_string(ssd_status status) {
+  switch (status) {
+    case SSD_OK: return "SSD_OK";
+    case SSD_ERROR_INVALID_ARGUMENT: return "SSD_ERROR_INVALID_ARGUMENT";
+    case SSD_ERROR_INVALID_CONFIG: return "SSD_ERROR_INVALID_CONFIG";
+    case SSD_ERROR_INVALID_SHAPE: return "SSD_ERROR_INVALID_SHAPE";
+    case SSD_ERROR_INVALID_STRIDE: return "SSD_ERROR_INVALID_STRIDE";
+    case SSD_ERROR_INVALID_DTYPE: return "SSD_ERROR_INVALID_DTYPE";
+    case SSD_ERROR_INVALID_ALIGNMENT: return "SSD_ERROR_INVALID_ALIGNMENT";
+    case SSD_ERROR_NULL_POINTER: return "SSD_ERROR_NULL_POINTER";
+    case SSD_ERROR_UNSUPPORTED: return "SSD_ERROR_UNSUPPORTED";
+    case SSD_ERROR_NO_DRIVER: return "SSD_ERROR_NO_DRIVER";
+    case SSD_ERROR_NO_DEVICE: return "SSD_ERROR_NO_DEVICE";
+    case SSD_ERROR_CUDA: return "SSD_ERROR_CUDA";
+    case SSD_ERROR_COMPILE: return "SSD_ERROR_COMPILE";
+    case SSD_ERROR_CACHE_MISS: return "SSD_ERROR_CACHE_MISS";
+    case SSD_ERROR_CACHE: return "SSD_ERROR_CACHE";
+    case SSD_ERROR_OUT_OF_MEMORY: return "SSD_ERROR_OUT_OF_MEMORY";
+    case SSD_ERROR_WORKSPACE_TOO_SMALL: return "SSD_ERROR_WORKSPACE_TOO_SMALL";
+    case SSD_ERROR_INTERNAL: return "SSD_ERROR_INTERNAL";
+  }
+  return "SSD_ERROR_UNKNOWN_STATUS";
+}
+
+SSD_API const char* ssd_last_error_detail(void) { return t_last_detail.c_str(); }
+
+SSD_API const char* ssd_version_string(void) { return SSD_VERSION_STRING; }
+
+SSD_API void ssd_runtime_options_init(ssd_runtime_options* options) {
+  if (options) *options = default_runtime_options();
+}
+
+SSD_API ssd_status ssd_runtime_create(const ssd_runtime_options* options, ssd_runtime** runtime) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    *runtime = nullptr;
+    ssd_runtime_options o = default_runtime_options();
+    if (options) {
+      auto read = ssd::read_sized_struct(options, o, "options", offsetof(ssd_runtime_options, cache_mode) + sizeof(int32_t));
+      if (!read.ok()) return read.status();
+      o = read.value();
+    }
+    auto rt = ssd::create_runtime(o);
+    if (!rt.ok()) return rt.status();
+    *runtime = std::move(rt).value().release();
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API void ssd_runtime_destroy(ssd_runtime* runtime) { delete runtime; }
+
+SSD_API ssd_status ssd_get_kernel(ssd_runtime* runtime, const ssd_kernel_config* config, ssd_kernel** kernel) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    if (!kernel) return null_arg("kernel");
+    *kernel = nullptr;
+    auto c = ssd::read_config(config);
+    if (!c.ok()) return c.status();
+    auto k = ssd::get_kernel(*runtime, c.value());
+    if (!k.ok()) return k.status();
+    *kernel = const_cast<ssd_kernel*>(k.value());
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API ssd_status ssd_kernel_get_info(const ssd_kernel* kernel, ssd_kernel_info* info) {
+  return guarded([&]() -> ssd::Status {
+    if (!kernel) return null_arg("kernel");
+    if (!info) return null_arg("info");
+    if (info->struct_size < offsetof(ssd_kernel_info, config))
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "info.struct_size: too small (set it to sizeof(ssd_kernel_info))");
+    const ssd::BuiltKernel& b = *kernel->built;
+    ssd_kernel_info full{};
+    full.struct_size = info->struct_size;
+    full.function = reinterpret_cast<ssd_cuda_function>(kernel->function);
+    full.symbol = b.unit.symbol.c_str();
+    full.key = b.key.hex.c_str();
+    full.cubin_sha256 = b.entry.cubin_sha256.c_str();
+    full.block_threads = b.unit.block_threads;
+    full.dynamic_shared_bytes = b.unit.dynamic_shared_bytes;
+    full.registers = b.entry.info.registers;
+    full.static_shared_bytes = b.entry.info.shared_bytes;
+    full.config = b.config;
+    std::memcpy(info, &full, std::min(info->struct_size, sizeof(full)));
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API ssd_status ssd_kernel_launch(const ssd_kernel* kernel, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                                     void** params, ssd_cuda_stream stream) {
+  return guarded([&]() -> ssd::Status {
+    if (!kernel) return null_arg("kernel");
+    if (!params) return null_arg("params");
+    return ssd::launch_kernel(*kernel, grid_x, grid_y, grid_z, params, reinterpret_cast<CUstream>(stream));
+  });
+}
+
+SSD_API void ssd_launch_options_init(ssd_launch_options* options) {
+  if (options) *options = ssd::default_launch_options();
+}
+SSD_API void ssd_chunk_cumsum_fwd_args_init(ssd_chunk_cumsum_fwd_args* args) {
+  if (args) *args = ssd::default_cumsum_fwd_args();
+}
+SSD_API void ssd_chunk_cumsum_bwd_args_init(ssd_chunk_cumsum_bwd_args* args) {
+  if (args) *args = ssd::default_cumsum_bwd_args();
+}
+
+SSD_API ssd_status ssd_chunk_cumsum_fwd(ssd_runtime* runtime, const ssd_chunk_cumsum_fwd_args* args,
+                                        const ssd_launch_options* options, ssd_cuda_stream stream) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    return ssd::chunk_cumsum_fwd(*runtime, args, options, reinterpret_cast<CUstream>(stream));
+  });
+}
+
+SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args, size_t* bytes) {
+  return guarded([&]() -> ssd::Status {
+    if (!bytes) return null_arg("bytes");
+    *bytes = 0;
+    // Sized for deterministic mode, which needs the most; fast mode needs none.
+    auto n = ssd::chunk_cumsum_bwd_workspace_size(args, SSD_MODE_DETERMINISTIC);
+    if (!n.ok()) return n.status();
+    *bytes = n.value();
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cumsum_bwd_args* args,
+                                        const ssd_launch_options* options, ssd_cuda_stream stream) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    return ssd::chunk_cumsum_bwd(*runtime, args, options, reinterpret_cast<CUstream>(stream));
+  });
+}
+
+}  // extern "C"

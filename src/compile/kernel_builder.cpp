@@ -1,0 +1,127 @@
+#include "compile/kernel_builder.h"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/sha256.h"
+#include "compile/nvrtc_compiler.h"
+#include "config/config.h"
+
+namespace ssd {
+
+const char* source_name(BuiltKernel::Source source) {
+  switch (source) {
+    case BuiltKernel::Source::Memory: return "memory";
+    case BuiltKernel::Source::Disk: return "disk";
+    default: return "compiled";
+  }
+}
+
+KernelBuilder::KernelBuilder(cache::DiskCache* cache) : cache_(cache) {}
+
+Result<KernelBuilder::Plan> KernelBuilder::plan(const ssd_kernel_config& config) const {
+  auto normalized = normalize_config(config);
+  if (!normalized.ok()) return normalized.status();
+  auto unit = generate_unit(normalized.value());
+  if (!unit.ok()) return unit.status();
+  Plan p{normalized.value(), std::move(unit).value(), {}};
+  p.key = make_key(p.config, p.unit, compile_options(p.config.arch), nvrtc_version());
+  return p;
+}
+
+Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel_config& config) {
+  auto planned = plan(config);
+  if (!planned.ok()) return planned.status();
+  Plan& p = planned.value();
+
+  std::shared_ptr<std::mutex> key_lock;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = memory_.find(p.key.hex);
+    if (it != memory_.end()) {
+      auto copy = std::make_shared<BuiltKernel>(*it->second);
+      copy->source = BuiltKernel::Source::Memory;
+      return std::shared_ptr<const BuiltKernel>(std::move(copy));
+    }
+    auto& slot = key_locks_[p.key.hex];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    key_lock = slot;
+  }
+  // One compile per key per process: later callers wait here, then find it in memory.
+  std::lock_guard<std::mutex> compile_lock(*key_lock);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = memory_.find(p.key.hex);
+    if (it != memory_.end()) {
+      auto copy = std::make_shared<BuiltKernel>(*it->second);
+      copy->source = BuiltKernel::Source::Memory;
+      return std::shared_ptr<const BuiltKernel>(std::move(copy));
+    }
+  }
+
+  bool compiled_here = false;
+  auto compile = [&]() -> Result<cache::Entry> {
+    compiled_here = true;
+    auto cubin = compile_cubin(p.unit, p.config.arch);
+    if (!cubin.ok()) return cubin.status();
+    cache::Entry e;
+    e.info.key = p.key.hex;
+    e.info.key_record = p.key.record;
+    e.info.kernel = kernel_name(p.config.kernel);
+    e.info.spec_json = config_to_json(p.config).dump();
+    e.info.symbol = p.unit.symbol;
+    e.info.arch = arch_name(p.config.arch);
+    e.info.toolchain = "nvrtc " + nvrtc_version();
+    e.info.registers = cubin->registers;
+    e.info.shared_bytes = cubin->shared_bytes;
+    e.cubin = std::move(cubin->cubin);
+    e.cubin_sha256 = sha256_hex(e.cubin.data(), e.cubin.size());
+    e.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+    return e;
+  };
+
+  Result<cache::Entry> entry = cache_ ? cache_->get_or_compile(p.key.hex, p.key.record, compile) : compile();
+  if (!entry.ok()) return entry.status();
+  if (entry->info.symbol != p.unit.symbol)
+    return make_error(SSD_ERROR_INTERNAL, fmt::format("cache entry {} names symbol '{}', expected '{}'", p.key.hex,
+                                                      entry->info.symbol, p.unit.symbol));
+
+  auto built = std::make_shared<BuiltKernel>();
+  built->config = p.config;
+  built->unit = std::move(p.unit);
+  built->key = std::move(p.key);
+  built->entry = std::move(entry).value();
+  built->source = compiled_here ? BuiltKernel::Source::Compiled : BuiltKernel::Source::Disk;
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_.emplace(built->key.hex, built);
+  return std::shared_ptr<const BuiltKernel>(built);
+}
+
+std::vector<Result<std::shared_ptr<const BuiltKernel>>> KernelBuilder::build_many(
+    const std::vector<ssd_kernel_config>& configs, int jobs, const std::function<void(size_t, size_t)>& progress) {
+  std::vector<Result<std::shared_ptr<const BuiltKernel>>> results(
+      configs.size(), Result<std::shared_ptr<const BuiltKernel>>(make_error(SSD_ERROR_INTERNAL, "not built")));
+  std::atomic<size_t> next{0};
+  size_t done = 0;
+  std::mutex progress_mutex;
+  auto worker = [&]() {
+    for (size_t i = next++; i < configs.size(); i = next++) {
+      results[i] = build(configs[i]);
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      ++done;
+      if (progress) progress(done, configs.size());
+    }
+  };
+  jobs = std::max(1, std::min<int>(jobs, int(configs.size())));
+  std::vector<std::thread> threads;
+  for (int t = 1; t < jobs; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+}  // namespace ssd

@@ -1,0 +1,29 @@
+// NVRTC: generated unit -> cubin (or PTX) for one exact arch. Template headers are passed from memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/codegen.h"
+#include "common/status.h"
+
+namespace ssd {
+
+// The ordered NVRTC options for an arch; part of the key.
+std::vector<std::string> compile_options(ssd_arch arch);
+std::string nvrtc_version();  // "13.0"
+
+struct CompiledCubin {
+  std::vector<uint8_t> cubin;
+  std::string log;             // NVRTC + ptxas (-v) log
+  int32_t registers = -1;      // parsed from the ptxas report
+  int32_t shared_bytes = -1;   // static shared memory, from the ptxas report
+  int32_t spill_bytes = 0;     // spill stores + loads
+};
+
+// On failure: SSD_ERROR_COMPILE with the full compile log in the detail.
+Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch);
+Result<std::string> compile_ptx(const GeneratedUnit& unit, ssd_arch arch);
+
+}  // namespace ssd

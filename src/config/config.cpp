@@ -1,0 +1,394 @@
+#include "config/config.h"
+
+#include <cstddef>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace ssd {
+namespace {
+
+struct Named {
+  int value;
+  const char* name;
+};
+
+constexpr Named kKernels[] = {{SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd"},
+                              {SSD_KERNEL_CHUNK_CUMSUM_BWD, "chunk_cumsum_bwd"},
+                              {SSD_KERNEL_REDUCE_HEAD_PARTIALS, "reduce_head_partials"}};
+constexpr Named kDtypes[] = {{SSD_DTYPE_BF16, "bf16"}, {SSD_DTYPE_FP16, "fp16"}, {SSD_DTYPE_FP32, "fp32"},
+                             {SSD_DTYPE_INT32, "int32"}};
+constexpr Named kModes[] = {{SSD_MODE_DETERMINISTIC, "deterministic"}, {SSD_MODE_FAST, "fast"}};
+constexpr Named kArchs[] = {{SSD_ARCH_SM80, "sm_80"}, {SSD_ARCH_SM90, "sm_90"}, {SSD_ARCH_SM90A, "sm_90a"}};
+constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"}, {SSD_FLAG_DT_SOFTPLUS, "dt_softplus"}};
+
+template <size_t N>
+const char* name_of(const Named (&table)[N], int value) {
+  for (const Named& n : table)
+    if (n.value == value) return n.name;
+  return "?";
+}
+
+template <size_t N>
+std::string legal_names(const Named (&table)[N]) {
+  std::string s;
+  for (const Named& n : table) s += (s.empty() ? "" : ", ") + std::string(n.name);
+  return s;
+}
+
+template <class E, size_t N>
+Result<E> parse_named(const Named (&table)[N], std::string_view text, const char* what) {
+  for (const Named& n : table)
+    if (text == n.name) return static_cast<E>(n.value);
+  return make_error(SSD_ERROR_INVALID_CONFIG,
+                    fmt::format("{}: unknown value '{}' (legal: {})", what, text, legal_names(table)));
+}
+
+template <size_t N>
+bool is_named(const Named (&table)[N], int value) {
+  return std::strcmp(name_of(table, value), "?") != 0;
+}
+
+bool is_cumsum(ssd_kernel_id k) {
+  return k == SSD_KERNEL_CHUNK_CUMSUM_FWD || k == SSD_KERNEL_CHUNK_CUMSUM_BWD;
+}
+
+bool one_of(int v, std::initializer_list<int> legal) {
+  for (int l : legal)
+    if (v == l) return true;
+  return false;
+}
+
+std::string list(std::initializer_list<int> legal) {
+  std::string s;
+  for (int l : legal) s += (s.empty() ? "" : ", ") + std::to_string(l);
+  return s;
+}
+
+Status field_error(const ssd_kernel_config& c, const char* field, const std::string& value,
+                   const std::string& legal) {
+  return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: {} is not legal for {} (legal: {})", field,
+                                                          value, kernel_name(c.kernel), legal));
+}
+
+Status require_zero(const ssd_kernel_config& c, const char* field, int value) {
+  if (value == 0) return Status::Ok();
+  return field_error(c, field, std::to_string(value), "0, the kernel does not use it");
+}
+
+std::string flags_text(uint32_t flags) {
+  std::string s;
+  for (const Named& n : kFlags)
+    if (flags & uint32_t(n.value)) s += (s.empty() ? "" : "|") + std::string(n.name);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+const char* kernel_name(ssd_kernel_id kernel) { return name_of(kKernels, kernel); }
+Result<ssd_kernel_id> parse_kernel_name(std::string_view name) {
+  return parse_named<ssd_kernel_id>(kKernels, name, "kernel");
+}
+const char* dtype_name(ssd_dtype dtype) { return name_of(kDtypes, dtype); }
+Result<ssd_dtype> parse_dtype(std::string_view name) { return parse_named<ssd_dtype>(kDtypes, name, "dtype"); }
+const char* mode_name(ssd_mode mode) { return name_of(kModes, mode); }
+Result<ssd_mode> parse_mode(std::string_view name) { return parse_named<ssd_mode>(kModes, name, "mode"); }
+const char* arch_name(ssd_arch arch) { return name_of(kArchs, arch); }
+Result<ssd_arch> parse_arch(std::string_view name) { return parse_named<ssd_arch>(kArchs, name, "arch"); }
+int arch_compute_capability(ssd_arch arch) { return arch == SSD_ARCH_SM80 ? 80 : 90; }
+
+ssd_kernel_config default_config(ssd_kernel_id kernel) {
+  ssd_kernel_config c{};
+  c.struct_size = sizeof(ssd_kernel_config);
+  c.kernel = kernel;
+  c.mode = SSD_MODE_DETERMINISTIC;
+  c.arch = SSD_ARCH_SM90;
+  if (kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
+    c.dtype = SSD_DTYPE_FP32;
+    c.partials = 1;
+  } else {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+  }
+  return c;
+}
+
+Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
+  if (!user) return make_error(SSD_ERROR_INVALID_ARGUMENT, "config: NULL pointer");
+  constexpr size_t kMinimum = offsetof(ssd_kernel_config, partials);
+  if (user->struct_size < kMinimum || user->struct_size > (size_t(1) << 16))
+    return make_error(SSD_ERROR_INVALID_ARGUMENT,
+                      fmt::format("config.struct_size: {} (set it to sizeof(ssd_kernel_config) = {})",
+                                  user->struct_size, sizeof(ssd_kernel_config)));
+  ssd_kernel_config c = default_config(user->kernel);
+  std::memcpy(&c, user, std::min(user->struct_size, sizeof(ssd_kernel_config)));
+  c.struct_size = sizeof(ssd_kernel_config);
+  return c;
+}
+
+Status validate_config(const ssd_kernel_config& c) {
+  if (!is_named(kKernels, c.kernel))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("kernel: unknown id {} (legal: {})", int(c.kernel), legal_names(kKernels)));
+  if (!is_named(kModes, c.mode))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("mode: unknown value {} (legal: 0 deterministic, 1 fast)", int(c.mode)));
+  if (!is_named(kArchs, c.arch))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("arch: unknown value {} (legal: 80 sm_80, 90 sm_90, 901 sm_90a)", int(c.arch)));
+  SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
+  SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
+  SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
+  SSD_RETURN_IF_ERROR(require_zero(c, "tile.k", c.tile.k));
+  SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
+  SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
+  if (is_cumsum(c.kernel)) {
+    if (!one_of(c.chunk_size, {16, 32, 64, 128, 256}))
+      return field_error(c, "chunk_size", std::to_string(c.chunk_size), list({16, 32, 64, 128, 256}));
+    if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
+      return field_error(c, "dtype", std::to_string(int(c.dtype)), "bf16, fp16, fp32");
+    if (c.flags & ~uint32_t(SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS))
+      return field_error(c, "flags", fmt::format("{:#x}", c.flags), "dt_bias, dt_softplus");
+    if (!one_of(c.tile.m, {0, 32, 64, 128}))
+      return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
+    if (!one_of(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
+      return field_error(c, "tile.n", std::to_string(c.tile.n), "0 (default), 8, 16, 32, 64; at most chunk_size");
+    // Two fp32 staging tiles of m x (n + 1) must fit in 48 KiB of static shared memory.
+    if (c.tile.m * c.tile.n > 4096)
+      return field_error(c, "tile", fmt::format("{}x{}", c.tile.m, c.tile.n), "m * n <= 4096");
+    SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
+  } else {  // reduce_head_partials
+    SSD_RETURN_IF_ERROR(require_zero(c, "chunk_size", c.chunk_size));
+    if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32");
+    SSD_RETURN_IF_ERROR(require_zero(c, "flags", int(c.flags)));
+    if (!one_of(c.tile.m, {0, 32, 64, 128, 256}))
+      return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128, 256");
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.n", c.tile.n));
+    if (c.partials < 1 || c.partials > 8)
+      return field_error(c, "partials", std::to_string(c.partials), "1..8");
+  }
+  return Status::Ok();
+}
+
+ssd_tile default_tile(const ssd_kernel_config& c) {
+  ssd_tile t{};
+  if (is_cumsum(c.kernel)) {
+    // One thread scans one head; 64 heads per block keeps the (b, L, h) loads 128 B wide for bf16
+    // and gives b * nchunks * h / 64 blocks. 32 positions are staged through shared memory per step.
+    t.m = 64;
+    t.n = std::min(32, c.chunk_size);
+  } else {
+    t.m = 128;
+  }
+  return t;
+}
+
+std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) {
+  std::vector<ssd_tile> tiles;
+  if (is_cumsum(c.kernel)) {
+    for (int m : {32, 64, 128})
+      for (int n : {8, 16, 32, 64})
+        if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
+  } else {
+    for (int m : {32, 64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
+  }
+  return tiles;
+}
+
+Result<ssd_kernel_config> normalize_config(const ssd_kernel_config& config) {
+  SSD_RETURN_IF_ERROR(validate_config(config));
+  ssd_kernel_config c = config;
+  c.struct_size = sizeof(ssd_kernel_config);
+  ssd_tile d = default_tile(c);
+  if (c.tile.m == 0) c.tile.m = d.m;
+  if (c.tile.n == 0) c.tile.n = d.n;
+  return c;
+}
+
+std::string config_record(const ssd_kernel_config& c) {
+  return fmt::format(
+      "kernel={}\nheaddim={}\ndstate={}\nchunk_size={}\nheads_per_group={}\ndtype={}\nflags={}\n"
+      "tile={}x{}x{}:w{}:s{}\nmode={}\narch={}\npartials={}\n",
+      kernel_name(c.kernel), c.headdim, c.dstate, c.chunk_size, c.heads_per_group, dtype_name(c.dtype),
+      flags_text(c.flags), c.tile.m, c.tile.n, c.tile.k, c.tile.warps, c.tile.stages, mode_name(c.mode),
+      arch_name(c.arch), c.partials);
+}
+
+std::string config_label(const ssd_kernel_config& c) {
+  std::string s = fmt::format("{} {}", kernel_name(c.kernel), dtype_name(c.dtype));
+  if (c.headdim) s += fmt::format(" p={}", c.headdim);
+  if (c.dstate) s += fmt::format(" n={}", c.dstate);
+  if (c.chunk_size) s += fmt::format(" Q={}", c.chunk_size);
+  if (c.heads_per_group) s += fmt::format(" r={}", c.heads_per_group);
+  if (c.partials) s += fmt::format(" k={}", c.partials);
+  if (c.flags) s += " flags=" + flags_text(c.flags);
+  s += fmt::format(" tile={}x{} {} {}", c.tile.m, c.tile.n, c.mode == SSD_MODE_FAST ? "fast" : "det",
+                   arch_name(c.arch));
+  return s;
+}
+
+nlohmann::json config_to_json(const ssd_kernel_config& c) {
+  nlohmann::json flags = nlohmann::json::array();
+  for (const Named& n : kFlags)
+    if (c.flags & uint32_t(n.value)) flags.push_back(n.name);
+  return nlohmann::json{{"kernel", kernel_name(c.kernel)},
+                        {"headdim", c.headdim},
+                        {"dstate", c.dstate},
+                        {"chunk_size", c.chunk_size},
+                        {"heads_per_group", c.heads_per_group},
+                        {"dtype", dtype_name(c.dtype)},
+                        {"flags", flags},
+                        {"tile", {{"m", c.tile.m}, {"n", c.tile.n}, {"k", c.tile.k}, {"warps", c.tile.warps},
+                                  {"stages", c.tile.stages}}},
+                        {"mode", mode_name(c.mode)},
+                        {"arch", arch_name(c.arch)},
+                        {"partials", c.partials}};
+}
+
+namespace {
+
+Result<int32_t> json_int(const nlohmann::json& j, const std::string& field) {
+  if (!j.is_number_integer())
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected an integer, got {}", field, j.dump()));
+  int64_t v = j.get<int64_t>();
+  if (v < -(int64_t(1) << 31) || v >= (int64_t(1) << 31))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: {} is out of range", field, v));
+  return int32_t(v);
+}
+
+Result<std::string> json_string(const nlohmann::json& j, const std::string& field) {
+  if (!j.is_string())
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected a string, got {}", field, j.dump()));
+  return j.get<std::string>();
+}
+
+#define SSD_ASSIGN_OR_RETURN(lhs, expr) \
+  do {                                  \
+    auto r_ = (expr);                   \
+    if (!r_.ok()) return r_.status();   \
+    lhs = std::move(r_).value();        \
+  } while (0)
+
+}  // namespace
+
+Result<ssd_kernel_config> config_from_json(const nlohmann::json& j) {
+  if (!j.is_object())
+    return make_error(SSD_ERROR_INVALID_CONFIG, "config: expected a JSON object");
+  if (!j.contains("kernel")) return make_error(SSD_ERROR_INVALID_CONFIG, "kernel: missing (legal: " + legal_names(kKernels) + ")");
+  std::string kname;
+  SSD_ASSIGN_OR_RETURN(kname, json_string(j.at("kernel"), "kernel"));
+  ssd_kernel_id kid;
+  SSD_ASSIGN_OR_RETURN(kid, parse_kernel_name(kname));
+  ssd_kernel_config c = default_config(kid);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const nlohmann::json& v = it.value();
+    if (k == "kernel") continue;
+    if (k == "headdim") SSD_ASSIGN_OR_RETURN(c.headdim, json_int(v, k));
+    else if (k == "dstate") SSD_ASSIGN_OR_RETURN(c.dstate, json_int(v, k));
+    else if (k == "chunk_size") SSD_ASSIGN_OR_RETURN(c.chunk_size, json_int(v, k));
+    else if (k == "heads_per_group") SSD_ASSIGN_OR_RETURN(c.heads_per_group, json_int(v, k));
+    else if (k == "partials") SSD_ASSIGN_OR_RETURN(c.partials, json_int(v, k));
+    else if (k == "dtype") {
+      std::string s;
+      SSD_ASSIGN_OR_RETURN(s, json_string(v, k));
+      SSD_ASSIGN_OR_RETURN(c.dtype, parse_dtype(s));
+    } else if (k == "mode") {
+      std::string s;
+      SSD_ASSIGN_OR_RETURN(s, json_string(v, k));
+      SSD_ASSIGN_OR_RETURN(c.mode, parse_mode(s));
+    } else if (k == "arch") {
+      std::string s;
+      SSD_ASSIGN_OR_RETURN(s, json_string(v, k));
+      SSD_ASSIGN_OR_RETURN(c.arch, parse_arch(s));
+    } else if (k == "flags") {
+      if (!v.is_array()) return make_error(SSD_ERROR_INVALID_CONFIG, "flags: expected an array of flag names");
+      c.flags = 0;
+      for (const auto& f : v) {
+        std::string s;
+        SSD_ASSIGN_OR_RETURN(s, json_string(f, "flags[]"));
+        int bit = 0;
+        for (const Named& n : kFlags)
+          if (s == n.name) bit = n.value;
+        if (!bit)
+          return make_error(SSD_ERROR_INVALID_CONFIG,
+                            fmt::format("flags: unknown flag '{}' (legal: {})", s, legal_names(kFlags)));
+        c.flags |= uint32_t(bit);
+      }
+    } else if (k == "tile") {
+      if (!v.is_object()) return make_error(SSD_ERROR_INVALID_CONFIG, "tile: expected an object {m, n, k, warps, stages}");
+      for (auto t = v.begin(); t != v.end(); ++t) {
+        const std::string f = "tile." + t.key();
+        if (t.key() == "m") SSD_ASSIGN_OR_RETURN(c.tile.m, json_int(t.value(), f));
+        else if (t.key() == "n") SSD_ASSIGN_OR_RETURN(c.tile.n, json_int(t.value(), f));
+        else if (t.key() == "k") SSD_ASSIGN_OR_RETURN(c.tile.k, json_int(t.value(), f));
+        else if (t.key() == "warps") SSD_ASSIGN_OR_RETURN(c.tile.warps, json_int(t.value(), f));
+        else if (t.key() == "stages") SSD_ASSIGN_OR_RETURN(c.tile.stages, json_int(t.value(), f));
+        else return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: unknown field (legal: m, n, k, warps, stages)", f));
+      }
+    } else {
+      return make_error(SSD_ERROR_INVALID_CONFIG,
+                        fmt::format("{}: unknown field (legal: kernel, headdim, dstate, chunk_size, heads_per_group, "
+                                    "dtype, flags, tile, mode, arch, partials)", k));
+    }
+  }
+  SSD_RETURN_IF_ERROR(validate_config(c));
+  return c;
+}
+
+Result<std::vector<ssd_kernel_config>> configs_from_json_text(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error(SSD_ERROR_INVALID_CONFIG, "configs: not valid JSON");
+  if (j.is_object() && j.contains("configs")) j = j.at("configs");
+  if (j.is_object()) j = nlohmann::json::array({j});
+  if (!j.is_array()) return make_error(SSD_ERROR_INVALID_CONFIG, "configs: expected an object or an array of objects");
+  std::vector<ssd_kernel_config> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    auto c = config_from_json(j[i]);
+    if (!c.ok()) return make_error(c.status().code, fmt::format("configs[{}].{}", i, c.status().detail));
+    out.push_back(c.value());
+  }
+  return out;
+}
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = {
+      {"small", 32, 64, 64, 1, 256, SSD_DTYPE_BF16, "h=32 p=64 n=64 g=1, chunk 256, bf16"},
+      {"nemotronh-56b", 256, 64, 256, 8, 256, SSD_DTYPE_BF16,
+       "Nemotron-H 56B mixer: h=256 p=64 n=256 g=8, chunk 256, bf16"},
+  };
+  return presets;
+}
+
+Result<ModelPreset> find_preset(std::string_view name) {
+  std::string names;
+  for (const ModelPreset& p : model_presets()) {
+    if (p.name == name) return p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("preset: unknown '{}' (legal: {})", name, names));
+}
+
+std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arch, ssd_mode mode) {
+  std::vector<ssd_kernel_config> out;
+  // A Mamba2 layer passes dt_bias and dt_softplus=True; dt is a slice of the in_proj output.
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_CHUNK_CUMSUM_BWD}) {
+    ssd_kernel_config c = default_config(k);
+    c.chunk_size = p.chunk_size;
+    c.dtype = p.dtype;
+    c.flags = SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
+    c.mode = mode;
+    c.arch = arch;
+    out.push_back(c);
+  }
+  if (mode == SSD_MODE_DETERMINISTIC) {  // dA and ddt_bias: two partials per (b, c, h)
+    ssd_kernel_config c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+    c.partials = 2;
+    c.mode = mode;
+    c.arch = arch;
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace ssd

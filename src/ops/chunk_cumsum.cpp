@@ -1,0 +1,313 @@
+#include "ops/chunk_cumsum.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/struct_io.h"
+#include "config/config.h"
+#include "ops/tensor_check.h"
+#include "ssd/kernel_params.cuh"
+
+namespace ssd {
+namespace {
+
+struct Dims {
+  int64_t batch, seqlen, nheads, nchunks;
+  int32_t chunk;
+};
+
+Status check_chunk(int32_t chunk) {
+  for (int q : {16, 32, 64, 128, 256})
+    if (chunk == q) return Status::Ok();
+  return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("args.chunk_size: {} (legal: 16, 32, 64, 128, 256)", chunk));
+}
+
+Status check_limits(float lo, float hi) {
+  if (std::isnan(lo) || std::isnan(hi) || lo > hi)
+    return make_error(SSD_ERROR_INVALID_ARGUMENT,
+                      fmt::format("args.dt_limit_lo/dt_limit_hi: ({}, {}) must be ordered numbers", lo, hi));
+  return Status::Ok();
+}
+
+// dt, A, dt_bias: the inputs both directions share. Fills the dims.
+Status check_dt_inputs(const ssd_tensor& dt, const ssd_tensor& A, const ssd_tensor& dt_bias, int32_t chunk, Dims& dims) {
+  SSD_RETURN_IF_ERROR(check_chunk(chunk));
+  SSD_RETURN_IF_ERROR(check_tensor(dt, {"dt", {-1, -1, -1}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}}));
+  dims.batch = dt.shape[0];
+  dims.seqlen = dt.shape[1];
+  dims.nheads = dt.shape[2];
+  dims.chunk = chunk;
+  dims.nchunks = (dims.seqlen + chunk - 1) / chunk;
+  SSD_RETURN_IF_ERROR(check_tensor(A, {"A", {dims.nheads}, {SSD_DTYPE_FP32}}));
+  if (dt_bias.data) SSD_RETURN_IF_ERROR(check_tensor(dt_bias, {"dt_bias", {dims.nheads}, {SSD_DTYPE_FP32}}));
+  return Status::Ok();
+}
+
+Status check_chunked(const ssd_tensor& t, const char* name, const Dims& d, bool output) {
+  return check_tensor(t, {name, {d.batch, d.nheads, d.nchunks, d.chunk}, {SSD_DTYPE_FP32}, output, true});
+}
+
+Result<ssd_launch_options> read_options(const ssd_launch_options* options) {
+  if (!options) return default_launch_options();
+  auto o = read_sized_struct(options, default_launch_options(), "options", offsetof(ssd_launch_options, mode));
+  if (!o.ok()) return o.status();
+  if (o->max_blocks < 0)
+    return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("options.max_blocks: {} (legal: 0 or more)", o->max_blocks));
+  if (o->mode < -1 || o->mode > 1)
+    return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("options.mode: {} (legal: -1, 0, 1)", o->mode));
+  return o;
+}
+
+Result<ssd_kernel_config> make_config(ssd_runtime& rt, ssd_kernel_id kernel, const Dims& d, ssd_dtype dtype, bool bias,
+                                      bool softplus, const ssd_launch_options& o, ssd_mode mode) {
+  auto arch = runtime_arch(rt);
+  if (!arch.ok()) return arch.status();
+  ssd_kernel_config c = default_config(kernel);
+  c.chunk_size = d.chunk;
+  c.dtype = dtype;
+  c.flags = (bias ? SSD_FLAG_DT_BIAS : 0u) | (softplus ? SSD_FLAG_DT_SOFTPLUS : 0u);
+  c.tile = o.tile;
+  c.mode = mode;
+  c.arch = arch.value();
+  return c;
+}
+
+unsigned grid_for(int64_t work, int32_t max_blocks) {
+  int64_t grid = max_blocks > 0 ? std::min<int64_t>(work, max_blocks) : work;
+  return unsigned(std::min<int64_t>(grid, 0x7fffffff));
+}
+
+int64_t cumsum_work(const Dims& d, int32_t block_h) {
+  return d.batch * d.nchunks * ((d.nheads + block_h - 1) / block_h);
+}
+
+constexpr size_t kWorkspaceAlign = 256;
+
+size_t partials_bytes(const Dims& d, bool bias) {
+  size_t bytes = size_t(d.batch) * size_t(d.nchunks) * size_t(d.nheads) * (bias ? 2 : 1) * sizeof(float);
+  return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+Status check_bwd(const ssd_chunk_cumsum_bwd_args& a, Dims& d) {
+  SSD_RETURN_IF_ERROR(check_limits(a.dt_limit_lo, a.dt_limit_hi));
+  SSD_RETURN_IF_ERROR(check_dt_inputs(a.dt, a.A, a.dt_bias, a.chunk_size, d));
+  SSD_RETURN_IF_ERROR(check_chunked(a.ddA_cumsum, "ddA_cumsum", d, false));
+  SSD_RETURN_IF_ERROR(check_chunked(a.ddt_out, "ddt_out", d, false));
+  SSD_RETURN_IF_ERROR(check_tensor(a.ddt, {"ddt", {d.batch, d.seqlen, d.nheads}, {a.dt.dtype}, true}));
+  SSD_RETURN_IF_ERROR(check_tensor(a.dA, {"dA", {d.nheads}, {SSD_DTYPE_FP32}, true}));
+  if (a.dt_bias.data) {
+    SSD_RETURN_IF_ERROR(check_tensor(a.ddt_bias, {"ddt_bias", {d.nheads}, {SSD_DTYPE_FP32}, true}));
+  } else if (a.ddt_bias.data) {
+    return make_error(SSD_ERROR_INVALID_ARGUMENT, "ddt_bias: given without dt_bias (pass dt_bias, or NULL ddt_bias)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ssd_launch_options default_launch_options() {
+  ssd_launch_options o{};
+  o.struct_size = sizeof(o);
+  o.mode = -1;
+  return o;
+}
+
+ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args() {
+  ssd_chunk_cumsum_fwd_args a{};
+  a.struct_size = sizeof(a);
+  a.chunk_size = 256;
+  a.dt_limit_lo = 0.f;
+  a.dt_limit_hi = INFINITY;
+  return a;
+}
+
+ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args() {
+  ssd_chunk_cumsum_bwd_args a{};
+  a.struct_size = sizeof(a);
+  a.chunk_size = 256;
+  a.dt_limit_lo = 0.f;
+  a.dt_limit_hi = INFINITY;
+  return a;
+}
+
+Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_args,
+                        const ssd_launch_options* user_options, CUstream stream) {
+  auto args = read_sized_struct(user_args, default_cumsum_fwd_args(), "args", sizeof(ssd_chunk_cumsum_fwd_args));
+  if (!args.ok()) return args.status();
+  auto options = read_options(user_options);
+  if (!options.ok()) return options.status();
+  const ssd_chunk_cumsum_fwd_args& a = args.value();
+  Dims d{};
+  SSD_RETURN_IF_ERROR(check_limits(a.dt_limit_lo, a.dt_limit_hi));
+  SSD_RETURN_IF_ERROR(check_dt_inputs(a.dt, a.A, a.dt_bias, a.chunk_size, d));
+  SSD_RETURN_IF_ERROR(check_chunked(a.dt_out, "dt_out", d, true));
+  SSD_RETURN_IF_ERROR(check_chunked(a.dA_cumsum, "dA_cumsum", d, true));
+
+  ssd_mode mode = options->mode < 0 ? rt.mode : ssd_mode(options->mode);
+  auto config = make_config(rt, SSD_KERNEL_CHUNK_CUMSUM_FWD, d, a.dt.dtype, a.dt_bias.data != nullptr,
+                            a.dt_softplus != 0, options.value(), mode);
+  if (!config.ok()) return config.status();
+  auto kernel = get_kernel(rt, config.value());
+  if (!kernel.ok()) return kernel.status();
+
+  ssd_kernels::ChunkCumsumFwdParams p{};
+  p.dt = a.dt.data;
+  p.dt_stride_b = a.dt.strides[0];
+  p.dt_stride_l = a.dt.strides[1];
+  p.dt_stride_h = a.dt.strides[2];
+  p.A = static_cast<const float*>(a.A.data);
+  p.A_stride = a.A.strides[0];
+  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
+  p.dt_bias_stride = a.dt_bias.data ? a.dt_bias.strides[0] : 0;
+  p.dt_out = static_cast<float*>(a.dt_out.data);
+  p.dt_out_stride_b = a.dt_out.strides[0];
+  p.dt_out_stride_h = a.dt_out.strides[1];
+  p.dt_out_stride_c = a.dt_out.strides[2];
+  p.dA_cumsum = static_cast<float*>(a.dA_cumsum.data);
+  p.dA_cumsum_stride_b = a.dA_cumsum.strides[0];
+  p.dA_cumsum_stride_h = a.dA_cumsum.strides[1];
+  p.dA_cumsum_stride_c = a.dA_cumsum.strides[2];
+  p.batch = d.batch;
+  p.seqlen = d.seqlen;
+  p.nheads = d.nheads;
+  p.nchunks = d.nchunks;
+  p.dt_limit_lo = a.dt_limit_lo;
+  p.dt_limit_hi = a.dt_limit_hi;
+  void* params[] = {&p};
+  const ssd_kernel& k = *kernel.value();
+  return launch_kernel(k, grid_for(cumsum_work(d, k.built->config.tile.m), options->max_blocks), 1, 1, params, stream);
+}
+
+Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* user_args, ssd_mode mode) {
+  auto args = read_sized_struct(user_args, default_cumsum_bwd_args(), "args", sizeof(ssd_chunk_cumsum_bwd_args));
+  if (!args.ok()) return args.status();
+  Dims d{};
+  SSD_RETURN_IF_ERROR(check_bwd(args.value(), d));
+  if (mode == SSD_MODE_FAST) return size_t(0);
+  return partials_bytes(d, args->dt_bias.data != nullptr);
+}
+
+Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_args,
+                        const ssd_launch_options* user_options, CUstream stream) {
+  auto args = read_sized_struct(user_args, default_cumsum_bwd_args(), "args", sizeof(ssd_chunk_cumsum_bwd_args));
+  if (!args.ok()) return args.status();
+  auto options = read_options(user_options);
+  if (!options.ok()) return options.status();
+  const ssd_chunk_cumsum_bwd_args& a = args.value();
+  Dims d{};
+  SSD_RETURN_IF_ERROR(check_bwd(a, d));
+  const bool bias = a.dt_bias.data != nullptr;
+  const ssd_mode mode = options->mode < 0 ? rt.mode : ssd_mode(options->mode);
+  const bool deterministic = mode == SSD_MODE_DETERMINISTIC;
+  const size_t need = deterministic ? partials_bytes(d, bias) : 0;
+  if (a.workspace && a.workspace_bytes < need)
+    return make_error(SSD_ERROR_WORKSPACE_TOO_SMALL,
+                      fmt::format("workspace_bytes: {} given, {} needed (ssd_chunk_cumsum_bwd_workspace_size)",
+                                  a.workspace_bytes, need));
+  if (a.workspace && reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
+    return make_error(SSD_ERROR_INVALID_ALIGNMENT, "workspace: must be 16-byte aligned");
+
+  auto config = make_config(rt, SSD_KERNEL_CHUNK_CUMSUM_BWD, d, a.dt.dtype, bias, a.dt_softplus != 0,
+                            options.value(), mode);
+  if (!config.ok()) return config.status();
+  auto kernel = get_kernel(rt, config.value());
+  if (!kernel.ok()) return kernel.status();
+  const ssd_kernel* reduce = nullptr;
+  if (deterministic) {
+    ssd_kernel_config rc = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+    rc.partials = bias ? 2 : 1;
+    rc.tile = options->reduce_tile;
+    rc.mode = mode;
+    rc.arch = config->arch;
+    auto r = get_kernel(rt, rc);
+    if (!r.ok()) return r.status();
+    reduce = r.value();
+  }
+  const cuda::Driver& drv = *cuda::driver().value();
+
+  CUdeviceptr workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
+  bool owned = false;
+  if (need > 0 && !a.workspace) {
+    if (!rt.warned_workspace.exchange(true))
+      log_warning(fmt::format("ssd_chunk_cumsum_bwd: no workspace given; allocating {} bytes per call on the stream "
+                              "(pass one of ssd_chunk_cumsum_bwd_workspace_size bytes to avoid this)", need));
+    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&workspace, need, stream), "cuMemAllocAsync(workspace)"));
+    owned = true;
+  }
+
+  ssd_kernels::ChunkCumsumBwdParams p{};
+  p.dt = a.dt.data;
+  p.dt_stride_b = a.dt.strides[0];
+  p.dt_stride_l = a.dt.strides[1];
+  p.dt_stride_h = a.dt.strides[2];
+  p.A = static_cast<const float*>(a.A.data);
+  p.A_stride = a.A.strides[0];
+  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
+  p.dt_bias_stride = bias ? a.dt_bias.strides[0] : 0;
+  p.ddA_cumsum = static_cast<const float*>(a.ddA_cumsum.data);
+  p.ddA_cumsum_stride_b = a.ddA_cumsum.strides[0];
+  p.ddA_cumsum_stride_h = a.ddA_cumsum.strides[1];
+  p.ddA_cumsum_stride_c = a.ddA_cumsum.strides[2];
+  p.ddt_out = static_cast<const float*>(a.ddt_out.data);
+  p.ddt_out_stride_b = a.ddt_out.strides[0];
+  p.ddt_out_stride_h = a.ddt_out.strides[1];
+  p.ddt_out_stride_c = a.ddt_out.strides[2];
+  p.ddt = a.ddt.data;
+  p.ddt_stride_b = a.ddt.strides[0];
+  p.ddt_stride_l = a.ddt.strides[1];
+  p.ddt_stride_h = a.ddt.strides[2];
+  p.partials = reinterpret_cast<float*>(workspace);
+  p.dA = static_cast<float*>(a.dA.data);
+  p.dA_stride = a.dA.strides[0];
+  p.ddt_bias = static_cast<float*>(a.ddt_bias.data);
+  p.ddt_bias_stride = bias ? a.ddt_bias.strides[0] : 0;
+  p.batch = d.batch;
+  p.seqlen = d.seqlen;
+  p.nheads = d.nheads;
+  p.nchunks = d.nchunks;
+  p.dt_limit_lo = a.dt_limit_lo;
+  p.dt_limit_hi = a.dt_limit_hi;
+
+  Status s;
+  if (!deterministic) {  // atomics accumulate into zeroed outputs
+    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA), size_t(std::max<long long>(p.dA_stride, 1)) * 4,
+                                           0, 1, size_t(d.nheads), stream),
+                    "cuMemsetD2D32Async(dA)");
+    if (s.ok() && bias)
+      s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.ddt_bias),
+                                             size_t(std::max<long long>(p.ddt_bias_stride, 1)) * 4, 0, 1,
+                                             size_t(d.nheads), stream),
+                      "cuMemsetD2D32Async(ddt_bias)");
+  }
+  void* params[] = {&p};
+  const ssd_kernel& k = *kernel.value();
+  if (s.ok())
+    s = launch_kernel(k, grid_for(cumsum_work(d, k.built->config.tile.m), options->max_blocks), 1, 1, params, stream);
+  if (s.ok() && reduce) {
+    ssd_kernels::ReduceHeadPartialsParams r{};
+    r.partials = p.partials;
+    r.out[0] = p.dA;
+    r.out_stride[0] = p.dA_stride;
+    if (bias) {
+      r.out[1] = p.ddt_bias;
+      r.out_stride[1] = p.ddt_bias_stride;
+    }
+    r.batch = d.batch;
+    r.nchunks = d.nchunks;
+    r.nheads = d.nheads;
+    void* rparams[] = {&r};
+    const int block = reduce->built->config.tile.m;
+    s = launch_kernel(*reduce, grid_for((d.nheads + block - 1) / block, options->max_blocks), 1, 1, rparams, stream);
+  }
+  if (owned) {
+    Status f = cuda::check(drv.cuMemFreeAsync(workspace, stream), "cuMemFreeAsync(workspace)");
+    if (s.ok()) s = f;
+  }
+  return s;
+}
+
+}  // namespace ssd

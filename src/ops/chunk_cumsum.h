@@ -1,0 +1,20 @@
+// Launcher of the chunk_cumsum family (forward, backward, and its deterministic head reduction).
+#pragma once
+
+#include "common/status.h"
+#include "runtime/runtime.h"
+
+namespace ssd {
+
+ssd_launch_options default_launch_options();
+ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args();
+ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args();
+
+Status chunk_cumsum_fwd(ssd_runtime& runtime, const ssd_chunk_cumsum_fwd_args* args,
+                        const ssd_launch_options* options, CUstream stream);
+// Bytes of workspace the backward needs in the runtime's mode (0 in fast mode).
+Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args, ssd_mode mode);
+Status chunk_cumsum_bwd(ssd_runtime& runtime, const ssd_chunk_cumsum_bwd_args* args,
+                        const ssd_launch_options* options, CUstream stream);
+
+}  // namespace ssd

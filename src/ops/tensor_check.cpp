@@ -1,0 +1,91 @@
+#include "ops/tensor_check.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "config/config.h"
+
+namespace ssd {
+
+size_t dtype_size(ssd_dtype dtype) {
+  switch (dtype) {
+    case SSD_DTYPE_BF16:
+    case SSD_DTYPE_FP16: return 2;
+    case SSD_DTYPE_FP32:
+    case SSD_DTYPE_INT32: return 4;
+  }
+  return 0;
+}
+
+namespace {
+std::string shape_text(const ssd_tensor& t) {
+  std::string s = "(";
+  for (int i = 0; i < t.ndim && i < SSD_MAX_DIMS; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + ")";
+}
+std::string expected_text(std::initializer_list<int64_t> shape) {
+  std::string s = "(";
+  int i = 0;
+  for (int64_t v : shape) s += (i++ ? ", " : "") + (v < 0 ? std::string("*") : std::to_string(v));
+  return s + ")";
+}
+}  // namespace
+
+Status check_tensor(const ssd_tensor& t, const TensorSpec& spec) {
+  if (!t.data) return make_error(SSD_ERROR_NULL_POINTER, fmt::format("{}: data is NULL", spec.name));
+  bool dtype_ok = false;
+  std::string legal;
+  for (ssd_dtype d : spec.dtypes) {
+    dtype_ok |= d == t.dtype;
+    legal += (legal.empty() ? "" : ", ") + std::string(dtype_name(d));
+  }
+  if (!dtype_ok)
+    return make_error(SSD_ERROR_INVALID_DTYPE,
+                      fmt::format("{}: dtype {} (legal: {})", spec.name, dtype_name(t.dtype), legal));
+  if (t.ndim != int(spec.shape.size()))
+    return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("{}: {} dimensions, expected {} {}", spec.name, t.ndim,
+                                                           spec.shape.size(), expected_text(spec.shape)));
+  int i = 0;
+  for (int64_t want : spec.shape) {
+    if (t.shape[i] < 1 || (want >= 0 && t.shape[i] != want))
+      return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("{}: shape {} does not match {} (dimension {})", spec.name,
+                                                             shape_text(t), expected_text(spec.shape), i));
+    ++i;
+  }
+  __int128 extent = 0;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.strides[d] < 0)
+      return make_error(SSD_ERROR_INVALID_STRIDE,
+                        fmt::format("{}: stride {} of dimension {} is negative", spec.name, t.strides[d], d));
+    extent += __int128(t.shape[d] - 1) * t.strides[d];
+  }
+  if (extent >= (__int128(1) << 62))
+    return make_error(SSD_ERROR_INVALID_STRIDE, fmt::format("{}: element offsets exceed 2^62", spec.name));
+  if (spec.unit_last_stride && t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
+    return make_error(SSD_ERROR_INVALID_STRIDE, fmt::format("{}: innermost stride is {}, must be 1", spec.name,
+                                                            t.strides[t.ndim - 1]));
+  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
+    return make_error(SSD_ERROR_INVALID_ALIGNMENT, fmt::format("{}: pointer {} is not aligned to its {}-byte elements",
+                                                               spec.name, t.data, dtype_size(t.dtype)));
+  if (spec.output) {
+    // Non-overlapping: with axes sorted by stride, each stride must exceed the span of the smaller ones.
+    std::vector<int> axes;
+    for (int d = 0; d < t.ndim; ++d)
+      if (t.shape[d] > 1) axes.push_back(d);
+    std::sort(axes.begin(), axes.end(), [&](int a, int b) { return t.strides[a] < t.strides[b]; });
+    __int128 span = 0;
+    for (int d : axes) {
+      if (t.strides[d] <= span)
+        return make_error(SSD_ERROR_INVALID_STRIDE,
+                          fmt::format("{}: strides make elements overlap (output tensors must not alias themselves)",
+                                      spec.name));
+      span += __int128(t.shape[d] - 1) * t.strides[d];
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ssd

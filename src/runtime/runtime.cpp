@@ -1,0 +1,106 @@
+#include "runtime/runtime.h"
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "config/config.h"
+
+ssd_runtime::~ssd_runtime() {
+  auto d = ssd::cuda::driver();
+  if (!d.ok()) return;
+  for (auto& [where, kernel] : kernels)
+    if (kernel->module) d.value()->cuModuleUnload(kernel->module);  // fails harmlessly if the context is gone
+}
+
+namespace ssd {
+
+Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& options) {
+  if (options.mode != SSD_MODE_DETERMINISTIC && options.mode != SSD_MODE_FAST)
+    return make_error(SSD_ERROR_INVALID_ARGUMENT,
+                      fmt::format("options.mode: {} (legal: 0 deterministic, 1 fast)", int(options.mode)));
+  if (options.arch != 0 && !parse_arch(arch_name(ssd_arch(options.arch))).ok())
+    return make_error(SSD_ERROR_INVALID_ARGUMENT,
+                      fmt::format("options.arch: {} (legal: 0 from the device, 80, 90, 901)", options.arch));
+  auto cache_options = cache::options_from_env();
+  if (!cache_options.ok()) return cache_options.status();
+  cache::Options co = cache_options.value();
+  if (options.cache_dir && *options.cache_dir) co.root = options.cache_dir;
+  if (options.cache_mode >= 0) {
+    constexpr cache::Mode modes[] = {cache::Mode::ReadWrite, cache::Mode::ReadOnly, cache::Mode::RequireCached,
+                                     cache::Mode::Off};
+    if (options.cache_mode > 3)
+      return make_error(SSD_ERROR_INVALID_ARGUMENT,
+                        fmt::format("options.cache_mode: {} (legal: -1 from $SSD_CACHE_MODE, 0 readwrite, 1 readonly, "
+                                    "2 require-cached, 3 off)", options.cache_mode));
+    co.mode = modes[options.cache_mode];
+  }
+  auto rt = std::make_unique<ssd_runtime>();
+  rt->mode = options.mode;
+  rt->arch = options.arch;
+  rt->cache = std::make_unique<cache::DiskCache>(co);
+  rt->builder = std::make_unique<KernelBuilder>(rt->cache.get());
+  return rt;
+}
+
+Result<ssd_arch> runtime_arch(ssd_runtime& runtime) {
+  if (runtime.arch != 0) return ssd_arch(runtime.arch);
+  auto ctx = cuda::current_context();
+  if (!ctx.ok()) return ctx.status();
+  const cuda::Driver& d = *cuda::driver().value();
+  CUdevice dev;
+  SSD_RETURN_IF_ERROR(cuda::check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice"));
+  int major = 0, minor = 0;
+  SSD_RETURN_IF_ERROR(cuda::check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                                  "cuDeviceGetAttribute"));
+  SSD_RETURN_IF_ERROR(cuda::check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+                                  "cuDeviceGetAttribute"));
+  if (major == 8) return SSD_ARCH_SM80;
+  if (major == 9 && minor == 0) return SSD_ARCH_SM90A;
+  return make_error(SSD_ERROR_UNSUPPORTED,
+                    fmt::format("device compute capability {}.{}: ssdgen targets sm_80 (8.x) and sm_90a (9.0)", major, minor));
+}
+
+Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_config& config) {
+  auto ctx = cuda::current_context();
+  if (!ctx.ok()) return ctx.status();
+  auto built = runtime.builder->build(config);
+  if (!built.ok()) return built.status();
+  const BuiltKernel& b = *built.value();
+  std::lock_guard<std::mutex> lock(runtime.mutex);
+  auto where = std::make_pair(ctx.value(), b.key.hex);
+  auto it = runtime.kernels.find(where);
+  if (it != runtime.kernels.end()) return static_cast<const ssd_kernel*>(it->second.get());
+
+  const cuda::Driver& d = *cuda::driver().value();
+  auto kernel = std::make_unique<ssd_kernel>();
+  kernel->context = ctx.value();
+  kernel->built = built.value();
+  SSD_RETURN_IF_ERROR(cuda::check(d.cuModuleLoadData(&kernel->module, b.entry.cubin.data()),
+                                  "cuModuleLoadData"));
+  Status s = cuda::check(d.cuModuleGetFunction(&kernel->function, kernel->module, b.unit.symbol.c_str()),
+                         "cuModuleGetFunction");
+  if (s.ok() && b.unit.dynamic_shared_bytes > 48 * 1024)
+    s = cuda::check(d.cuFuncSetAttribute(kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         b.unit.dynamic_shared_bytes),
+                    "cuFuncSetAttribute");
+  if (!s.ok()) {
+    d.cuModuleUnload(kernel->module);
+    return s;
+  }
+  const ssd_kernel* raw = kernel.get();
+  runtime.kernels.emplace(where, std::move(kernel));
+  return raw;
+}
+
+Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,
+                     CUstream stream) {
+  auto d = cuda::driver();
+  if (!d.ok()) return d.status();
+  if (grid_x == 0 || grid_y == 0 || grid_z == 0) return Status::Ok();  // empty problem: nothing to do
+  const GeneratedUnit& u = kernel.built->unit;
+  return cuda::check(d.value()->cuLaunchKernel(kernel.function, grid_x, grid_y, grid_z, unsigned(u.block_threads), 1,
+                                               1, unsigned(u.dynamic_shared_bytes), stream, params, nullptr),
+                     "cuLaunchKernel");
+}
+
+}  // namespace ssd

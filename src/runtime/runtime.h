@@ -1,0 +1,50 @@
+// The runtime behind ssd_runtime: the kernel builder and disk cache, plus loaded modules per CUDA
+// context. Memory first, then disk, then NVRTC; one module per (context, key).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "cache/disk_cache.h"
+#include "compile/kernel_builder.h"
+#include "runtime/driver.h"
+
+struct ssd_kernel {
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  std::shared_ptr<const ssd::BuiltKernel> built;
+};
+
+struct ssd_runtime {
+  ssd_mode mode = SSD_MODE_DETERMINISTIC;
+  int32_t arch = 0;  // 0: from the device
+  std::unique_ptr<ssd::cache::DiskCache> cache;
+  std::unique_ptr<ssd::KernelBuilder> builder;
+  std::atomic<bool> warned_workspace{false};
+
+  std::mutex mutex;
+  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<ssd_kernel>> kernels;
+
+  ~ssd_runtime();
+};
+
+namespace ssd {
+
+Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& options);
+
+// The arch to compile for: the runtime's option, else the current device's (sm_80 for 8.x,
+// sm_90a for 9.0). Needs a context when the option is 0.
+Result<ssd_arch> runtime_arch(ssd_runtime& runtime);
+
+// Builds (memory / disk / NVRTC) and loads the kernel into the current context.
+Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_config& config);
+
+Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,
+                     CUstream stream);
+
+}  // namespace ssd

@@ -1,0 +1,57 @@
+// Kernel parameter blocks, shared verbatim by the host launchers (g++) and the kernels (NVRTC).
+// Plain C layout only: pointers, long long, int, float. Strides are in elements.
+#pragma once
+
+namespace ssd_kernels {
+
+// chunk_cumsum_fwd: dt (b, L, h) -> dt_out, dA_cumsum (b, h, nchunks, Q), Q-axis stride 1.
+struct ChunkCumsumFwdParams {
+  const void* dt;
+  long long dt_stride_b, dt_stride_l, dt_stride_h;
+  const float* A;
+  long long A_stride;
+  const float* dt_bias;  // null when the specialization has no dt_bias
+  long long dt_bias_stride;
+  float* dt_out;
+  long long dt_out_stride_b, dt_out_stride_h, dt_out_stride_c;
+  float* dA_cumsum;
+  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
+  long long batch, seqlen, nheads, nchunks;
+  float dt_limit_lo, dt_limit_hi;
+};
+
+// chunk_cumsum_bwd: adjoint of chunk_cumsum_fwd.
+struct ChunkCumsumBwdParams {
+  const void* dt;
+  long long dt_stride_b, dt_stride_l, dt_stride_h;
+  const float* A;
+  long long A_stride;
+  const float* dt_bias;
+  long long dt_bias_stride;
+  const float* ddA_cumsum;
+  long long ddA_cumsum_stride_b, ddA_cumsum_stride_h, ddA_cumsum_stride_c;
+  const float* ddt_out;
+  long long ddt_out_stride_b, ddt_out_stride_h, ddt_out_stride_c;
+  void* ddt;  // dtype of dt
+  long long ddt_stride_b, ddt_stride_l, ddt_stride_h;
+  // deterministic: per-chunk partials (b, nchunks, h, P) contiguous, P = 2 with dt_bias else 1.
+  float* partials;
+  // fast: accumulated with atomics into dA (h) and ddt_bias (h), zeroed by the launcher.
+  float* dA;
+  long long dA_stride;
+  float* ddt_bias;
+  long long ddt_bias_stride;
+  long long batch, seqlen, nheads, nchunks;
+  float dt_limit_lo, dt_limit_hi;
+};
+
+// reduce_head_partials: partials (b, nchunks, h, P) contiguous -> out[j][h * out_stride[j]].
+constexpr int kMaxReduceOutputs = 8;
+struct ReduceHeadPartialsParams {
+  const float* partials;
+  float* out[kMaxReduceOutputs];
+  long long out_stride[kMaxReduceOutputs];
+  long long batch, nchunks, nheads;
+};
+
+}  // namespace ssd_kernels
