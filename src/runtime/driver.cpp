@@ -11,8 +11,10 @@ namespace ssd::cuda {
 namespace {
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-// Ask for the entry points of the cuda.h we compile against, so each pointer has the declared type.
-constexpr int kDriverApiVersion = CUDA_VERSION;
+// Ask for the entry points as of CUDA 12.0: their signatures are the ones cuda.h declares under the
+// plain names. (With 13000, cuCtxSynchronize and cuCtxGetDevice resolve to the _v2 forms that take a
+// context argument, which the declared types do not match.)
+constexpr int kDriverApiVersion = 12000;
 
 struct Loaded {
   Driver driver;

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds ssdgen on the device machine and runs all tests there in one call: the CPU unit tests and
+# the GPU tests (accuracy vs the float64 oracle, poison checks, D1-D4 determinism), optionally
+# under compute-sanitizer, optionally the benchmarks.
+#
+#   here:   bash scripts/fetch-gpu-deps.sh          (once; fills .deps/debs)
+#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench]", carry=[".deps"])
+#
+# Logs go to $OUT (the device tool brings them back), else build-gpu/out.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/build-gpu/out}
+sanitize=0
+bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    --bench) bench=1 ;;
+    *) echo "usage: $0 [--sanitize] [--bench]" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+prefix=$root/.deps/prefix
+ls "$root"/.deps/debs/*.deb >/dev/null 2>&1 || { echo "no .deps/debs: run scripts/fetch-gpu-deps.sh here and carry .deps" >&2; exit 2; }
+for deb in "$root"/.deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+set -e
+cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+  >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
+ninja -C "$root/build-gpu" -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+set +e
+
+export SSD_CACHE_DIR=$(mktemp -d)
+status=0
+echo "== unit tests"
+"$root/build-gpu/tests/ssd_unit_tests" >"$out/unit.log" 2>&1 || status=1
+tail -3 "$out/unit.log"
+echo "== GPU tests"
+"$root/build-gpu/tests/ssd_gpu_tests" -s -ni >"$out/gpu-full.log" 2>&1 || status=1
+grep -E "^GPU tests|MESSAGE:|: ERROR:|test cases:|assertions:|Status:" "$out/gpu-full.log" | sed 's/^.*MESSAGE: //' | tail -80
+if [ $sanitize = 1 ]; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool"
+    compute-sanitizer --tool $tool --error-exitcode 9 "$root/build-gpu/tests/ssd_gpu_tests" \
+      -tc="chunk_cumsum_bwd matches*,chunk_cumsum_fwd matches*" >"$out/sanitize-$tool.log" 2>&1 || status=1
+    tail -4 "$out/sanitize-$tool.log"
+  done
+fi
+if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then
+  echo "== benchmarks"
+  bash "$root/scripts/bench.sh" "$out" || status=1
+fi
+echo "gpu-test.sh: exit $status"
+exit $status

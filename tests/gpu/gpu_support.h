@@ -1,0 +1,80 @@
+// Shared helpers of the GPU tests: device detection (tests skip, counted, without one), device
+// buffers through the run-time-loaded driver, host 16-bit float conversions, random inputs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/driver.h"
+#include "ssd/ssd.h"
+
+namespace gputest {
+
+// True when a driver and a device exist; makes device 0's primary context current.
+bool gpu_available();
+const std::string& gpu_unavailable_reason();
+const ssd::cuda::Driver& drv();
+
+// Aborts the test case with the status detail on failure.
+#define GPU_CHECK_CU(expr) REQUIRE(::ssd::cuda::check((expr), #expr).detail == std::string())
+#define GPU_CHECK_SSD(expr)                                                      \
+  do {                                                                           \
+    ssd_status s_ = (expr);                                                      \
+    INFO(#expr << " -> " << ssd_status_string(s_) << ": " << ssd_last_error_detail()); \
+    REQUIRE(s_ == SSD_OK);                                                       \
+  } while (0)
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+  void poison();  // every byte 0xFF: NaN in fp32, bf16 and fp16
+  template <class T> std::vector<T> to_host(size_t count) const {
+    std::vector<T> v(count);
+    download(v.data(), count * sizeof(T));
+    return v;
+  }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t h);
+uint16_t float_to_fp16(float f);
+float fp16_to_float(uint16_t h);
+size_t dtype_bytes(ssd_dtype d);
+
+// A host array of `dtype` elements, with its values also as doubles (the exact rounded values).
+struct HostArray {
+  ssd_dtype dtype;
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;
+};
+HostArray make_array(ssd_dtype dtype, const std::vector<double>& values);
+// Decodes `count` elements of device memory.
+std::vector<double> download_values(const DeviceBuffer& buf, ssd_dtype dtype, size_t count);
+
+ssd_tensor tensor(const DeviceBuffer& buf, ssd_dtype dtype, std::vector<int64_t> shape, std::vector<int64_t> strides = {});
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+
+std::mt19937_64& rng();
+std::vector<double> uniform(size_t n, double lo, double hi);
+std::vector<double> normal(size_t n);
+
+bool all_finite(const std::vector<double>& v);
+bool same_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
+std::vector<uint8_t> download_bytes(const DeviceBuffer& buf);
+
+}  // namespace gputest
