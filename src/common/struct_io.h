@@ -13,7 +13,8 @@ namespace ssd {
 template <class T>
 Result<T> read_sized_struct(const T* user, const T& defaults, const char* name, size_t minimum_size) {
   if (!user) return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("{}: NULL pointer", name));
-  if (user->struct_size < minimum_size || user->struct_size > (size_t(1) << 16))
+  const size_t size = user->struct_size;
+  if (size < minimum_size || size > (size_t(1) << 16))
     return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("{}.struct_size: {} (set it to sizeof = {})", name,
                                                               user->struct_size, sizeof(T)));
   T out = defaults;

@@ -247,9 +247,18 @@ nlohmann::json config_to_json(const ssd_kernel_config& c) {
 
 namespace {
 
+// A short, non-recursive description of a JSON value for error messages (values may be hostile).
+std::string describe(const nlohmann::json& j) {
+  if (j.is_primitive()) {
+    std::string s = j.dump();
+    return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+  }
+  return std::string("an ") + j.type_name();
+}
+
 Result<int32_t> json_int(const nlohmann::json& j, const std::string& field) {
   if (!j.is_number_integer())
-    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected an integer, got {}", field, j.dump()));
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected an integer, got {}", field, describe(j)));
   int64_t v = j.get<int64_t>();
   if (v < -(int64_t(1) << 31) || v >= (int64_t(1) << 31))
     return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: {} is out of range", field, v));
@@ -258,7 +267,7 @@ Result<int32_t> json_int(const nlohmann::json& j, const std::string& field) {
 
 Result<std::string> json_string(const nlohmann::json& j, const std::string& field) {
   if (!j.is_string())
-    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected a string, got {}", field, j.dump()));
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected a string, got {}", field, describe(j)));
   return j.get<std::string>();
 }
 

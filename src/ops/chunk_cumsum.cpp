@@ -69,7 +69,7 @@ Result<ssd_kernel_config> make_config(ssd_runtime& rt, ssd_kernel_id kernel, con
   ssd_kernel_config c = default_config(kernel);
   c.chunk_size = d.chunk;
   c.dtype = dtype;
-  c.flags = (bias ? SSD_FLAG_DT_BIAS : 0u) | (softplus ? SSD_FLAG_DT_SOFTPLUS : 0u);
+  c.flags = (bias ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
   c.tile = o.tile;
   c.mode = mode;
   c.arch = arch.value();

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian machine of this project's kind lacks (apt only). The CUDA 13 toolkit
+# (NVRTC and cuda.h) is expected at /usr/local/cuda or SSD_CUDA_ROOT; no GPU or driver is needed.
+set -euo pipefail
+packages=(cmake ninja-build g++ python3 libfmt-dev nlohmann-json3-dev doctest-dev llvm-14-tools)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+cuda=${SSD_CUDA_ROOT:-/usr/local/cuda}
+if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
+  echo "setup: no CUDA toolkit at $cuda (need nvrtc.h, cuda.h, libnvrtc); set SSD_CUDA_ROOT" >&2
+  exit 1
+fi
+echo "setup: dependencies present"

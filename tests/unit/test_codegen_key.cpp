@@ -1,0 +1,150 @@
+// Codegen, the cache key (stability and sensitivity to every field), and NVRTC compiles.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "codegen/codegen.h"
+#include "compile/kernel_builder.h"
+#include "compile/kernel_key.h"
+#include "compile/nvrtc_compiler.h"
+#include "config/config.h"
+
+using namespace ssd;
+
+namespace {
+KernelKey key_of(const ssd_kernel_config& c) {
+  KernelBuilder builder(nullptr);
+  auto plan = builder.plan(c);
+  REQUIRE(plan.ok());
+  return plan->key;
+}
+}  // namespace
+
+TEST_CASE("generated unit includes the template and instantiates the tile constants") {
+  ssd_kernel_config c = *normalize_config(default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD));
+  auto u = generate_unit(c);
+  REQUIRE(u.ok());
+  CHECK(u->source.find("#include \"ssd/chunk_cumsum.cuh\"") != std::string::npos);
+  CHECK(u->source.find("constexpr int kBlockH = 64;") != std::string::npos);
+  CHECK(u->source.find("extern \"C\" __global__") != std::string::npos);
+  CHECK(u->block_threads == 64);
+  std::set<std::string> headers(u->headers.begin(), u->headers.end());
+  CHECK(headers.count("ssd/chunk_cumsum.cuh") == 1);
+  CHECK(headers.count("ssd/primitives/dtype.cuh") == 1);  // transitive
+  ssd_kernel_config raw = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  CHECK(generate_unit(raw).status().code == SSD_ERROR_INTERNAL);  // not normalized
+}
+
+TEST_CASE("key is stable and its record carries every field") {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+  KernelKey a = key_of(c), b = key_of(c);
+  CHECK(a.hex == b.hex);
+  CHECK(a.hex.size() == 64);
+  for (const char* field : {"schema=", "generator=", "unit_sha256=", "nvrtc=", "options=", "target_arch=", "kernel=",
+                            "chunk_size=", "dtype=", "flags=", "tile=", "mode=", "arch=", "partials=", "headdim=",
+                            "dstate=", "heads_per_group="})
+    CHECK_MESSAGE(a.record.find(field) != std::string::npos, field);
+  CHECK(a.record.find("/") == std::string::npos);  // no paths
+  // A default tile and the same tile spelled out are one kernel.
+  ssd_kernel_config spelled = c;
+  spelled.tile = default_tile(c);
+  CHECK(key_of(spelled).hex == a.hex);
+}
+
+TEST_CASE("every specialization field changes the key") {
+  const ssd_kernel_config base = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+  std::set<std::string> keys{key_of(base).hex};
+  auto variant = [&](const char* what, auto mutate) {
+    ssd_kernel_config c = base;
+    mutate(c);
+    CAPTURE(what);
+    CHECK(keys.insert(key_of(c).hex).second);
+  };
+  variant("kernel", [](ssd_kernel_config& c) { c.kernel = SSD_KERNEL_CHUNK_CUMSUM_FWD; });
+  variant("chunk_size", [](ssd_kernel_config& c) { c.chunk_size = 128; });
+  variant("dtype", [](ssd_kernel_config& c) { c.dtype = SSD_DTYPE_FP16; });
+  variant("flags bias", [](ssd_kernel_config& c) { c.flags = SSD_FLAG_DT_BIAS; });
+  variant("flags softplus", [](ssd_kernel_config& c) { c.flags = SSD_FLAG_DT_SOFTPLUS; });
+  variant("tile.m", [](ssd_kernel_config& c) { c.tile.m = 32; });
+  variant("tile.n", [](ssd_kernel_config& c) { c.tile.n = 16; });
+  variant("mode", [](ssd_kernel_config& c) { c.mode = SSD_MODE_FAST; });
+  variant("arch sm_80", [](ssd_kernel_config& c) { c.arch = SSD_ARCH_SM80; });
+  variant("arch sm_90a", [](ssd_kernel_config& c) { c.arch = SSD_ARCH_SM90A; });
+  ssd_kernel_config r = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+  CHECK(keys.insert(key_of(r).hex).second);
+  r.partials = 2;
+  CHECK(keys.insert(key_of(r).hex).second);
+  r.tile.m = 64;
+  CHECK(keys.insert(key_of(r).hex).second);
+}
+
+TEST_CASE("the key covers the toolchain, the options and the generated text") {
+  ssd_kernel_config c = *normalize_config(default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD));
+  GeneratedUnit u = *generate_unit(c);
+  const std::vector<std::string> opts = compile_options(c.arch);
+  const std::string base = make_key(c, u, opts, "13.0").hex;
+  CHECK(make_key(c, u, opts, "13.1").hex != base);
+  std::vector<std::string> other = opts;
+  other.push_back("-lineinfo");
+  CHECK(make_key(c, u, other, "13.0").hex != base);
+  std::vector<std::string> reordered(opts.rbegin(), opts.rend());
+  CHECK(make_key(c, u, reordered, "13.0").hex != base);  // options are ordered
+  GeneratedUnit edited = u;
+  edited.source += "\n// changed\n";
+  CHECK(make_key(c, edited, opts, "13.0").hex != base);
+  CHECK(unit_hash(edited) != unit_hash(u));
+}
+
+TEST_CASE("NVRTC compiles every preset kernel for sm_80 and sm_90a; deterministic PTX has no atomics") {
+  for (const ModelPreset& p : model_presets())
+    for (ssd_arch a : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
+      for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
+        for (const ssd_kernel_config& raw : preset_configs(p, a, m)) {
+          ssd_kernel_config c = *normalize_config(raw);
+          CAPTURE(config_label(c));
+          GeneratedUnit u = *generate_unit(c);
+          auto cubin = compile_cubin(u, a);
+          REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
+          CHECK(cubin->cubin.size() > 1000);
+          CHECK(cubin->registers > 0);
+          CHECK(cubin->spill_bytes == 0);
+          auto ptx = compile_ptx(u, a);
+          REQUIRE(ptx.ok());
+          const bool atomics = ptx->find("atom.") != std::string::npos || ptx->find("\tred.") != std::string::npos;
+          if (m == SSD_MODE_DETERMINISTIC) CHECK_FALSE(atomics);
+          if (m == SSD_MODE_FAST && c.kernel == SSD_KERNEL_CHUNK_CUMSUM_BWD) CHECK(atomics);
+        }
+}
+
+TEST_CASE("a compile error comes back with the NVRTC log") {
+  GeneratedUnit u;
+  u.file_name = "broken.cu";
+  u.source = "extern \"C\" __global__ void k() { this_does_not_exist(); }\n";
+  u.symbol = "k";
+  auto r = compile_cubin(u, SSD_ARCH_SM90);
+  CHECK(r.status().code == SSD_ERROR_COMPILE);
+  CHECK(r.status().detail.find("this_does_not_exist") != std::string::npos);
+}
+
+TEST_CASE("build_many compiles a batch once per key, in input order") {
+  KernelBuilder builder(nullptr);
+  ssd_kernel_config a = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+  ssd_kernel_config b = a;
+  b.partials = 3;
+  size_t calls = 0;
+  auto results = builder.build_many({a, b, a}, 2, [&](size_t done, size_t total) {
+    ++calls;
+    CHECK(done <= total);
+  });
+  REQUIRE(results.size() == 3);
+  for (auto& r : results) REQUIRE(r.ok());
+  CHECK(calls == 3);
+  CHECK(results[0].value()->key.hex == results[2].value()->key.hex);
+  CHECK(results[0].value()->key.hex != results[1].value()->key.hex);
+  CHECK(results[1].value()->config.partials == 3);
+  // The repeat of `a` is served without a second compile.
+  const int compiled = int(results[0].value()->source == BuiltKernel::Source::Compiled) +
+                       int(results[2].value()->source == BuiltKernel::Source::Compiled);
+  CHECK(compiled == 1);
+}

@@ -1,0 +1,152 @@
+// Specialization validation, defaults, JSON form, presets.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "config/config.h"
+
+using namespace ssd;
+
+namespace {
+std::string error_of(const ssd_kernel_config& c) {
+  Status s = validate_config(c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+  return s.detail;
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("defaults validate and normalize to the default tile") {
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_CHUNK_CUMSUM_BWD, SSD_KERNEL_REDUCE_HEAD_PARTIALS}) {
+    ssd_kernel_config c = default_config(k);
+    CHECK(validate_config(c).ok());
+    auto n = normalize_config(c);
+    REQUIRE(n.ok());
+    CHECK(n->tile.m == default_tile(c).m);
+    CHECK(n->tile.n == default_tile(c).n);
+    CHECK(n->tile.m != 0);
+  }
+}
+
+TEST_CASE("default tile is a pure function of the specialization") {
+  ssd_kernel_config a = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  ssd_kernel_config b = a;
+  CHECK(default_tile(a).m == default_tile(b).m);
+  a.chunk_size = 16;
+  CHECK(default_tile(a).n == 16);  // never larger than the chunk
+  CHECK(validate_config(*normalize_config(a)).ok());
+}
+
+TEST_CASE("every bad field is named with its legal values") {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.chunk_size = 48;
+  std::string e = error_of(c);
+  CHECK(contains(e, "chunk_size"));
+  CHECK(contains(e, "16, 32, 64, 128, 256"));
+
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.dtype = SSD_DTYPE_INT32;
+  CHECK(contains(error_of(c), "dtype"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.flags = 1u << 7;
+  CHECK(contains(error_of(c), "flags"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile.m = 48;
+  CHECK(contains(error_of(c), "tile.m"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.chunk_size = 16;
+  c.tile.n = 32;
+  CHECK(contains(error_of(c), "tile.n"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile.m = 128;
+  c.tile.n = 64;
+  CHECK(contains(error_of(c), "m * n <= 4096"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.headdim = 64;
+  CHECK(contains(error_of(c), "headdim"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile.k = 16;
+  CHECK(contains(error_of(c), "tile.k"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.mode = ssd_mode(7);
+  CHECK(contains(error_of(c), "mode"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.arch = ssd_arch(75);
+  CHECK(contains(error_of(c), "arch"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.kernel = ssd_kernel_id(99);
+  CHECK(contains(error_of(c), "kernel"));
+  c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+  c.partials = 9;
+  CHECK(contains(error_of(c), "partials"));
+  c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+  c.dtype = SSD_DTYPE_BF16;
+  CHECK(contains(error_of(c), "dtype"));
+}
+
+TEST_CASE("read_config honours struct_size") {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+  c.struct_size = 3;
+  auto r = read_config(&c);
+  CHECK(r.status().code == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(r.status().detail, "struct_size"));
+  CHECK(read_config(nullptr).status().code == SSD_ERROR_INVALID_ARGUMENT);
+  // An older caller whose struct ends before `partials` gets the default for it.
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+  c.struct_size = offsetof(ssd_kernel_config, partials);
+  c.partials = 5;  // beyond the caller's size: must be ignored
+  auto old = read_config(&c);
+  REQUIRE(old.ok());
+  CHECK(old->partials == 0);
+  CHECK(old->struct_size == sizeof(ssd_kernel_config));
+}
+
+TEST_CASE("JSON round trip and errors") {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+  c.dtype = SSD_DTYPE_FP16;
+  c.flags = SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
+  c.tile = {32, 16, 0, 0, 0};
+  c.mode = SSD_MODE_FAST;
+  c.arch = SSD_ARCH_SM80;
+  auto back = config_from_json(config_to_json(c));
+  REQUIRE(back.ok());
+  CHECK(config_record(back.value()) == config_record(c));
+
+  CHECK(contains(config_from_json(nlohmann::json{{"kernel", "nope"}}).status().detail, "kernel"));
+  CHECK(contains(config_from_json(nlohmann::json{{"kernel", "chunk_cumsum_fwd"}, {"colour", 1}}).status().detail, "colour"));
+  CHECK(contains(config_from_json(nlohmann::json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", "big"}}).status().detail,
+                 "chunk_size"));
+  CHECK(contains(config_from_json(nlohmann::json{{"kernel", "chunk_cumsum_fwd"}, {"flags", {"dt_bias", "x"}}}).status().detail,
+                 "flags"));
+  CHECK(contains(config_from_json(nlohmann::json{{"kernel", "chunk_cumsum_fwd"}, {"tile", {{"q", 1}}}}).status().detail,
+                 "tile.q"));
+  auto many = configs_from_json_text(R"({"configs": [{"kernel": "chunk_cumsum_fwd"}, {"kernel": "reduce_head_partials", "partials": 2}]})");
+  REQUIRE(many.ok());
+  CHECK(many->size() == 2);
+  auto bad = configs_from_json_text(R"([{"kernel": "chunk_cumsum_fwd"}, {"kernel": "chunk_cumsum_fwd", "chunk_size": 7}])");
+  CHECK(contains(bad.status().detail, "configs[1].chunk_size"));
+  CHECK(configs_from_json_text("{not json").status().code == SSD_ERROR_INVALID_CONFIG);
+}
+
+TEST_CASE("presets expand to valid configs") {
+  REQUIRE(find_preset("small").ok());
+  REQUIRE(find_preset("nemotronh-56b").ok());
+  CHECK(contains(find_preset("tiny").status().detail, "nemotronh-56b"));
+  for (const ModelPreset& p : model_presets())
+    for (ssd_arch a : {SSD_ARCH_SM80, SSD_ARCH_SM90, SSD_ARCH_SM90A})
+      for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
+        for (const ssd_kernel_config& c : preset_configs(p, a, m)) CHECK(validate_config(c).ok());
+}
+
+TEST_CASE("legal tiles all validate") {
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_REDUCE_HEAD_PARTIALS}) {
+    ssd_kernel_config c = default_config(k);
+    auto tiles = legal_tiles(c);
+    CHECK(tiles.size() >= 4);
+    for (const ssd_tile& t : tiles) {
+      c.tile = t;
+      CHECK(validate_config(c).ok());
+    }
+  }
+}

@@ -1,0 +1,153 @@
+// Help texts and the version line. docs/cli.md is the long form; keep the exit codes in step.
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "compile/kernel_key.h"
+#include "compile/nvrtc_compiler.h"
+
+#ifndef SSD_VERSION_STRING
+#define SSD_VERSION_STRING "unknown"
+#endif
+
+namespace ssdgen {
+namespace {
+
+constexpr const char* kOverview = R"(ssdgen - JIT kernel compiler for the Mamba2 SSD chunked scan
+
+Usage: ssdgen [--json] COMMAND [ARGS...]
+
+Commands:
+  compile   build kernels into the disk cache (--preset, --configs, --config)
+  emit      print the generated CUDA translation unit of a CONFIG
+  key       print the cache key of a CONFIG (--explain: the canonical record)
+  ptx       print the PTX that NVRTC generates for a CONFIG
+  cache     disk cache maintenance: path, ls, verify, prune, clear, index --rebuild
+  presets   list the model presets and how many kernels each expands to
+  help      'ssdgen help COMMAND' describes one command
+
+Options (every command):
+  --json        machine-readable output on stdout (errors: {"error": {...}})
+  -h, --help    help ('ssdgen COMMAND --help' for one command)
+  --version     print the version
+
+CONFIG (emit, key, ptx, compile --config) is one of:
+  - a path to a JSON file holding one config
+  - inline JSON starting with '{'
+  - comma-separated key=value pairs, e.g.
+      kernel=chunk_cumsum_bwd,dtype=fp16,chunk_size=128,flags=dt_bias+dt_softplus,mode=fast,arch=sm_80,tile=64x16
+    fields: kernel, headdim, dstate, chunk_size, heads_per_group, dtype, flags (a+b), tile (MxN),
+    mode (deterministic|fast), arch (sm_80|sm_90|sm_90a), partials; missing fields take defaults.
+
+Environment:
+  SSD_CACHE_DIR    cache root (default: $XDG_CACHE_HOME/ssdgen, else $HOME/.cache/ssdgen)
+  SSD_CACHE_MODE   readwrite (default), readonly, require-cached, off
+  SSD_LOG          quiet: no warnings; info: informational messages too
+
+Exit codes:
+  0   success
+  1   usage error (unknown command or option, missing argument)
+  2   invalid config or argument value (INVALID_* statuses, UNSUPPORTED)
+  3   compile failure (NVRTC)
+  4   cache miss under SSD_CACHE_MODE=require-cached
+  5   cache verification found bad entries, or cache maintenance failed
+  6   no CUDA driver or device (reserved for GPU subcommands)
+  70  internal error
+
+See docs/cli.md for details.
+)";
+
+constexpr const char* kCompile = R"(Usage: ssdgen compile (--preset NAME | --configs FILE | --config CONFIG)...
+                      [--arch ARCH[,ARCH...]] [--mode deterministic|fast|both] [-j N] [--json]
+
+Builds kernels into the disk cache (SSD_CACHE_DIR): memory, then disk, then NVRTC.
+
+  --preset NAME     every kernel a training step of the model needs ('ssdgen presets');
+                    for --arch (default sm_90a) x --mode (default both)
+  --configs FILE    a JSON file: one config, an array of them, or {"configs": [...]} ("-": stdin)
+  --config CONFIG   one config (see 'ssdgen --help' for the CONFIG syntax)
+  --arch ARCH       sm_80, sm_90, sm_90a; repeatable or comma-separated. Overrides the arch of
+                    --configs/--config configs only when given
+  --mode MODE       deterministic, fast or both. Overrides the mode of --configs/--config
+                    configs only when given
+  -j, --jobs N      parallel compiles (default: number of CPUs)
+
+Prints one line per kernel (compiled | disk | memory | failed, label, short key, registers,
+milliseconds) and "N kernels: C compiled, D from cache, F failed". Progress ([k/N]) goes to
+stderr. A second run over the same cache compiles nothing.
+Exit: 0; 2 invalid config; 3 a compile failed; 4 a kernel was missing under
+SSD_CACHE_MODE=require-cached.
+)";
+
+constexpr const char* kEmit = R"(Usage: ssdgen emit [--headers] [--json] CONFIG
+
+Prints the CUDA translation unit generated for CONFIG (normalized: default tile filled in).
+  --headers   also print every template header it includes, each after a "// ---- <path>" line
+)";
+
+constexpr const char* kKey = R"(Usage: ssdgen key [--explain] [--json] CONFIG
+
+Prints the cache key (64 hex characters: SHA-256 of the canonical key record) of CONFIG.
+  --explain   print the full canonical record (schema, generator revision, unit hash, NVRTC
+              version, options, arch, specialization fields), then "key=<hex>"
+)";
+
+constexpr const char* kPtx = R"(Usage: ssdgen ptx [--json] CONFIG
+
+Prints the PTX that NVRTC generates for CONFIG, for the config's arch (no GPU needed).
+)";
+
+constexpr const char* kCache = R"(Usage: ssdgen cache ACTION [--json]
+
+Actions:
+  path                   print the cache root, the mode (SSD_CACHE_MODE) and whether the disk is used
+  ls                     list entries (key, size, last use, specialization)
+  verify                 check every entry; bad ones are moved to <root>/quarantine/. Exit 5 if any
+  prune [--max-bytes N]  evict least recently used entries down to N bytes (suffix K, M, G, T;
+                         default SSD_CACHE_MAX_BYTES, else 4G)
+  clear                  remove every entry, lock, quarantined file and the index; keep the root
+  index --rebuild        rescan the entries and rewrite index.json
+
+The actions follow SSD_CACHE_MODE: under readonly, verify does not move bad entries and prune
+only reports; clear and index --rebuild need readwrite; off refuses them all.
+Exit: 0; 2 a malformed SSD_CACHE_* variable or --max-bytes; 5 bad entries found, or the
+maintenance failed (also when the cache root is refused).
+)";
+
+constexpr const char* kPresets = R"(Usage: ssdgen presets [--arch ARCH[,ARCH...]] [--mode deterministic|fast|both] [--json]
+
+Lists the model presets of 'ssdgen compile --preset' and how many kernels each expands to for the
+given arch (default sm_90a) and mode (default both). --json also lists the configs.
+)";
+
+constexpr const char* kHelp = R"(Usage: ssdgen help [COMMAND]
+
+Prints the overview, or the help of COMMAND (compile, emit, key, ptx, cache, presets).
+)";
+
+}  // namespace
+
+bool print_help(const std::string& command) {
+  const char* text = nullptr;
+  if (command.empty()) text = kOverview;
+  else if (command == "compile") text = kCompile;
+  else if (command == "emit") text = kEmit;
+  else if (command == "key") text = kKey;
+  else if (command == "ptx") text = kPtx;
+  else if (command == "cache") text = kCache;
+  else if (command == "presets") text = kPresets;
+  else if (command == "help") text = kHelp;
+  if (!text) return false;
+  std::fwrite(text, 1, std::strlen(text), stdout);
+  std::fflush(stdout);
+  return true;
+}
+
+std::string version_line() {
+  return fmt::format("ssdgen {} (API {}, key schema {}, generator {}, nvrtc {})", SSD_VERSION_STRING,
+                     SSD_API_VERSION, ssd::kKeySchemaVersion, ssd::kGeneratorRevision, ssd::nvrtc_version());
+}
+
+}  // namespace ssdgen
