@@ -37,7 +37,7 @@ echo "== unit tests"
 "$root/build-gpu/tests/ssd_unit_tests" >"$out/unit.log" 2>&1 || status=1
 tail -3 "$out/unit.log"
 echo "== GPU tests"
-"$root/build-gpu/tests/ssd_gpu_tests" -s -ni >"$out/gpu-full.log" 2>&1 || status=1
+"$root/build-gpu/tests/ssd_gpu_tests" -ni >"$out/gpu-full.log" 2>&1 || status=1
 grep -E "^GPU tests|MESSAGE:|: ERROR:|test cases:|assertions:|Status:" "$out/gpu-full.log" | sed 's/^.*MESSAGE: //' | tail -80
 if [ $sanitize = 1 ]; then
   for tool in memcheck racecheck; do

@@ -53,7 +53,11 @@ typedef enum ssd_status {
 typedef enum ssd_kernel_id {
   SSD_KERNEL_CHUNK_CUMSUM_FWD = 1,  /* dt -> dt_out, dA_cumsum (math F1) */
   SSD_KERNEL_CHUNK_CUMSUM_BWD = 2,  /* ddA_cumsum, ddt_out -> ddt, per-chunk dA/ddt_bias partials (B12) */
-  SSD_KERNEL_REDUCE_HEAD_PARTIALS = 3 /* (b, nchunks, h, k) fp32 partials -> (h, k), canonical order */
+  SSD_KERNEL_REDUCE_HEAD_PARTIALS = 3, /* (b, nchunks, h, k) fp32 partials -> (h, k), canonical order */
+  SSD_KERNEL_BMM_CHUNK_FWD = 4,        /* CB = C B^T per (batch, chunk, group), lower triangle (F4) */
+  SSD_KERNEL_CHUNK_STATE_FWD = 5,      /* per-chunk states s (F2), tensor cores */
+  SSD_KERNEL_STATE_PASSING_FWD = 6,    /* entering states P and final states (F3) */
+  SSD_KERNEL_CHUNK_SCAN_FWD = 7        /* out = (intra-chunk + from-state) y, D, z gating (F5) */
 } ssd_kernel_id;
 
 typedef enum ssd_dtype {
@@ -77,14 +81,23 @@ typedef enum ssd_arch {
 /* Feature flags of a specialization (ssd_kernel_config.flags). */
 enum {
   SSD_FLAG_DT_BIAS = 1u << 0,     /* dt_bias is added before softplus / clamp */
-  SSD_FLAG_DT_SOFTPLUS = 1u << 1  /* softplus(dt + dt_bias) */
+  SSD_FLAG_DT_SOFTPLUS = 1u << 1, /* softplus(dt + dt_bias) */
+  SSD_FLAG_SEQ_IDX = 1u << 2,     /* packed sequences: state resets where seq_idx changes */
+  SSD_FLAG_D = 1u << 3,           /* y += D * x */
+  SSD_FLAG_D_PER_HEADDIM = 1u << 4, /* D has shape (h, p) instead of (h) (needs SSD_FLAG_D) */
+  SSD_FLAG_Z = 1u << 5,           /* out = y * silu(z) */
+  SSD_FLAG_INITIAL_STATES = 1u << 6 /* initial_states given */
 };
 
 /* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:
  *   chunk_cumsum_fwd/bwd: m = heads per thread block (32, 64, 128), n = positions staged through
  *                         shared memory per step (8, 16, 32, 64; <= chunk_size).
  *   reduce_head_partials:  m = heads per thread block (32, 64, 128, 256); n unused (0).
- * k, warps and stages are reserved for the matmul kernels and must be 0 here. */
+ *   bmm_chunk_fwd:         m x n = (l x s) output tile, each 16..128 dividing chunk_size.
+ *   chunk_state_fwd:       m = headdim tile, n = dstate tile, k = positions per K step.
+ *   state_passing_fwd:     m = state elements per block (64, 128, 256, 512).
+ *   chunk_scan_fwd:        m = positions tile (64, 128), n = headdim tile, k = K step (16, 32, 64).
+ * warps and stages are derived from the tile and must be 0; k is 0 where unused. */
 typedef struct ssd_tile {
   int32_t m;
   int32_t n;
@@ -236,6 +249,52 @@ SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bw
                                                        size_t* bytes);
 SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cumsum_bwd_args* args,
                                         const ssd_launch_options* options, ssd_cuda_stream stream);
+
+/* ---- the SSD forward (mamba_chunk_scan_combined) ---------------------------------------- */
+
+/* out = SSD(x, dt, A, B, C; D, z, dt_bias, initial_states, seq_idx), math §2. Stages: chunk_cumsum,
+ * bmm_chunk (C B^T), chunk_state, state_passing, chunk_scan; intermediates go to the workspace in
+ * the layout ssd_forward_workspace_layout reports (the backward reuses them). */
+typedef struct ssd_forward_args {
+  size_t struct_size;
+  int32_t chunk_size;       /* Q: 64, 128, 256 */
+  int32_t dt_softplus;
+  float dt_limit_lo;        /* default 0 */
+  float dt_limit_hi;        /* default +inf */
+  ssd_tensor x;             /* (b, L, h, p) bf16/fp16; p in 32, 64, 128 */
+  ssd_tensor dt;            /* (b, L, h) bf16/fp16/fp32 */
+  ssd_tensor A;             /* (h) fp32 */
+  ssd_tensor B;             /* (b, L, g, n) x's dtype; n in 16, 32, 64, 128, 256; h % g == 0 */
+  ssd_tensor C;             /* (b, L, g, n) x's dtype */
+  ssd_tensor D;             /* (h) or (h, p) fp32, or data == NULL */
+  ssd_tensor z;             /* (b, L, h, p) x's dtype, or data == NULL */
+  ssd_tensor dt_bias;       /* (h) fp32, or data == NULL */
+  ssd_tensor initial_states;/* (b, h, p, n) fp32 with unit n-stride and p-stride n, or data == NULL */
+  ssd_tensor seq_idx;       /* (b, L) int32, non-decreasing ids >= 0 per row, or data == NULL */
+  ssd_tensor out;           /* (b, L, h, p) x's dtype */
+  ssd_tensor out_x;         /* (b, L, h, p) x's dtype: y before gating; required iff z is given */
+  ssd_tensor final_states;  /* (b, h, p, n) fp32 (unit n-stride, p-stride n), or data == NULL */
+  void* workspace;          /* NULL: allocated and freed by the call (stream-ordered), warned once */
+  size_t workspace_bytes;
+} ssd_forward_args;
+
+/* Where the intermediates live in the workspace (byte offsets; each tensor contiguous, fp32):
+ *   dt_out, dA_cumsum (b, h, nchunks, Q); CB (b, nchunks, g, Q, Q), lower triangle s <= l valid;
+ *   states (b, nchunks, h, p, n): the entering states P_c (after the call). */
+typedef struct ssd_forward_layout {
+  size_t struct_size;
+  size_t total_bytes;
+  size_t dt_out_offset;
+  size_t dA_cumsum_offset;
+  size_t CB_offset;
+  size_t states_offset;
+} ssd_forward_layout;
+
+SSD_API void ssd_forward_args_init(ssd_forward_args* args);
+SSD_API ssd_status ssd_forward_workspace_layout(const ssd_forward_args* args, ssd_forward_layout* layout);
+/* Tiles are the defaults for (arch, shape); options->mode is honoured, tile and max_blocks are not. */
+SSD_API ssd_status ssd_forward(ssd_runtime* runtime, const ssd_forward_args* args,
+                               const ssd_launch_options* options, ssd_cuda_stream stream);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include "common/struct_io.h"
 #include "config/config.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/ssd_forward.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -192,6 +193,32 @@ SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cu
   return guarded([&]() -> ssd::Status {
     if (!runtime) return null_arg("runtime");
     return ssd::chunk_cumsum_bwd(*runtime, args, options, reinterpret_cast<CUstream>(stream));
+  });
+}
+
+SSD_API void ssd_forward_args_init(ssd_forward_args* args) {
+  if (args) *args = ssd::default_forward_args();
+}
+
+SSD_API ssd_status ssd_forward_workspace_layout(const ssd_forward_args* args, ssd_forward_layout* layout) {
+  return guarded([&]() -> ssd::Status {
+    if (!layout) return null_arg("layout");
+    if (layout->struct_size < offsetof(ssd_forward_layout, states_offset) + sizeof(size_t))
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "layout.struct_size: set it to sizeof(ssd_forward_layout)");
+    auto l = ssd::forward_layout(args);
+    if (!l.ok()) return l.status();
+    const size_t size = layout->struct_size;
+    std::memcpy(layout, &l.value(), std::min(size, sizeof(ssd_forward_layout)));
+    layout->struct_size = size;
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API ssd_status ssd_forward(ssd_runtime* runtime, const ssd_forward_args* args, const ssd_launch_options* options,
+                               ssd_cuda_stream stream) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    return ssd::ssd_forward(*runtime, args, options, reinterpret_cast<CUstream>(stream));
   });
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "config/config.h"
+#include "ssd/forward_params.cuh"
 
 namespace ssd {
 namespace {
@@ -90,6 +91,75 @@ GeneratedUnit reduce_unit(const ssd_kernel_config& c) {
   return u;
 }
 
+std::string flag_constant(const char* name, bool value) {
+  return fmt::format("constexpr bool {} = {};\n", name, boolean(value));
+}
+
+// bmm_chunk_fwd, chunk_state_fwd, state_passing_fwd, chunk_scan_fwd.
+GeneratedUnit forward_unit(const ssd_kernel_config& c) {
+  using namespace ssd_kernels::fwd_geom;
+  GeneratedUnit u;
+  const std::string name = kernel_name(c.kernel);
+  u.symbol = "ssd_" + name;
+  u.file_name = name + ".cu";
+  const bool seq = c.flags & SSD_FLAG_SEQ_IDX;
+  std::string header, constants, params, call;
+  constants = fmt::format("constexpr int kChunk = {};\n", c.chunk_size);
+  switch (c.kernel) {
+    case SSD_KERNEL_BMM_CHUNK_FWD:
+      header = "ssd/bmm_chunk.cuh";
+      params = "BmmChunkFwdParams";
+      u.block_threads = bmm_chunk_threads(c.tile.m, c.tile.n);
+      constants += fmt::format("constexpr int kDstate = {};\nconstexpr int kBlockM = {};\nconstexpr int kBlockN = {};\n"
+                               "using Element = {};\n", c.dstate, c.tile.m, c.tile.n, element_type(c.dtype));
+      constants += flag_constant("kSeqIdx", seq);
+      call = "bmm_chunk_fwd<kChunk, kDstate, kBlockM, kBlockN, Element, kSeqIdx>";
+      break;
+    case SSD_KERNEL_CHUNK_STATE_FWD:
+      header = "ssd/chunk_state.cuh";
+      params = "ChunkStateFwdParams";
+      u.block_threads = chunk_state_threads(c.tile.m, c.tile.n);
+      constants += fmt::format(
+          "constexpr int kHeaddim = {};\nconstexpr int kDstate = {};\nconstexpr int kHeadsPerGroup = {};\n"
+          "constexpr int kBlockM = {};  // headdim\nconstexpr int kBlockN = {};  // dstate\n"
+          "constexpr int kBlockK = {};  // positions\nusing Element = {};\n",
+          c.headdim, c.dstate, c.heads_per_group, c.tile.m, c.tile.n, c.tile.k, element_type(c.dtype));
+      constants += flag_constant("kSeqIdx", seq);
+      call = "chunk_state_fwd<kChunk, kHeaddim, kDstate, kHeadsPerGroup, kBlockM, kBlockN, kBlockK, Element, kSeqIdx>";
+      break;
+    case SSD_KERNEL_STATE_PASSING_FWD:
+      header = "ssd/state_passing.cuh";
+      params = "StatePassingFwdParams";
+      u.block_threads = c.tile.m;
+      constants += fmt::format("constexpr int kBlock = {};  // state elements per block\n", c.tile.m);
+      constants += flag_constant("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES) + flag_constant("kSeqIdx", seq);
+      call = "state_passing_fwd<kChunk, kBlock, kInitialStates, kSeqIdx>";
+      break;
+    default:  // SSD_KERNEL_CHUNK_SCAN_FWD
+      header = "ssd/chunk_scan.cuh";
+      params = "ChunkScanFwdParams";
+      u.block_threads = chunk_scan_threads();
+      constants += fmt::format(
+          "constexpr int kHeaddim = {};\nconstexpr int kDstate = {};\nconstexpr int kHeadsPerGroup = {};\n"
+          "constexpr int kBlockM = {};  // positions\nconstexpr int kBlockN = {};  // headdim\n"
+          "constexpr int kBlockK = {};\nusing Element = {};\nusing State = float;\n",
+          c.headdim, c.dstate, c.heads_per_group, c.tile.m, c.tile.n, c.tile.k, element_type(c.dtype));
+      constants += flag_constant("kD", c.flags & SSD_FLAG_D) + flag_constant("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM) +
+                   flag_constant("kZ", c.flags & SSD_FLAG_Z) + flag_constant("kSeqIdx", seq);
+      call = "chunk_scan_fwd<kChunk, kHeaddim, kDstate, kHeadsPerGroup, kBlockM, kBlockN, kBlockK, Element, State, kD, "
+             "kDPerHeaddim, kZ, kSeqIdx>";
+      break;
+  }
+  u.source = preamble(c) + fmt::format(
+      "#include \"{}\"\n\nnamespace {{\n{}}}  // namespace\n\n"
+      "extern \"C\" __global__ void __launch_bounds__({})\n"
+      "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
+      "  ssd_kernels::{}(params);\n"
+      "}}\n",
+      header, constants, u.block_threads, u.symbol, params, call);
+  return u;
+}
+
 void scan_includes(const std::string& text, std::vector<std::string>& out) {
   size_t pos = 0;
   while ((pos = text.find("#include \"", pos)) != std::string::npos) {
@@ -126,9 +196,16 @@ Result<std::vector<std::string>> template_closure(const std::string& source) {
 
 Result<GeneratedUnit> generate_unit(const ssd_kernel_config& config) {
   SSD_RETURN_IF_ERROR(validate_config(config));
-  if (config.tile.m == 0 || (config.kernel != SSD_KERNEL_REDUCE_HEAD_PARTIALS && config.tile.n == 0))
+  const ssd_tile d = default_tile(config);
+  if ((d.m && !config.tile.m) || (d.n && !config.tile.n) || (d.k && !config.tile.k))
     return make_error(SSD_ERROR_INTERNAL, "generate_unit: config is not normalized (tile has defaults left)");
-  GeneratedUnit unit = config.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS ? reduce_unit(config) : cumsum_unit(config);
+  GeneratedUnit unit;
+  switch (config.kernel) {
+    case SSD_KERNEL_REDUCE_HEAD_PARTIALS: unit = reduce_unit(config); break;
+    case SSD_KERNEL_CHUNK_CUMSUM_FWD:
+    case SSD_KERNEL_CHUNK_CUMSUM_BWD: unit = cumsum_unit(config); break;
+    default: unit = forward_unit(config); break;
+  }
   auto headers = template_closure(unit.source);
   if (!headers.ok()) return headers.status();
   unit.headers = std::move(headers).value();

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "ssd/forward_params.cuh"
+
 namespace ssd {
 namespace {
 
@@ -15,12 +17,19 @@ struct Named {
 
 constexpr Named kKernels[] = {{SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd"},
                               {SSD_KERNEL_CHUNK_CUMSUM_BWD, "chunk_cumsum_bwd"},
-                              {SSD_KERNEL_REDUCE_HEAD_PARTIALS, "reduce_head_partials"}};
+                              {SSD_KERNEL_REDUCE_HEAD_PARTIALS, "reduce_head_partials"},
+                              {SSD_KERNEL_BMM_CHUNK_FWD, "bmm_chunk_fwd"},
+                              {SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd"},
+                              {SSD_KERNEL_STATE_PASSING_FWD, "state_passing_fwd"},
+                              {SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd"}};
 constexpr Named kDtypes[] = {{SSD_DTYPE_BF16, "bf16"}, {SSD_DTYPE_FP16, "fp16"}, {SSD_DTYPE_FP32, "fp32"},
                              {SSD_DTYPE_INT32, "int32"}};
 constexpr Named kModes[] = {{SSD_MODE_DETERMINISTIC, "deterministic"}, {SSD_MODE_FAST, "fast"}};
 constexpr Named kArchs[] = {{SSD_ARCH_SM80, "sm_80"}, {SSD_ARCH_SM90, "sm_90"}, {SSD_ARCH_SM90A, "sm_90a"}};
-constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"}, {SSD_FLAG_DT_SOFTPLUS, "dt_softplus"}};
+constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"},       {SSD_FLAG_DT_SOFTPLUS, "dt_softplus"},
+                             {SSD_FLAG_SEQ_IDX, "seq_idx"},       {SSD_FLAG_D, "D"},
+                             {SSD_FLAG_D_PER_HEADDIM, "D_per_headdim"}, {SSD_FLAG_Z, "z"},
+                             {SSD_FLAG_INITIAL_STATES, "initial_states"}};
 
 template <size_t N>
 const char* name_of(const Named (&table)[N], int value) {
@@ -78,9 +87,67 @@ Status require_zero(const ssd_kernel_config& c, const char* field, int value) {
 
 std::string flags_text(uint32_t flags) {
   std::string s;
-  for (const Named& n : kFlags)
+  uint32_t known = 0;
+  for (const Named& n : kFlags) {
+    known |= uint32_t(n.value);
     if (flags & uint32_t(n.value)) s += (s.empty() ? "" : "|") + std::string(n.name);
+  }
+  if (flags & ~known) s += (s.empty() ? "" : "|") + fmt::format("{:#x}", flags & ~known);
   return s.empty() ? "none" : s;
+}
+
+bool is_forward_matmul(ssd_kernel_id k) {
+  return k == SSD_KERNEL_BMM_CHUNK_FWD || k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD;
+}
+
+// The flags each kernel reads; any other bit is a config error (it would only split the cache).
+uint32_t allowed_flags(ssd_kernel_id k) {
+  switch (k) {
+    case SSD_KERNEL_CHUNK_CUMSUM_FWD:
+    case SSD_KERNEL_CHUNK_CUMSUM_BWD: return SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
+    case SSD_KERNEL_BMM_CHUNK_FWD:
+    case SSD_KERNEL_CHUNK_STATE_FWD: return SSD_FLAG_SEQ_IDX;
+    case SSD_KERNEL_STATE_PASSING_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES;
+    case SSD_KERNEL_CHUNK_SCAN_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
+    default: return 0;
+  }
+}
+
+// Tile constraints of the forward templates (their static_asserts, evaluated on the host).
+bool divides(int a, int b) { return a > 0 && b % a == 0; }
+std::string forward_tile_problem(const ssd_kernel_config& c) {
+  using namespace ssd_kernels::fwd_geom;
+  const ssd_tile& t = c.tile;
+  const int Q = c.chunk_size, P = c.headdim, N = c.dstate;
+  if (t.warps || t.stages) return "warps and stages are derived; leave them 0";
+  switch (c.kernel) {
+    case SSD_KERNEL_BMM_CHUNK_FWD:
+      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128})) return "m, n in 16, 32, 64, 128";
+      if (!divides(t.m, Q) || !divides(t.n, Q)) return "m and n must divide chunk_size";
+      if (t.k) return "k must be 0 (derived)";
+      if (bmm_chunk_smem_bytes(N, t.m, t.n) > kMaxStaticSmem) return "shared memory over 48 KiB";
+      return "";
+    case SSD_KERNEL_CHUNK_STATE_FWD:
+      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128}) || !one_of(t.k, {16, 32, 64}))
+        return "m, n in 16, 32, 64, 128; k in 16, 32, 64";
+      if (!divides(t.m, P) || !divides(t.n, N) || !divides(t.k, Q)) return "m | headdim, n | dstate, k | chunk_size";
+      if (chunk_state_smem_bytes(Q, t.m, t.n, t.k) > kMaxStaticSmem) return "shared memory over 48 KiB";
+      return "";
+    case SSD_KERNEL_CHUNK_SCAN_FWD: {
+      if (!one_of(t.m, {64, 128}) || !one_of(t.n, {16, 32, 64, 128}) || !one_of(t.k, {16, 32, 64}))
+        return "m in 64, 128; n in 16, 32, 64, 128; k in 16, 32, 64";
+      if (!divides(t.m, Q) || !divides(t.n, P) || !divides(t.k, Q)) return "m | chunk_size, n | headdim, k | chunk_size";
+      if ((t.m / 64) * (t.n / 8) * 4 > 64) return "m * n <= 8192 (accumulator registers)";
+      if (N % chunk_scan_block_kn(N, t.k) != 0) return "k must divide dstate or exceed it";
+      if (chunk_scan_smem_bytes(Q, N, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
+        return "shared memory over 48 KiB";
+      return "";
+    }
+    case SSD_KERNEL_STATE_PASSING_FWD:
+      if (!one_of(t.m, {64, 128, 256, 512}) || t.n || t.k) return "m in 64, 128, 256, 512; n = k = 0";
+      return "";
+    default: return "";
+  }
 }
 
 }  // namespace
@@ -106,6 +173,19 @@ ssd_kernel_config default_config(ssd_kernel_id kernel) {
   if (kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
     c.dtype = SSD_DTYPE_FP32;
     c.partials = 1;
+  } else if (kernel == SSD_KERNEL_STATE_PASSING_FWD) {
+    c.dtype = SSD_DTYPE_FP32;
+    c.chunk_size = 256;
+  } else if (kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+    c.dstate = 64;
+  } else if (kernel == SSD_KERNEL_CHUNK_STATE_FWD || kernel == SSD_KERNEL_CHUNK_SCAN_FWD) {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+    c.headdim = 64;
+    c.dstate = 64;
+    c.heads_per_group = 1;
   } else {
     c.dtype = SSD_DTYPE_BF16;
     c.chunk_size = 256;
@@ -136,19 +216,23 @@ Status validate_config(const ssd_kernel_config& c) {
   if (!is_named(kArchs, c.arch))
     return make_error(SSD_ERROR_INVALID_CONFIG,
                       fmt::format("arch: unknown value {} (legal: 80 sm_80, 90 sm_90, 901 sm_90a)", int(c.arch)));
-  SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
-  SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
-  SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
-  SSD_RETURN_IF_ERROR(require_zero(c, "tile.k", c.tile.k));
-  SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
-  SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
+  if (c.flags & ~allowed_flags(c.kernel)) {
+    std::string legal;
+    for (const Named& n : kFlags)
+      if (allowed_flags(c.kernel) & uint32_t(n.value)) legal += (legal.empty() ? "" : ", ") + std::string(n.name);
+    return field_error(c, "flags", flags_text(c.flags), legal.empty() ? "none" : legal);
+  }
   if (is_cumsum(c.kernel)) {
+    SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
+    SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
+    SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.k", c.tile.k));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
     if (!one_of(c.chunk_size, {16, 32, 64, 128, 256}))
       return field_error(c, "chunk_size", std::to_string(c.chunk_size), list({16, 32, 64, 128, 256}));
     if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
       return field_error(c, "dtype", std::to_string(int(c.dtype)), "bf16, fp16, fp32");
-    if (c.flags & ~uint32_t(SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS))
-      return field_error(c, "flags", fmt::format("{:#x}", c.flags), "dt_bias, dt_softplus");
     if (!one_of(c.tile.m, {0, 32, 64, 128}))
       return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
     if (!one_of(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
@@ -157,15 +241,58 @@ Status validate_config(const ssd_kernel_config& c) {
     if (c.tile.m * c.tile.n > 4096)
       return field_error(c, "tile", fmt::format("{}x{}", c.tile.m, c.tile.n), "m * n <= 4096");
     SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
-  } else {  // reduce_head_partials
+  } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
+    SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
+    SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
+    SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
     SSD_RETURN_IF_ERROR(require_zero(c, "chunk_size", c.chunk_size));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.k", c.tile.k));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
     if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32");
-    SSD_RETURN_IF_ERROR(require_zero(c, "flags", int(c.flags)));
     if (!one_of(c.tile.m, {0, 32, 64, 128, 256}))
       return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128, 256");
     SSD_RETURN_IF_ERROR(require_zero(c, "tile.n", c.tile.n));
     if (c.partials < 1 || c.partials > 8)
       return field_error(c, "partials", std::to_string(c.partials), "1..8");
+  } else {  // the SSD forward kernels
+    SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
+    if (!one_of(c.chunk_size, {64, 128, 256}))
+      return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
+    if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD) {
+      SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
+      SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
+      SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
+      if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32 (states)");
+    } else {
+      if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
+        return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16 (tensor cores)");
+      if (!one_of(c.dstate, {16, 32, 64, 128, 256}))
+        return field_error(c, "dstate", std::to_string(c.dstate), "16, 32, 64, 128, 256");
+      if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
+        SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
+        SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
+      } else {
+        if (!one_of(c.headdim, {32, 64, 128}))
+          return field_error(c, "headdim", std::to_string(c.headdim), "32, 64, 128");
+        if (c.heads_per_group < 1 || c.heads_per_group > 1024)
+          return field_error(c, "heads_per_group", std::to_string(c.heads_per_group), "1..1024 (nheads / ngroups)");
+      }
+    }
+    if ((c.flags & SSD_FLAG_D_PER_HEADDIM) && !(c.flags & SSD_FLAG_D))
+      return field_error(c, "flags", flags_text(c.flags), "D_per_headdim only together with D");
+    if (c.tile.m || c.tile.n || c.tile.k) {  // partially given tiles are completed by normalize_config
+      ssd_kernel_config filled = c;
+      ssd_tile d = default_tile(c);
+      if (!filled.tile.m) filled.tile.m = d.m;
+      if (!filled.tile.n) filled.tile.n = d.n;
+      if (!filled.tile.k) filled.tile.k = d.k;
+      std::string problem = forward_tile_problem(filled);
+      if (!problem.empty())
+        return field_error(c, "tile", fmt::format("{}x{}x{}", filled.tile.m, filled.tile.n, filled.tile.k), problem);
+    }
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
+    SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
   }
   return Status::Ok();
 }
@@ -177,8 +304,21 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
     // and gives b * nchunks * h / 64 blocks. 32 positions are staged through shared memory per step.
     t.m = 64;
     t.n = std::min(32, c.chunk_size);
-  } else {
+  } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
     t.m = 128;
+  } else if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
+    t.m = 64;
+    t.n = 64;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_STATE_FWD) {
+    t.m = std::min(64, c.headdim);
+    t.n = std::min(64, c.dstate);
+    t.k = 32;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_FWD) {
+    t.m = 64;
+    t.n = std::min(64, c.headdim);
+    t.k = 32;
+  } else {  // state_passing_fwd
+    t.m = 256;
   }
   return t;
 }
@@ -189,8 +329,19 @@ std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) {
     for (int m : {32, 64, 128})
       for (int n : {8, 16, 32, 64})
         if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
-  } else {
+  } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
     for (int m : {32, 64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
+  } else if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD) {
+    for (int m : {64, 128, 256, 512}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
+  } else {
+    for (int m : {16, 32, 64, 128})
+      for (int n : {16, 32, 64, 128})
+        for (int k : {0, 16, 32, 64}) {
+          if ((c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) != (k == 0)) continue;
+          ssd_kernel_config t = c;
+          t.tile = ssd_tile{m, n, k, 0, 0};
+          if (forward_tile_problem(t).empty()) tiles.push_back(t.tile);
+        }
   }
   return tiles;
 }
@@ -202,6 +353,7 @@ Result<ssd_kernel_config> normalize_config(const ssd_kernel_config& config) {
   ssd_tile d = default_tile(c);
   if (c.tile.m == 0) c.tile.m = d.m;
   if (c.tile.n == 0) c.tile.n = d.n;
+  if (c.tile.k == 0) c.tile.k = d.k;
   return c;
 }
 
@@ -388,6 +540,24 @@ std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arc
     c.flags = SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
     c.mode = mode;
     c.arch = arch;
+    out.push_back(c);
+  }
+  // The forward: D per head, no z (the layer gates in its RMSNorm), no seq_idx, no initial states.
+  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
+                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
+    ssd_kernel_config c = default_config(k);
+    c.chunk_size = p.chunk_size;
+    c.mode = mode;
+    c.arch = arch;
+    if (k != SSD_KERNEL_STATE_PASSING_FWD) {
+      c.dtype = p.dtype;
+      c.dstate = p.dstate;
+    }
+    if (k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD) {
+      c.headdim = p.headdim;
+      c.heads_per_group = p.nheads / p.ngroups;
+    }
+    if (k == SSD_KERNEL_CHUNK_SCAN_FWD) c.flags = SSD_FLAG_D;
     out.push_back(c);
   }
   if (mode == SSD_MODE_DETERMINISTIC) {  // dA and ddt_bias: two partials per (b, c, h)

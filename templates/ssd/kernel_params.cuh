@@ -54,4 +54,20 @@ struct ReduceHeadPartialsParams {
   long long batch, nchunks, nheads;
 };
 
+// state_passing_fwd (math F3): chunk states s (b, nchunks, h, p*n) fp32, overwritten in place by
+// the entering states P; final states (b, h, p*n) fp32. The flattened p*n axis has unit stride.
+struct StatePassingFwdParams {
+  float* states;
+  long long states_stride_b, states_stride_c, states_stride_h;
+  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride: the carry reads position λ_c
+  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
+  const float* initial_states;  // (b, h, p*n) or null
+  long long init_stride_b, init_stride_h;
+  float* final_states;  // (b, h, p*n) or null
+  long long final_stride_b, final_stride_h;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n
+};
+
 }  // namespace ssd_kernels

@@ -30,6 +30,14 @@ bool gpu_available() { return probe().ok; }
 const std::string& gpu_unavailable_reason() { return probe().reason; }
 const ssd::cuda::Driver& drv() { return *ssd::cuda::driver().value(); }
 
+RuntimeHolder::RuntimeHolder(int arch) {
+  ssd_runtime_options o;
+  ssd_runtime_options_init(&o);
+  o.arch = arch;
+  ssd_status s = ssd_runtime_create(&o, &rt);
+  if (s != SSD_OK) FAIL("ssd_runtime_create: " << ssd_last_error_detail());
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (ssd::cuda::driver().value()->cuMemAlloc(&ptr_, bytes ? bytes : 1) != CUDA_SUCCESS)
     throw std::runtime_error("cuMemAlloc failed");

@@ -27,6 +27,15 @@ const ssd::cuda::Driver& drv();
     REQUIRE(s_ == SSD_OK);                                                       \
   } while (0)
 
+// An ssd_runtime for one test (arch 0 = from the device); fails the test if creation fails.
+struct RuntimeHolder {
+  ssd_runtime* rt = nullptr;
+  explicit RuntimeHolder(int arch = 0);
+  ~RuntimeHolder() { ssd_runtime_destroy(rt); }
+  RuntimeHolder(const RuntimeHolder&) = delete;
+  RuntimeHolder& operator=(const RuntimeHolder&) = delete;
+};
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

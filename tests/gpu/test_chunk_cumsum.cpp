@@ -31,18 +31,6 @@ std::string describe(const CumsumCase& c) {
          " pad=" + std::to_string(c.row_pad);
 }
 
-struct RuntimeHolder {
-  ssd_runtime* rt = nullptr;
-  explicit RuntimeHolder(int arch = 0) {
-    ssd_runtime_options o;
-    ssd_runtime_options_init(&o);
-    o.arch = arch;
-    ssd_status s = ssd_runtime_create(&o, &rt);
-    if (s != SSD_OK) FAIL("ssd_runtime_create: " << ssd_last_error_detail());
-  }
-  ~RuntimeHolder() { ssd_runtime_destroy(rt); }
-};
-
 // One problem: host inputs with their exact values, device buffers, the float64 reference.
 struct CumsumProblem {
   CumsumCase c;

@@ -111,6 +111,8 @@ int cmd_emit(Context& ctx, const std::vector<std::string>& args);
 int cmd_key(Context& ctx, const std::vector<std::string>& args);
 int cmd_ptx(Context& ctx, const std::vector<std::string>& args);
 int cmd_cache(Context& ctx, const std::vector<std::string>& args);
+int cmd_bench(Context& ctx, const std::vector<std::string>& args);  // GPU
+int cmd_check(Context& ctx, const std::vector<std::string>& args);  // GPU
 
 // Help texts (help.cpp). `command` is "" for the overview; returns false for an unknown command.
 bool print_help(const std::string& command);

@@ -26,6 +26,8 @@ Commands:
   ptx       print the PTX that NVRTC generates for a CONFIG
   cache     disk cache maintenance: path, ls, verify, prune, clear, index --rebuild
   presets   list the model presets and how many kernels each expands to
+  bench     (GPU) time the SSD forward: bench fwd [--preset P --batch B --seqlen L --iters N]
+  check     (GPU) the SSD forward against the float64 oracle: check [--preset P --batch B --seqlen L]
   help      'ssdgen help COMMAND' describes one command
 
 Options (every command):
@@ -122,6 +124,20 @@ Lists the model presets of 'ssdgen compile --preset' and how many kernels each e
 given arch (default sm_90a) and mode (default both). --json also lists the configs.
 )";
 
+constexpr const char* kBench = R"(Usage: ssdgen bench fwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
+
+Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
+warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
+softplus (the Mamba2 layer's options), deterministic mode. Exit 6 without a driver or device.
+)";
+
+constexpr const char* kCheck = R"(Usage: ssdgen check [--preset NAME] [--batch B] [--seqlen L]
+
+Runs ssd_forward on random bf16 inputs (outputs poisoned first) and compares out and
+final_states with the float64 oracle (defaults: nemotronh-56b, b=1, L=512). Exit 0 when both
+relative L2 errors are below 3e-3, 70 otherwise, 6 without a driver or device.
+)";
+
 constexpr const char* kHelp = R"(Usage: ssdgen help [COMMAND]
 
 Prints the overview, or the help of COMMAND (compile, emit, key, ptx, cache, presets).
@@ -138,6 +154,8 @@ bool print_help(const std::string& command) {
   else if (command == "ptx") text = kPtx;
   else if (command == "cache") text = kCache;
   else if (command == "presets") text = kPresets;
+  else if (command == "bench") text = kBench;
+  else if (command == "check") text = kCheck;
   else if (command == "help") text = kHelp;
   if (!text) return false;
   std::fwrite(text, 1, std::strlen(text), stdout);

@@ -23,6 +23,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"compile", cmd_compile}, {"emit", cmd_emit},   {"key", cmd_key},
     {"ptx", cmd_ptx},         {"cache", cmd_cache}, {"presets", cmd_presets},
+    {"bench", cmd_bench},     {"check", cmd_check},
 };
 
 Handler find_command(const std::string& name) {

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Benchmarks on the device machine (called by gpu-test.sh --bench): ssdgen's own per-stage timings
+# of the forward, then the side-by-side run against mamba_ssm's Triton forward when .peer/mamba
+# (a git-ignored copy of mamba_ssm/ops/triton + utils) was carried along.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-${OUT:-$root/build-gpu/out}}
+status=0
+for L in 2048 4096 16384; do
+  "$root/build-gpu/ssdgen" bench fwd --preset nemotronh-56b --batch 4 --seqlen $L --iters 100 | tee -a "$out/bench.txt" || status=1
+done
+"$root/build-gpu/ssdgen" check --preset nemotronh-56b --batch 1 --seqlen 512 | tee -a "$out/bench.txt" || status=1
+if [ -d "$root/.peer/mamba/mamba_ssm" ]; then
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_bench.py" --lib "$root/build-gpu/libssdgen.so" \
+    --peer "$root/.peer/mamba" --out "$out" 2>&1 | tee -a "$out/bench.txt" || status=1
+else
+  echo "bench: no .peer/mamba, skipping the side-by-side with mamba_ssm"
+fi
+exit $status

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Side-by-side forward: ssdgen's ssd_forward (through libssdgen.so via ctypes) and mamba_ssm's
+Triton mamba_chunk_scan_combined, on the same bf16 tensors, on the same GPU, in one process.
+
+Speed: CUDA events, warm-up, median of many runs. Accuracy: relative L2 of each against a float64
+evaluation of the same inputs (mamba_ssm's ssd_chunk_scan_combined_ref run in float64).
+
+  python3 scripts/peer_bench.py --lib build-gpu/libssdgen.so --peer .peer/mamba [--out DIR]
+
+mamba_ssm is not part of this project: .peer/mamba holds a git-ignored copy of its
+mamba_ssm/ops/triton and mamba_ssm/utils (see docs/perf.md).
+"""
+import argparse
+import ctypes as C
+import json
+import os
+import sys
+
+import torch
+
+MAX_DIMS = 6
+DTYPE = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3, torch.int32: 4}
+
+
+class Tensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int32),
+                ("shape", C.c_int64 * MAX_DIMS), ("strides", C.c_int64 * MAX_DIMS)]
+
+
+class ForwardArgs(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("chunk_size", C.c_int32), ("dt_softplus", C.c_int32),
+                ("dt_limit_lo", C.c_float), ("dt_limit_hi", C.c_float)] + [
+        (n, Tensor) for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx",
+                              "out", "out_x", "final_states")] + [
+        ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
+
+
+class Layout(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("total_bytes", C.c_size_t), ("dt_out_offset", C.c_size_t),
+                ("dA_cumsum_offset", C.c_size_t), ("CB_offset", C.c_size_t), ("states_offset", C.c_size_t)]
+
+
+def tensor(t):
+    out = Tensor()
+    if t is None:
+        return out
+    out.data = t.data_ptr()
+    out.dtype = DTYPE[t.dtype]
+    out.ndim = t.dim()
+    for i, (s, st) in enumerate(zip(t.shape, t.stride())):
+        out.shape[i] = s
+        out.strides[i] = st
+    return out
+
+
+class Ssdgen:
+    def __init__(self, path):
+        self.lib = C.CDLL(path)
+        self.lib.ssd_last_error_detail.restype = C.c_char_p
+        self.lib.ssd_status_string.restype = C.c_char_p
+        self.rt = C.c_void_p()
+        self.check(self.lib.ssd_runtime_create(None, C.byref(self.rt)), "ssd_runtime_create")
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: {self.lib.ssd_status_string(status).decode()}: "
+                               f"{self.lib.ssd_last_error_detail().decode()}")
+
+    def prepare(self, x, dt, A, B, Cm, chunk, D, dt_bias, out, final):
+        a = ForwardArgs()
+        self.lib.ssd_forward_args_init(C.byref(a))
+        a.chunk_size = chunk
+        a.dt_softplus = 1
+        a.x, a.dt, a.A, a.B, a.C = tensor(x), tensor(dt), tensor(A), tensor(B), tensor(Cm)
+        a.D, a.dt_bias, a.out, a.final_states = tensor(D), tensor(dt_bias), tensor(out), tensor(final)
+        lay = Layout()
+        lay.struct_size = C.sizeof(Layout)
+        self.check(self.lib.ssd_forward_workspace_layout(C.byref(a), C.byref(lay)), "workspace_layout")
+        ws = torch.empty(lay.total_bytes, dtype=torch.uint8, device="cuda")
+        a.workspace = ws.data_ptr()
+        a.workspace_bytes = lay.total_bytes
+        return a, ws
+
+    def forward(self, args):
+        stream = C.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.lib.ssd_forward(self.rt, C.byref(args), None, stream), "ssd_forward")
+
+
+def median_ms(fn, iters, warmup):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def inputs(b, L, h, p, g, n, gen):
+    dev = "cuda"
+    x = torch.randn(b, L, h, p, device=dev, generator=gen).to(torch.bfloat16)
+    dt = (torch.rand(b, L, h, device=dev, generator=gen) * 3.5 - 3.0).to(torch.bfloat16)
+    A = -(torch.rand(h, device=dev, generator=gen) * 3.5 + 0.5)
+    B = torch.randn(b, L, g, n, device=dev, generator=gen).to(torch.bfloat16)
+    Cm = torch.randn(b, L, g, n, device=dev, generator=gen).to(torch.bfloat16)
+    D = torch.rand(h, device=dev, generator=gen) + 0.5
+    dt_bias = -(torch.rand(h, device=dev, generator=gen) * 2 + 1)
+    return x, dt, A, B, Cm, D, dt_bias
+
+
+def rel_l2(a, ref):
+    a, ref = a.double(), ref.double()
+    return float(torch.linalg.vector_norm(a - ref) / torch.linalg.vector_norm(ref))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--peer", required=True)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args()
+    sys.path.insert(0, args.peer)
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+
+    ours = Ssdgen(args.lib)
+    h, p, g, n, Q = 256, 64, 8, 256, 256  # nemotronh-56b
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    results = {"device": torch.cuda.get_device_name(), "preset": "nemotronh-56b", "speed": [], "accuracy": {}}
+
+    # Accuracy: both against float64 on the same inputs.
+    b, L = 2, 2048
+    x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
+    ref = ssd_chunk_scan_combined_ref(x.double(), dt.double(), A.double(), B.double(), Cm.double(), Q,
+                                      D=D.double(), z=None, dt_bias=dt_bias.double(), dt_softplus=True)
+    peer_out = mamba_chunk_scan_combined(x, dt, A, B, Cm, Q, D=D, z=None, dt_bias=dt_bias, dt_softplus=True)
+    out = torch.full_like(x, float("nan"))
+    final = torch.full((b, h, p, n), float("nan"), device="cuda")
+    a, ws = ours.prepare(x, dt, A, B, Cm, Q, D, dt_bias, out, final)
+    ours.forward(a)
+    torch.cuda.synchronize()
+    results["accuracy"] = {"batch": b, "seqlen": L, "ssdgen_rel_l2": rel_l2(out, ref),
+                           "mamba_ssm_rel_l2": rel_l2(peer_out, ref),
+                           "ssdgen_unwritten": int(torch.isnan(out).sum())}
+    del ref, peer_out, out, final, ws, x, dt, B, Cm
+    torch.cuda.empty_cache()
+
+    for L in (2048, 4096, 16384):
+        b = 4
+        x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
+        out = torch.empty_like(x)
+        final = torch.empty(b, h, p, n, device="cuda")
+        a, ws = ours.prepare(x, dt, A, B, Cm, Q, D, dt_bias, out, final)
+        t_ours = median_ms(lambda: ours.forward(a), args.iters, args.warmup)
+        t_peer = median_ms(lambda: mamba_chunk_scan_combined(x, dt, A, B, Cm, Q, D=D, z=None, dt_bias=dt_bias,
+                                                             dt_softplus=True, return_final_states=True),
+                           args.iters, args.warmup)
+        results["speed"].append({"batch": b, "seqlen": L, "ssdgen_ms": t_ours, "mamba_ssm_ms": t_peer})
+        del x, dt, B, Cm, out, final, ws
+        torch.cuda.empty_cache()
+
+    acc = results["accuracy"]
+    print(f"forward, {results['preset']}, bf16, D, dt_bias, softplus, on {results['device']}")
+    print(f"accuracy b={acc['batch']} L={acc['seqlen']} vs float64: ssdgen {acc['ssdgen_rel_l2']:.3e}   "
+          f"mamba_ssm {acc['mamba_ssm_rel_l2']:.3e}   (ssdgen unwritten: {acc['ssdgen_unwritten']})")
+    print(f"{'b':>3} {'L':>6} {'ssdgen ms':>10} {'mamba_ssm ms':>13} {'speedup':>8}")
+    for r in results["speed"]:
+        print(f"{r['batch']:>3} {r['seqlen']:>6} {r['ssdgen_ms']:>10.3f} {r['mamba_ssm_ms']:>13.3f} "
+              f"{r['mamba_ssm_ms'] / r['ssdgen_ms']:>7.2f}x")
+    with open(os.path.join(args.out, "peer_bench.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+// bmm_chunk_fwd (math F4): per (batch b, chunk c, group g), positions l, s in [0, Q):
+//
+//   CB[b, c, g, l, s] = σ_c(l, s) · Σ_n C[b, cQ+l, g, n] · B[b, cQ+s, g, n]        (fp32 out)
+//
+// σ_c(l, s) = [seq_idx(cQ+l) == seq_idx(cQ+s)] (1 without seq_idx), applied as a select (not a
+// multiply). Rows/columns with t = cQ + l >= L (padding of the last chunk) are 0 (their operands
+// are zero-filled, never read).
+//
+// Only the causal lower triangle is produced: the Q x Q square is cut into BLOCK_M x BLOCK_N tiles
+// and tile (i, j) is computed iff j*BLOCK_N <= i*BLOCK_M + BLOCK_M - 1 (it holds some s <= l). A
+// computed tile is written in full (entries with s > l inside it hold the σ-masked product, as
+// upstream's full square would); tiles strictly above the diagonal are never written. Consumers
+// (chunk_scan_fwd) read a 4-float group (l, s0..s0+3) only when s0 <= l, which always lies in a
+// computed tile.
+//
+// Reduction order: the dstate axis n is walked in K = fwd_geom::bmm_chunk_block_k steps in
+// increasing n; each step is a chain of K/16 mma.m16n8k16 (bf16/fp16 operands, fp32 accumulate)
+// in increasing n. Every output is therefore one fp32 accumulation chain over n in 16-wide mma
+// steps, in increasing n, starting from 0: its bits do not depend on BLOCK_M, BLOCK_N, K or the
+// warp split.
+//
+// Launch: block = fwd_geom::bmm_chunk_threads(BLOCK_M, BLOCK_N) threads;
+//         grid  = (fwd_geom::bmm_chunk_tiles(Q, BLOCK_M, BLOCK_N), batch * nchunks, ngroups),
+//         each axis grid-stride (any grid size >= 1 is correct); static shared memory
+//         fwd_geom::bmm_chunk_smem_bytes(N, BLOCK_M, BLOCK_N) <= 48 KiB, no dynamic shared memory.
+#pragma once
+
+#include "ssd/forward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+template <int Q, int N, int BLOCK_M, int BLOCK_N, class T, bool HAS_SEQ_IDX>
+__device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
+  using namespace fwd_geom;
+  static_assert(is_16bit_float<T>::value, "bmm_chunk_fwd: element type must be bf16 or fp16");
+  static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");
+  static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0, "tiles must be multiples of 16");
+  static_assert(N % 16 == 0, "dstate must be a multiple of 16");
+  constexpr int WM = warp_tile_m(BLOCK_M, BLOCK_N);
+  constexpr int WN = warp_tile_n(BLOCK_M, BLOCK_N);
+  constexpr int WARPS_N = BLOCK_N / WN;
+  constexpr int NT = bmm_chunk_threads(BLOCK_M, BLOCK_N);
+  constexpr int BK = bmm_chunk_block_k(N, BLOCK_M, BLOCK_N);
+  constexpr int STAGES = bmm_chunk_stages(N, BLOCK_M, BLOCK_N);
+  constexpr int LD = BK + kPad;
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  constexpr int TILES = bmm_chunk_tiles(Q, BLOCK_M, BLOCK_N);
+  constexpr int KSTEPS = N / BK;
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+  static_assert(N % BK == 0, "K step must divide dstate");
+  static_assert(bmm_chunk_smem_bytes(N, BLOCK_M, BLOCK_N) <= kMaxStaticSmem, "shared memory over 48 KiB");
+
+  __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
+  __shared__ int s_seq[HAS_SEQ_IDX ? BLOCK_M + BLOCK_N : 1];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* Cg = static_cast<const T*>(p.C);
+  const T* Bg = static_cast<const T*>(p.B);
+  const bool vec = aligned16(Cg) && aligned16(Bg) && p.C_stride_n == 1 && p.B_stride_n == 1 &&
+                   ((p.C_stride_b | p.C_stride_l | p.C_stride_g) & 7) == 0 &&
+                   ((p.B_stride_b | p.B_stride_l | p.B_stride_g) & 7) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.CB) & 7ull) == 0 &&
+                       ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 1) == 0;
+  // Work indices are 32-bit (batch * nchunks and ngroups < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), ngroups = int(p.ngroups);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int grp = blockIdx.z; grp < ngroups; grp += gridDim.z) {
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // positions l < valid are real tokens
+      const T* safe_c = Cg + b * p.C_stride_b + grp * p.C_stride_g;
+      const T* safe_b = Bg + b * p.B_stride_b + grp * p.B_stride_g;
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        // Linear tile index -> (row tile mi, column tile ni) of the lower triangle.
+        int mi = 0, ni = tile;
+        while (true) {
+          const int cnt = imin(Q / BLOCK_N, (mi * BLOCK_M + BLOCK_M - 1) / BLOCK_N + 1);
+          if (ni < cnt) break;
+          ni -= cnt;
+          ++mi;
+        }
+        const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
+
+        if (HAS_SEQ_IDX) {
+          for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
+            const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
+            s_seq[i] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+          }
+        }
+
+        const T* Ct = safe_c + (t0 + m0) * p.C_stride_l;
+        const T* Bt = safe_b + (t0 + n0) * p.B_stride_l;
+        auto load_stage = [&](int buf, int ks) {
+          const long long k0 = (long long)ks * BK;
+          T* sa = s_tiles[buf];
+          T* sb = sa + BLOCK_M * LD;
+          block::load_tile<NT, BLOCK_M, BK, LD>(sa, Ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n, vec, safe_c,
+                                                [&](int r, int) { return m0 + r < valid; });
+          block::load_tile<NT, BLOCK_N, BK, LD>(sb, Bt + k0 * p.B_stride_n, p.B_stride_l, p.B_stride_n, vec, safe_b,
+                                                [&](int r, int) { return n0 + r < valid; });
+        };
+
+        FragC acc[MI][NJ];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+
+        // cp.async pipeline, STAGES buffers: stage ks lives in buffer ks % STAGES.
+#pragma unroll
+        for (int st = 0; st < STAGES - 1; ++st) {
+          if (st < KSTEPS) load_stage(st, st);
+          ptx::cp_async_commit();
+        }
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+          ptx::cp_async_wait<STAGES - 2>();
+          __syncthreads();  // stage ks visible to all; everyone is done with stage ks - 1
+          const int kn = ks + STAGES - 1;
+          if (kn < KSTEPS) load_stage(kn % STAGES, kn);
+          ptx::cp_async_commit();
+          const T* sa = s_tiles[ks % STAGES];
+          const T* sb = sa + BLOCK_M * LD;
+#pragma unroll
+          for (int kk = 0; kk < BK; kk += 16) {
+            FragA a[MI];
+            FragB bf[NJ];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
+#pragma unroll
+            for (int j = 0; j < NJ; j += 2) warp::load_b2(bf[j], bf[j + 1], sb + (wn0 + 8 * j) * LD + kk, LD);
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+          }
+        }
+        ptx::cp_async_wait<0>();
+
+        // Epilogue: σ mask (select), fp32 stores straight from the accumulators (each quad of
+        // lanes writes 32 contiguous bytes of a row).
+        float* out = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + grp * p.CB_stride_g;
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int rl = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+            float* orow = out + (long long)(m0 + rl) * p.CB_stride_l;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              const int cl = wn0 + 8 * j + 2 * lt;  // column inside the tile
+              float v0 = acc[i][j].x[2 * half], v1 = acc[i][j].x[2 * half + 1];
+              if (HAS_SEQ_IDX) {
+                const int q = s_seq[rl];
+                v0 = q == s_seq[BLOCK_M + cl] ? v0 : 0.f;
+                v1 = q == s_seq[BLOCK_M + cl + 1] ? v1 : 0.f;
+              }
+              if (vec_out) {
+                *reinterpret_cast<float2*>(orow + n0 + cl) = make_float2(v0, v1);
+              } else {
+                orow[n0 + cl] = v0;
+                orow[n0 + cl + 1] = v1;
+              }
+            }
+          }
+        }
+        __syncthreads();  // shared tiles and s_seq are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels

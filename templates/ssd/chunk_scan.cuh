@@ -1,0 +1,420 @@
+// chunk_scan_fwd (math F5): per (batch b, chunk c, head h), group g = h / HEADS_PER_GROUP, valid
+// positions l <= λ_c (t = cQ + l < L):
+//
+//   ŷ_l = e_l · Σ_n C[t, g, n] · P_c[p, n]                              (state part, contraction over n)
+//       + Σ_{s ≤ l} W(l, s) · x[cQ+s, h, p]                              (intra part, contraction over s)
+//   e_l    = η_c(l) ? exp(A(l)) : 0,   η_c(l) = [seq_idx(t) == seq_idx(cQ-1)], seq_idx(-1) := 0
+//   W(l,s) = (s <= l) ? (CB[l, s] · exp(min(A(l) - A(s), 0))) · Δ_s : 0
+//   y_l = ŷ_l + D ⊙ x_l (D per head or per (head, p));  out_l = y_l · (z_l · sigmoid(z_l)) with z
+//   (and out_x_l = y_l), else out_l = y_l.  out / out_x are stored in x's dtype T.
+//
+// Operand precision (math §1.4, as upstream): P_c is converted to T before the mma (it comes in
+// the state type S: fp32 or T); W(l, s) is formed in fp32, selected (masked entries are 0, never
+// multiplied), then rounded to T; both contractions accumulate in fp32 on the tensor cores. The
+// e_l row scale multiplies the fp32 state-part accumulator before the intra part is added. exp is
+// __expf (ex2.approx, like tl.exp); sigmoid is 1 / (1 + __expf(-z)) with an IEEE division.
+//
+// Reduction order per output (l, p), one fp32 accumulator starting from 0:
+//   1. K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of K/16 mma.m16n8k16 in
+//      increasing n;  2. multiply by e_l;  3. K loop over s = 0 .. min(m0 + BLOCK_M, λ_c + 1) - 1 in
+//      BLOCK_K steps, increasing s, each a chain of BLOCK_K/16 mma in increasing s (entries with
+//      s > l contribute exact zeros);  4. + x·D (fp32 FMA), 5. gating in fp32, one rounding to T.
+// Tiles only move data: the chains above are the same for every (BLOCK_M, BLOCK_N, BLOCK_K), except
+// that BLOCK_M decides how many all-zero s-steps are skipped (adding exact zeros changes nothing
+// but the sign of a zero result).
+//
+// CB is read as 16-byte groups (l, s0..s0+3) and only when s0 <= l and l <= λ_c: tiles that
+// bmm_chunk_fwd skips (all s > l) and padding rows are never read.
+//
+// Launch: block = fwd_geom::chunk_scan_threads() = 128 threads (4 warps; warp w owns rows
+//         [w·BLOCK_M/4, (w+1)·BLOCK_M/4) of the tile and all BLOCK_N columns);
+//         grid = (fwd_geom::chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N), batch * nchunks, nheads), each
+//         axis grid-stride (x is walked with the longest l-tiles first); static shared memory
+//         fwd_geom::chunk_scan_smem_bytes(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= 48 KiB,
+//         no dynamic shared memory.
+#pragma once
+
+#include "ssd/forward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+namespace detail {
+
+// 8 consecutive elements of a (b, L, h, p)-strided 16-bit tensor at `ptr` (element offset `off`,
+// p-stride `sp`) as floats; one 16-byte load with vec.
+template <class T>
+__device__ __forceinline__ void load8(const T* ptr, long long off, long long sp, bool vec, float (&v)[8]) {
+  if (vec) {
+    const uint4 u = *reinterpret_cast<const uint4*>(ptr + off);
+    ptx::unpack2<T>(u.x, v[0], v[1]);
+    ptx::unpack2<T>(u.y, v[2], v[3]);
+    ptx::unpack2<T>(u.z, v[4], v[5]);
+    ptx::unpack2<T>(u.w, v[6], v[7]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = to_float(ptr[off + i * sp]);
+  }
+}
+template <class T>
+__device__ __forceinline__ void store8(T* ptr, long long off, long long sp, bool vec, const float (&v)[8]) {
+  if (vec) {
+    uint4 u;
+    u.x = ptx::pack2<T>(v[0], v[1]);
+    u.y = ptx::pack2<T>(v[2], v[3]);
+    u.z = ptx::pack2<T>(v[4], v[5]);
+    u.w = ptx::pack2<T>(v[6], v[7]);
+    *reinterpret_cast<uint4*>(ptr + off) = u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ptr[off + i * sp] = from_float<T>(v[i]);
+  }
+}
+__device__ __forceinline__ bool vec16_bhlp(const void* ptr, long long sb, long long sl, long long sh, long long sp) {
+  return aligned16(ptr) && sp == 1 && ((sb | sl | sh) & 7) == 0;
+}
+
+}  // namespace detail
+
+template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, class S,
+          bool HAS_D, bool D_PER_HEADDIM, bool HAS_Z, bool HAS_SEQ_IDX>
+__device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
+  using namespace fwd_geom;
+  static_assert(is_16bit_float<T>::value, "chunk_scan_fwd: element type must be bf16 or fp16");
+  static_assert(same_type<S, float>::value || same_type<S, T>::value, "state type must be float or the element type");
+  static_assert(Q % BLOCK_M == 0 && P % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide Q, P");
+  static_assert(BLOCK_M % 64 == 0 && BLOCK_M <= 128, "BLOCK_M must be 64 or 128 (4 warps of 16 or 32 rows)");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_K % 16 == 0 && N % 16 == 0, "tiles must be multiples of 16");
+  constexpr int NT = chunk_scan_threads();
+  constexpr int WM = BLOCK_M / 4;
+  constexpr int MI = WM / 16, NJ = BLOCK_N / 8;
+  static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread: lower BLOCK_M or BLOCK_N");
+  constexpr int BKN = chunk_scan_block_kn(N, BLOCK_K);
+  static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
+  constexpr int STAGES = chunk_scan_stages(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int LDA = BKN + kPad;      // C tile [l][n] and P tile [p][n], type T
+  constexpr int LDCB = BLOCK_K + kPad;  // CB tile [l][s], fp32 (row stride = 8 mod 32 words)
+  constexpr int LDX = BLOCK_N + kPad;   // x tile [s][p], type T
+  constexpr int LDO = BLOCK_N + kPad;   // epilogue tile [l][p], fp32
+  constexpr int STAGE_A = chunk_scan_stage_a_bytes(N, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int STAGE_B = chunk_scan_stage_b_bytes(BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int BODY = chunk_scan_body_bytes(STAGES, N, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int TILES_N = P / BLOCK_N;
+  constexpr int TILES_M = Q / BLOCK_M;
+  constexpr int TILES = chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N);
+  constexpr int KA = N / BKN;
+  static_assert(chunk_scan_smem_bytes(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+                "shared memory over 48 KiB: lower BLOCK_K");
+  static_assert(STAGE_A % 16 == 0 && STAGE_B % 16 == 0 && (BLOCK_M * LDCB * 4) % 16 == 0, "stage alignment");
+
+  __shared__ __align__(16) unsigned char s_body[BODY];
+  __shared__ __align__(16) float s_dA[Q];
+  __shared__ __align__(16) float s_dt[Q];
+  __shared__ int s_seq[HAS_SEQ_IDX ? Q : 1];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = warp * WM;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* xg = static_cast<const T*>(p.x);
+  const T* Cg = static_cast<const T*>(p.C);
+  const S* Pg = static_cast<const S*>(p.states);
+  const bool vec_x = detail::vec16_bhlp(xg, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
+  const bool vec_c = detail::vec16_bhlp(Cg, p.C_stride_b, p.C_stride_l, p.C_stride_g, p.C_stride_n);
+  constexpr long long SV = 16 / sizeof(S);  // elements per 16 bytes of the state type
+  const bool vec_p = aligned16(Pg) &&
+                     ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & (SV - 1)) == 0;
+  const bool vec_cb = aligned16(p.CB) && ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 3) == 0;
+  const bool vec_out = detail::vec16_bhlp(p.out, p.out_stride_b, p.out_stride_l, p.out_stride_h, p.out_stride_p);
+  bool vec_z = true, vec_ox = true;
+  if (HAS_Z) {
+    vec_z = detail::vec16_bhlp(p.z, p.z_stride_b, p.z_stride_l, p.z_stride_h, p.z_stride_p);
+    vec_ox = detail::vec16_bhlp(p.out_x, p.out_x_stride_b, p.out_x_stride_l, p.out_x_stride_h, p.out_x_stride_p);
+  }
+  // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), nheads = int(p.nheads);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    float d_head = 0.f;
+    if (HAS_D && !D_PER_HEADDIM) d_head = p.D[h * p.D_stride_h];
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const float* dA = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h + c * p.dA_cumsum_stride_c;
+      const float* dt = p.dt + b * p.dt_stride_b + h * p.dt_stride_h + c * p.dt_stride_c;
+      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
+      const T* safe_c = Cg + b * p.C_stride_b + g * p.C_stride_g;
+      const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
+      int q_prev = 0;
+      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        const int m0 = (TILES_M - 1 - tile / TILES_N) * BLOCK_M;  // longest rows first
+        const int p0 = (tile % TILES_N) * BLOCK_N;
+        if (m0 >= valid) continue;  // rows all padding (uniform over the block; no shared memory touched)
+        const int kend = (m0 + BLOCK_M < valid) ? m0 + BLOCK_M : valid;  // positions s < kend are needed
+
+        // Per-position fp32 data of the whole chunk (visible after the first barrier of phase A).
+        for (int l = tid; l < Q; l += NT) {
+          s_dA[l] = dA[l];
+          s_dt[l] = dt[l];
+          if (HAS_SEQ_IDX) s_seq[l] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+        }
+
+        FragC acc[MI][NJ];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+
+        // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n) ----------------
+        {
+          const T* ct = safe_c + (t0 + m0) * p.C_stride_l;
+          const S* pt = Pg + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h +
+                        p0 * p.states_stride_p;
+          auto sC = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
+          auto sP = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
+          // fp32 states: register-staged copy (load before the compute, convert + store after it).
+          constexpr int PCH = BLOCK_N * BKN / 4;  // 16-byte fp32 chunks per P tile
+          constexpr int PIT = (PCH + NT - 1) / NT;
+          float4 preg[same_type<S, float>::value ? PIT : 1];
+          auto p_fetch = [&](int ks) {
+            if constexpr (same_type<S, float>::value) {
+              const S* src = pt + ks * BKN;
+#pragma unroll
+              for (int it = 0; it < PIT; ++it) {
+                const int i = it * NT + tid;
+                if (PCH % NT == 0 || i < PCH) {
+                  const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
+                  const S* q = src + (long long)r * p.states_stride_p + cc;
+                  if (vec_p) {
+                    preg[it] = *reinterpret_cast<const float4*>(q);
+                  } else {
+                    preg[it] = make_float4(q[0], q[1], q[2], q[3]);
+                  }
+                }
+              }
+            }
+          };
+          auto p_store = [&](int buf) {
+            if constexpr (same_type<S, float>::value) {
+              T* dst = sP(buf);
+#pragma unroll
+              for (int it = 0; it < PIT; ++it) {
+                const int i = it * NT + tid;
+                if (PCH % NT == 0 || i < PCH) {
+                  const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
+                  uint2 u;
+                  u.x = ptx::pack2<T>(preg[it].x, preg[it].y);
+                  u.y = ptx::pack2<T>(preg[it].z, preg[it].w);
+                  *reinterpret_cast<uint2*>(dst + r * LDA + cc) = u;
+                }
+              }
+            }
+          };
+          auto load_stage = [&](int buf, int ks) {
+            const int k0 = ks * BKN;
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sC(buf), ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n, vec_c,
+                                                    safe_c, [&](int r, int) { return m0 + r < valid; });
+            if constexpr (!same_type<S, float>::value) {
+              block::load_tile<NT, BLOCK_N, BKN, LDA>(sP(buf), pt + k0, p.states_stride_p, 1, vec_p, pt,
+                                                      [&](int, int) { return true; });
+            }
+          };
+
+#pragma unroll
+          for (int st = 0; st < STAGES - 1; ++st) {
+            if (st < KA) {
+              load_stage(st, st);
+              p_fetch(st);
+              p_store(st);
+            }
+            ptx::cp_async_commit();
+          }
+          for (int ks = 0; ks < KA; ++ks) {
+            ptx::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int kn = ks + STAGES - 1;
+            if (kn < KA) {
+              load_stage(kn % STAGES, kn);
+              p_fetch(kn);
+            }
+            ptx::cp_async_commit();
+            const T* sc = sC(ks % STAGES);
+            const T* sp = sP(ks % STAGES);
+#pragma unroll
+            for (int kk = 0; kk < BKN; kk += 16) {
+              FragA a[MI];
+              FragB bf[NJ];
+#pragma unroll
+              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sc + (wm0 + 16 * i) * LDA + kk, LDA);
+#pragma unroll
+              for (int j = 0; j < NJ; j += 2) warp::load_b2(bf[j], bf[j + 1], sp + (8 * j) * LDA + kk, LDA);
+#pragma unroll
+              for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+            }
+            if (kn < KA) p_store(kn % STAGES);  // buffer kn % STAGES is not read in this step
+          }
+          ptx::cp_async_wait<0>();
+          __syncthreads();  // phase-A buffers are reused by phase B
+        }
+
+        // Row scale e_l, and the rows' A(l) for phase B.
+        float a_row[MI][2];
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int l = m0 + wm0 + 16 * i + lg + 8 * half;
+            const float al = s_dA[l];
+            a_row[i][half] = al;
+            bool keep = l < valid;
+            if (HAS_SEQ_IDX) keep = keep && s_seq[l] == q_prev;
+            const float e = keep ? __expf(al) : 0.f;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              acc[i][j].x[2 * half] *= e;
+              acc[i][j].x[2 * half + 1] *= e;
+            }
+          }
+        }
+
+        // ---------------- Phase B: acc += W · X (contraction over s) ----------------
+        {
+          const int kb = (kend + BLOCK_K - 1) / BLOCK_K;
+          const float* cbt = cb_base + (long long)m0 * p.CB_stride_l;
+          const T* xt = safe_x + t0 * p.x_stride_l + p0 * p.x_stride_p;
+          auto sCB = [&](int buf) { return reinterpret_cast<float*>(s_body + buf * STAGE_B); };
+          auto sX = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_B + BLOCK_M * LDCB * 4); };
+          auto load_stage = [&](int buf, int ks) {
+            const int k0 = ks * BLOCK_K;
+            block::load_tile<NT, BLOCK_M, BLOCK_K, LDCB>(sCB(buf), cbt + k0, p.CB_stride_l, 1, vec_cb, cb_base,
+                                                         [&](int r, int c0) {
+                                                           return k0 + c0 <= m0 + r && m0 + r < valid;
+                                                         });
+            block::load_tile<NT, BLOCK_K, BLOCK_N, LDX>(sX(buf), xt + k0 * p.x_stride_l, p.x_stride_l, p.x_stride_p,
+                                                        vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
+          };
+
+#pragma unroll
+          for (int st = 0; st < STAGES - 1; ++st) {
+            if (st < kb) load_stage(st, st);
+            ptx::cp_async_commit();
+          }
+          for (int ks = 0; ks < kb; ++ks) {
+            ptx::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int kn = ks + STAGES - 1;
+            if (kn < kb) load_stage(kn % STAGES, kn);
+            ptx::cp_async_commit();
+            const float* scb = sCB(ks % STAGES);
+            const T* sx = sX(ks % STAGES);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_K; kk += 16) {
+              const int s01 = ks * BLOCK_K + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
+              const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
+              const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
+              const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
+              const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
+              FragB bf[NJ];
+#pragma unroll
+              for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sx + kk * LDX + 8 * j, LDX);
+#pragma unroll
+              for (int i = 0; i < MI; ++i) {
+                FragA a;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                  const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+                  const int l = m0 + r;
+                  const float al = a_row[i][half];
+                  const float* cbr = scb + r * LDCB + kk + 2 * lt;
+                  const float2 c01 = *reinterpret_cast<const float2*>(cbr);
+                  const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
+                  const float w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
+                  const float w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
+                  const float w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
+                  const float w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
+                  a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+                  a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+                }
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a, bf[j]);
+              }
+            }
+          }
+          ptx::cp_async_wait<0>();
+          __syncthreads();  // phase-B buffers are reused by the epilogue tile
+        }
+
+        // ---------------- Epilogue: D, z, 16-byte stores ----------------
+        float* so = reinterpret_cast<float*>(s_body);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = wm0 + 16 * i + lg + 8 * half;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+              *reinterpret_cast<float2*>(so + r * LDO + 8 * j + 2 * lt) =
+                  make_float2(acc[i][j].x[2 * half], acc[i][j].x[2 * half + 1]);
+          }
+        }
+        __syncthreads();
+        {
+          constexpr int CPR = BLOCK_N / 8;
+          constexpr int TOTAL = BLOCK_M * CPR;
+          for (int i = tid; i < TOTAL; i += NT) {
+            const int r = i / CPR, cc = (i % CPR) * 8;
+            const int l = m0 + r;
+            if (l >= valid) continue;
+            const long long t = t0 + l;
+            const long long pp = p0 + cc;
+            float y[8];
+            {
+              const float4 y0 = *reinterpret_cast<const float4*>(so + r * LDO + cc);
+              const float4 y1 = *reinterpret_cast<const float4*>(so + r * LDO + cc + 4);
+              y[0] = y0.x, y[1] = y0.y, y[2] = y0.z, y[3] = y0.w;
+              y[4] = y1.x, y[5] = y1.y, y[6] = y1.z, y[7] = y1.w;
+            }
+            if (HAS_D) {
+              float xv[8];
+              detail::load8<T>(xg, b * p.x_stride_b + t * p.x_stride_l + h * p.x_stride_h + pp * p.x_stride_p,
+                               p.x_stride_p, vec_x, xv);
+#pragma unroll
+              for (int v = 0; v < 8; ++v) {
+                const float d = D_PER_HEADDIM ? p.D[h * p.D_stride_h + (pp + v) * p.D_stride_p] : d_head;
+                y[v] = __fmaf_rn(xv[v], d, y[v]);
+              }
+            }
+            if (HAS_Z) {
+              detail::store8<T>(static_cast<T*>(p.out_x),
+                                b * p.out_x_stride_b + t * p.out_x_stride_l + h * p.out_x_stride_h +
+                                    pp * p.out_x_stride_p,
+                                p.out_x_stride_p, vec_ox, y);
+              float zv[8];
+              detail::load8<T>(static_cast<const T*>(p.z),
+                               b * p.z_stride_b + t * p.z_stride_l + h * p.z_stride_h + pp * p.z_stride_p, p.z_stride_p,
+                               vec_z, zv);
+#pragma unroll
+              for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
+            }
+            detail::store8<T>(static_cast<T*>(p.out),
+                              b * p.out_stride_b + t * p.out_stride_l + h * p.out_stride_h + pp * p.out_stride_p,
+                              p.out_stride_p, vec_out, y);
+          }
+        }
+        __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels

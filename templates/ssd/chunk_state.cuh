@@ -1,0 +1,179 @@
+// chunk_state_fwd (math F2): per (batch b, chunk c, head h), group g = h / HEADS_PER_GROUP:
+//
+//   states[b, c, h, p, n] = Σ_{l=0}^{λ_c} w_l · x[b, cQ+l, h, p] · B[b, cQ+l, g, n]        (fp32 out)
+//   w_l = ξ_c(l) ? exp(min(A(Q-1) - A(l), 0)) · Δ_l : 0        (A = dA_cumsum, Δ = dt, both fp32)
+//
+// ξ_c(l) = [seq_idx(cQ+l) == seq_idx(cQ+λ_c)] (1 without seq_idx), applied as a select; w_l = 0
+// for padding positions l > λ_c. As upstream, w_l is computed in fp32 as exp(·) * Δ_l and applied
+// to one operand before the mma: the tensor core multiplies rn_T(float(x_l) * w_l) by B_l (upstream
+// scales B; scaling x instead gives the same products up to that one rounding, and x is the
+// per-head operand). exp is __expf (ex2.approx), like Triton's tl.exp.
+//
+// Matrix form: S = Xᵀ diag(w) B, with M = p (BLOCK_M), N = n (BLOCK_N), K = positions (BLOCK_K).
+// Reduction order: K loop over chunk positions l = 0 .. λ_c in BLOCK_K steps (increasing l; whole
+// steps past λ_c are skipped, the tail of the last step is zero-filled), each step a chain of
+// BLOCK_K/16 mma.m16n8k16 in increasing l; fp32 accumulate. Every output is one accumulation
+// chain over l in 16-wide steps starting from 0, so its bits do not depend on the tile sizes.
+//
+// Launch: block = fwd_geom::chunk_state_threads(BLOCK_M, BLOCK_N) threads;
+//         grid  = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch * nchunks, nheads),
+//         each axis grid-stride; static shared memory fwd_geom::chunk_state_smem_bytes(Q, BLOCK_M,
+//         BLOCK_N, BLOCK_K) <= 48 KiB, no dynamic shared memory.
+#pragma once
+
+#include "ssd/forward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool HAS_SEQ_IDX>
+__device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
+  using namespace fwd_geom;
+  static_assert(is_16bit_float<T>::value, "chunk_state_fwd: element type must be bf16 or fp16");
+  static_assert(P % BLOCK_M == 0 && N % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide P, N, Q");
+  static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_K % 16 == 0, "tiles must be multiples of 16");
+  static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
+  constexpr int WM = warp_tile_m(BLOCK_M, BLOCK_N);
+  constexpr int WN = warp_tile_n(BLOCK_M, BLOCK_N);
+  constexpr int WARPS_N = BLOCK_N / WN;
+  constexpr int NT = chunk_state_threads(BLOCK_M, BLOCK_N);
+  constexpr int STAGES = chunk_state_stages(Q, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int LDX = BLOCK_M + kPad;  // x tile [k][p]
+  constexpr int LDB = BLOCK_N + kPad;  // B tile [k][n]
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  constexpr int TILES_N = N / BLOCK_N;
+  constexpr int TILES = chunk_state_tiles(P, N, BLOCK_M, BLOCK_N);
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+  static_assert(chunk_state_smem_bytes(Q, BLOCK_M, BLOCK_N, BLOCK_K) <= kMaxStaticSmem, "shared memory over 48 KiB");
+
+  __shared__ __align__(16) T s_x[STAGES][BLOCK_K * LDX];
+  __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
+  __shared__ __align__(16) float s_w[Q];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* xg = static_cast<const T*>(p.x);
+  const T* Bg = static_cast<const T*>(p.B);
+  const bool vec_x = aligned16(xg) && p.x_stride_p == 1 && ((p.x_stride_b | p.x_stride_l | p.x_stride_h) & 7) == 0;
+  const bool vec_b = aligned16(Bg) && p.B_stride_n == 1 && ((p.B_stride_b | p.B_stride_l | p.B_stride_g) & 7) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.states) & 7ull) == 0 &&
+                       ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & 1) == 0;
+  // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), nheads = int(p.nheads);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
+      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
+      const T* safe_b = Bg + b * p.B_stride_b + g * p.B_stride_g;
+      const float* dA = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h + c * p.dA_cumsum_stride_c;
+      const float* dt = p.dt + b * p.dt_stride_b + h * p.dt_stride_h + c * p.dt_stride_c;
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        const int p0 = (tile / TILES_N) * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
+
+        // Per-position weights w_l (visible after the first barrier of the K loop).
+        {
+          const float a_last = dA[Q - 1];
+          int q_last = 0;
+          if (HAS_SEQ_IDX) q_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 + valid - 1) * p.seq_idx_stride_l];
+          for (int l = tid; l < Q; l += NT) {
+            float w = 0.f;
+            if (l < valid) {
+              const float e = __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
+              bool keep = true;
+              if (HAS_SEQ_IDX) keep = p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] == q_last;
+              w = keep ? e : 0.f;
+            }
+            s_w[l] = w;
+          }
+        }
+
+        const T* xt = safe_x + t0 * p.x_stride_l + p0 * p.x_stride_p;
+        const T* bt = safe_b + t0 * p.B_stride_l + n0 * p.B_stride_n;
+        auto load_stage = [&](int buf, int ks) {
+          const int k0 = ks * BLOCK_K;
+          block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], xt + k0 * p.x_stride_l, p.x_stride_l, p.x_stride_p,
+                                                      vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
+          block::load_tile<NT, BLOCK_K, BLOCK_N, LDB>(s_b[buf], bt + k0 * p.B_stride_l, p.B_stride_l, p.B_stride_n,
+                                                      vec_b, safe_b, [&](int r, int) { return k0 + r < valid; });
+        };
+
+        FragC acc[MI][NJ];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+
+#pragma unroll
+        for (int st = 0; st < STAGES - 1; ++st) {
+          if (st < ksteps) load_stage(st, st);
+          ptx::cp_async_commit();
+        }
+        for (int ks = 0; ks < ksteps; ++ks) {
+          ptx::cp_async_wait<STAGES - 2>();
+          __syncthreads();
+          const int kn = ks + STAGES - 1;
+          if (kn < ksteps) load_stage(kn % STAGES, kn);
+          ptx::cp_async_commit();
+          const T* sx = s_x[ks % STAGES];
+          const T* sb = s_b[ks % STAGES];
+#pragma unroll
+          for (int kk = 0; kk < BLOCK_K; kk += 16) {
+            const float* w = s_w + ks * BLOCK_K + kk + 2 * lt;
+            const float2 w01 = *reinterpret_cast<const float2*>(w);
+            const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
+            FragA a[MI];
+            FragB bf[NJ];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+              warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
+              warp::scale_a_cols<T>(a[i], w01, w89);
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB);
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+          }
+        }
+        ptx::cp_async_wait<0>();
+
+        float* out = p.states + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h;
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = p0 + wm0 + 16 * i + lg + 8 * half;  // headdim index
+            float* orow = out + (long long)row * p.states_stride_p;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              const int col = n0 + wn0 + 8 * j + 2 * lt;  // dstate index
+              const float v0 = acc[i][j].x[2 * half], v1 = acc[i][j].x[2 * half + 1];
+              if (vec_out) {
+                *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
+              } else {
+                orow[col] = v0;
+                orow[col + 1] = v1;
+              }
+            }
+          }
+        }
+        __syncthreads();  // s_w and the stage buffers are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels

@@ -1,0 +1,191 @@
+// Parameter blocks and launch geometry of the forward tensor-core kernels (math F2, F4, F5):
+//   bmm_chunk_fwd   (bmm_chunk.cuh)    CB = σ ∘ (C Bᵀ) per (batch, chunk, group), lower triangle
+//   chunk_state_fwd (chunk_state.cuh)  s_c = Xᵀ diag(ξ E_end Δ) B per (batch, chunk, head)
+//   chunk_scan_fwd  (chunk_scan.cuh)   y = (CB ∘ L ∘ causal) diag(Δ) X + diag(η E_start) C P_cᵀ (+ D x, · silu z)
+//
+// Shared verbatim by the host launchers (g++) and the kernels (NVRTC): plain C layout only
+// (pointers, long long, int, float), strides in ELEMENTS, 64-bit. The geometry helpers below are
+// constexpr functions usable on both sides; the kernels static_assert against the same helpers.
+//
+// Layout requirements (the host validates; nothing else is assumed):
+//   * every tensor below comes with full strides, except the unit-stride axes named per field;
+//   * 16-bit inputs (x, z, B, C, out, out_x, 16-bit states) are read/written with 16-byte vectors
+//     when the base pointer is 16-byte aligned, the innermost stride is 1 and the other strides are
+//     multiples of 8 elements (fp32 tensors: multiples of 4); otherwise the kernels fall back to
+//     element-wise copies (correct, slower). The kernels test this themselves, per launch.
+//   * seq_idx (b, L) int32 may be null only when the kernel was specialized without seq_idx.
+#pragma once
+
+#if defined(__CUDACC__)
+#define SSD_HOST_DEVICE __host__ __device__
+#else
+#define SSD_HOST_DEVICE
+#endif
+
+namespace ssd_kernels {
+
+// ------------------------------------------------------------------------------------------------
+// F4: CB[b, c, g, l, s] = σ_c(l, s) · Σ_n C[b, cQ+l, g, n] · B[b, cQ+s, g, n]   (fp32 out)
+struct BmmChunkFwdParams {
+  const void* C;  // (b, L, g, n), element type; n-stride given (1 for the vector path)
+  long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
+  const void* B;  // (b, L, g, n)
+  long long B_stride_b, B_stride_l, B_stride_g, B_stride_n;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  float* CB;  // (b, nchunks, g, Q, Q), unit s-stride
+  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
+  long long batch, seqlen, nchunks, ngroups;
+};
+
+// F2: states[b, c, h, p, n] = Σ_{l ≤ λ_c} ξ_c(l) exp(min(A(Q-1) - A(l), 0)) Δ_l x[l, p] B[l, n]  (fp32 out)
+struct ChunkStateFwdParams {
+  const void* x;  // (b, L, h, p), element type
+  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
+  const void* B;  // (b, L, g, n)
+  long long B_stride_b, B_stride_l, B_stride_g, B_stride_n;
+  const float* dt;  // Δ, (b, h, nchunks, Q), unit Q-stride (chunk_cumsum_fwd's dt_out)
+  long long dt_stride_b, dt_stride_h, dt_stride_c;
+  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
+  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  float* states;  // (b, nchunks, h, p, n), unit n-stride
+  long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
+  long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
+};
+
+// F5: ŷ_l = Σ_{s ≤ l} CB(l, s) exp(min(A(l) - A(s), 0)) Δ_s x_s + η_c(l) exp(A(l)) P_c C_l;
+//     y = ŷ + D ⊙ x;  out = y · silu(z) (out_x = y) with z, else out = y.   Stored in x's dtype.
+struct ChunkScanFwdParams {
+  const float* CB;  // (b, nchunks, g, Q, Q), unit s-stride; only entries with s <= l are read
+  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
+  const void* x;  // (b, L, h, p), element type
+  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
+  const float* dt;  // Δ, (b, h, nchunks, Q), unit Q-stride
+  long long dt_stride_b, dt_stride_h, dt_stride_c;
+  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
+  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
+  const void* C;  // (b, L, g, n), element type
+  long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
+  const void* states;  // P: (b, nchunks, h, p, n), state type (fp32 or element type), unit n-stride
+  long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
+  const float* D;  // (h) or (h, p), or null when the specialization has no D
+  long long D_stride_h, D_stride_p;
+  const void* z;  // (b, L, h, p), element type, or null without z
+  long long z_stride_b, z_stride_l, z_stride_h, z_stride_p;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  void* out;  // (b, L, h, p), element type
+  long long out_stride_b, out_stride_l, out_stride_h, out_stride_p;
+  void* out_x;  // y before gating, (b, L, h, p), element type; written only with z (may be null otherwise)
+  long long out_x_stride_b, out_x_stride_l, out_x_stride_h, out_x_stride_p;
+  long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
+};
+
+// ------------------------------------------------------------------------------------------------
+// Launch geometry. Grids are (x = tiles inside one (batch, chunk, head|group), y = batch * nchunks
+// with batch fastest, z = heads | groups); every kernel is grid-stride in all three axes, so the
+// host may clamp y and z to 65535. All shared memory is static (dynamic = 0) and <= 48 KiB.
+// Requirements: blockDim = (*_threads(...), 1, 1) exactly (the warp layout is derived from it);
+// nchunks = ceil(seqlen / Q); batch * nchunks, nheads and ngroups < 2^31 (work indices are 32-bit,
+// all global offsets are 64-bit).
+namespace fwd_geom {
+
+constexpr int kMaxStaticSmem = 48 * 1024;
+constexpr int kPad = 8;  // shared-tile row padding in elements (16 bytes for 16-bit rows)
+
+SSD_HOST_DEVICE constexpr int imin(int a, int b) { return a < b ? a : b; }
+SSD_HOST_DEVICE constexpr int imax(int a, int b) { return a > b ? a : b; }
+
+// Warp tile of a BM x BN block tile split over a 2-D warp grid (bmm_chunk, chunk_state):
+// start at 32 x 64 (capped by the block tile), halve the larger side (not below 16) until there
+// are at least 4 warps or the warp tile is 16 x 16.
+SSD_HOST_DEVICE constexpr int warp_tile_m(int bm, int bn) {
+  int wm = imin(bm, 32), wn = imin(bn, 64);
+  while ((bm / wm) * (bn / wn) < 4 && (wm > 16 || wn > 16)) {
+    if (wn >= wm && wn > 16) wn /= 2;
+    else wm /= 2;
+  }
+  return wm;
+}
+SSD_HOST_DEVICE constexpr int warp_tile_n(int bm, int bn) {
+  int wm = imin(bm, 32), wn = imin(bn, 64);
+  while ((bm / wm) * (bn / wn) < 4 && (wm > 16 || wn > 16)) {
+    if (wn >= wm && wn > 16) wn /= 2;
+    else wm /= 2;
+  }
+  return wn;
+}
+SSD_HOST_DEVICE constexpr int warp_grid_threads(int bm, int bn) {
+  return 32 * (bm / warp_tile_m(bm, bn)) * (bn / warp_tile_n(bm, bn));
+}
+
+// ---- bmm_chunk_fwd<Q, N, BLOCK_M, BLOCK_N, T, HAS_SEQ_IDX>
+// grid.x = bmm_chunk_tiles(Q, BM, BN) (lower-triangle tiles: tile (i, j) exists iff j*BN <= i*BM + BM - 1)
+SSD_HOST_DEVICE constexpr int bmm_chunk_threads(int bm, int bn) { return warp_grid_threads(bm, bn); }
+SSD_HOST_DEVICE constexpr int bmm_chunk_tiles(int q, int bm, int bn) {
+  int total = 0;
+  for (int i = 0; i < q / bm; ++i) total += imin(q / bn, (i * bm + bm - 1) / bn + 1);
+  return total;
+}
+SSD_HOST_DEVICE constexpr int bmm_chunk_stage_bytes(int bm, int bn, int bk) { return (bm + bn) * (bk + kPad) * 2; }
+// K (dstate) step: the largest of 64, 32, 16 that divides N and lets 2 stages fit.
+SSD_HOST_DEVICE constexpr int bmm_chunk_block_k(int n, int bm, int bn) {
+  return (n % 64 == 0 && 2 * bmm_chunk_stage_bytes(bm, bn, 64) + 4 * (bm + bn) <= kMaxStaticSmem)   ? 64
+         : (n % 32 == 0 && 2 * bmm_chunk_stage_bytes(bm, bn, 32) + 4 * (bm + bn) <= kMaxStaticSmem) ? 32
+                                                                                                       : 16;
+}
+SSD_HOST_DEVICE constexpr int bmm_chunk_stages(int n, int bm, int bn) {
+  return (n / bmm_chunk_block_k(n, bm, bn) >= 3 &&
+          3 * bmm_chunk_stage_bytes(bm, bn, bmm_chunk_block_k(n, bm, bn)) + 4 * (bm + bn) <= kMaxStaticSmem)
+             ? 3
+             : 2;
+}
+SSD_HOST_DEVICE constexpr int bmm_chunk_smem_bytes(int n, int bm, int bn) {
+  return bmm_chunk_stages(n, bm, bn) * bmm_chunk_stage_bytes(bm, bn, bmm_chunk_block_k(n, bm, bn)) + 4 * (bm + bn);
+}
+
+// ---- chunk_state_fwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (p), BLOCK_N (n), BLOCK_K (positions), T, HAS_SEQ_IDX>
+// grid.x = (P / BM) * (N / BN)
+SSD_HOST_DEVICE constexpr int chunk_state_threads(int bm, int bn) { return warp_grid_threads(bm, bn); }
+SSD_HOST_DEVICE constexpr int chunk_state_tiles(int p, int n, int bm, int bn) { return (p / bm) * (n / bn); }
+SSD_HOST_DEVICE constexpr int chunk_state_stage_bytes(int bm, int bn, int bk) {
+  return bk * ((bm + kPad) + (bn + kPad)) * 2;
+}
+SSD_HOST_DEVICE constexpr int chunk_state_stages(int q, int bm, int bn, int bk) {
+  return (q / bk >= 3 && 3 * chunk_state_stage_bytes(bm, bn, bk) + 4 * q <= kMaxStaticSmem) ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int chunk_state_smem_bytes(int q, int bm, int bn, int bk) {
+  return chunk_state_stages(q, bm, bn, bk) * chunk_state_stage_bytes(bm, bn, bk) + 4 * q;
+}
+
+// ---- chunk_scan_fwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (p), BLOCK_K, T, S, HAS_D,
+//                     D_PER_HEADDIM, HAS_Z, HAS_SEQ_IDX>
+// grid.x = (Q / BM) * (P / BN); 4 warps split BLOCK_M (each warp owns BM/4 rows and all BN columns).
+// BLOCK_K is the step of both contractions (over n: min(BLOCK_K, N); over s: BLOCK_K).
+SSD_HOST_DEVICE constexpr int chunk_scan_threads() { return 128; }
+SSD_HOST_DEVICE constexpr int chunk_scan_tiles(int q, int p, int bm, int bn) { return (q / bm) * (p / bn); }
+SSD_HOST_DEVICE constexpr int chunk_scan_block_kn(int n, int bk) { return imin(n, bk); }
+SSD_HOST_DEVICE constexpr int chunk_scan_stage_a_bytes(int n, int bm, int bn, int bk) {
+  return (bm + bn) * (chunk_scan_block_kn(n, bk) + kPad) * 2;  // C tile + P tile (P converted to T)
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_stage_b_bytes(int bm, int bn, int bk) {
+  return bm * (bk + kPad) * 4 + bk * (bn + kPad) * 2;  // CB tile (fp32) + x tile
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
+SSD_HOST_DEVICE constexpr int chunk_scan_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
+SSD_HOST_DEVICE constexpr int chunk_scan_body_bytes(int stages, int n, int bm, int bn, int bk) {
+  return imax(imax(stages * chunk_scan_stage_a_bytes(n, bm, bn, bk), stages * chunk_scan_stage_b_bytes(bm, bn, bk)),
+              chunk_scan_epilogue_bytes(bm, bn));
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_stages(int q, int n, int bm, int bn, int bk, bool seq) {
+  return chunk_scan_body_bytes(3, n, bm, bn, bk) + chunk_scan_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_smem_bytes(int q, int n, int bm, int bn, int bk, bool seq) {
+  return chunk_scan_body_bytes(chunk_scan_stages(q, n, bm, bn, bk, seq), n, bm, bn, bk) +
+         chunk_scan_fixed_bytes(q, seq);
+}
+
+}  // namespace fwd_geom
+}  // namespace ssd_kernels

@@ -1,0 +1,286 @@
+// Tensor-core tile primitives (sm_80+), in the spirit of ThunderKittens: small register tile types
+// and the operations on them, grouped by the scope that executes them.
+//
+//   ptx::    one thread: address conversion, cp.async, 16-bit pack/unpack, raw mma/ldmatrix wrappers
+//   warp::   one warp (32 lanes cooperate): fragment loads from shared memory (ldmatrix) and mma
+//   block::  all threads of a block: cooperative global -> shared tile copies (cp.async, 16 bytes)
+//
+// Everything here is NVRTC-safe: no system or CUDA headers; the only inline PTX of the project lives
+// in this header and in dtype.cuh. Element types are the bit containers of dtype.cuh (bf16, fp16).
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"):
+//   lane = threadIdx.x % 32, g = lane / 4 ("groupID"), t = lane % 4 ("threadID_in_group").
+//   A (16x16, row-major, 16-bit): 4 registers of 2 elements, lower element (smaller column) in the
+//     low 16 bits:  a[0] = A[g  ][2t..2t+1]   a[1] = A[g+8][2t..2t+1]
+//                   a[2] = A[g  ][2t+8..+9]   a[3] = A[g+8][2t+8..+9]
+//   B (16x8, K x N, ".col"): 2 registers, lower element = smaller k:
+//                   b[0] = B[2t..2t+1][g]     b[1] = B[2t+8..2t+9][g]
+//   C/D (16x8 fp32): c[0..1] = C[g][2t..2t+1]   c[2..3] = C[g+8][2t..2t+1]
+//
+// ldmatrix.m8n8.x4.b16: lanes 8j..8j+7 supply the 8 row addresses (16 bytes each) of matrix j; lane L
+//   receives in register j the elements (row L/4, columns 2(L%4), 2(L%4)+1) of matrix j, or with
+//   .trans the elements (rows 2(L%4), 2(L%4)+1; column L/4) of matrix j, lower row in the low half.
+//   Hence: a row-major [m][k] tile gives A without .trans, a [k][m] tile gives A with .trans; an
+//   [n][k] tile (k contiguous) gives B without .trans, a [k][n] tile (n contiguous) gives B with .trans.
+#pragma once
+
+#include "ssd/primitives/dtype.cuh"
+
+namespace ssd_kernels {
+
+// ------------------------------------------------------------------------------------------------
+// Tiny type traits (no <type_traits> under NVRTC).
+template <class A, class B> struct same_type { static constexpr bool value = false; };
+template <class A> struct same_type<A, A> { static constexpr bool value = true; };
+template <class T> struct is_16bit_float { static constexpr bool value = false; };
+template <> struct is_16bit_float<bf16> { static constexpr bool value = true; };
+template <> struct is_16bit_float<fp16> { static constexpr bool value = true; };
+
+// ------------------------------------------------------------------------------------------------
+// Register tile types (one warp holds the whole tile; each lane holds the part given above).
+struct FragA {  // 16x16 16-bit operand A (row-major), 4 x b32
+  unsigned x[4];
+};
+struct FragB {  // 16x8 16-bit operand B (K x N, column fragment), 2 x b32
+  unsigned x[2];
+};
+struct FragC {  // 16x8 fp32 accumulator C/D, 4 x f32
+  float x[4];
+};
+
+// ================================================================================================
+// Thread scope.
+namespace ptx {
+
+// Generic -> shared-window address (32-bit), for ldmatrix / cp.async operands.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// 16-byte asynchronous global -> shared copy, L2 only (.cg). When pred is false nothing is read
+// (src-size 0) and the 16 destination bytes are zero-filled; src must still be a valid address.
+// dst and src must be 16-byte aligned.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool pred) {
+  const int src_bytes = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Closes the group of cp.async issued by this thread since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still pending. Other threads' copies
+// become visible only after a following __syncthreads().
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Two fp32 -> one b32 holding two 16-bit values, round to nearest even; `lo` goes to bits 0..15
+// (the lower-indexed element of a fragment register). cvt's first source fills the upper half.
+template <class T> __device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack2<bf16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <> __device__ __forceinline__ unsigned pack2<fp16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Inverse of pack2 (exact).
+template <class T> __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi);
+template <> __device__ __forceinline__ void unpack2<bf16>(unsigned v, float& lo, float& hi) {
+  lo = __uint_as_float(v << 16);
+  hi = __uint_as_float(v & 0xffff0000u);
+}
+template <> __device__ __forceinline__ void unpack2<fp16>(unsigned v, float& lo, float& hi) {
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+      : "=f"(lo), "=f"(hi)
+      : "r"(v));
+}
+
+// ldmatrix wrappers. addr: this lane's row address (see the header comment).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// D = A * B + D, m16n8k16, fp32 accumulate, operands bf16 or fp16 (layouts in the header comment).
+template <class T> __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
+template <>
+__device__ __forceinline__ void mma_16816<bf16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma_16816<fp16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace ptx
+
+// ================================================================================================
+// Warp scope. `s` points at element (0, 0) of the 16x16 / 16x16 sub-tile in a shared tile with
+// leading dimension `ld` (elements); rows must be 16-byte aligned (ld % 8 == 0, tile base aligned).
+// ld * 2 bytes an odd multiple of 16 keeps every ldmatrix phase bank-conflict free (pad by 8).
+namespace warp {
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+
+__device__ __forceinline__ void zero(FragC& c) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c.x[i] = 0.f;
+}
+
+// A (16x16) from a row-major [m][k] tile (k contiguous): matrices (m0-7,k0-7), (m8-15,k0-7),
+// (m0-7,k8-15), (m8-15,k8-15) -> a[0..3]. Lane L addresses row m = L%16, column k = (L/16)*8.
+template <class T>
+__device__ __forceinline__ void load_a(FragA& a, const T* s, int ld) {
+  const int lane = lane_id();
+  ptx::ldmatrix_x4(a.x, ptx::smem_addr(s + (lane & 15) * ld + (lane >> 4) * 8));
+}
+// A (16x16) from a [k][m] tile (m contiguous), transposed on load: stored matrices (k0-7,m0-7),
+// (k0-7,m8-15), (k8-15,m0-7), (k8-15,m8-15) -> a[0..3]. Lane L addresses stored row
+// k = L%8 + (L/16)*8, column m = ((L/8)%2)*8.
+template <class T>
+__device__ __forceinline__ void load_a_trans(FragA& a, const T* s, int ld) {
+  const int lane = lane_id();
+  ptx::ldmatrix_x4_trans(a.x, ptx::smem_addr(s + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8));
+}
+// Two B fragments (k 0..15 x n 0..7 and n 8..15) from an [n][k] tile (k contiguous, i.e. the
+// row-major B^T): matrices (n0-7,k0-7), (n0-7,k8-15), (n8-15,k0-7), (n8-15,k8-15) -> b0.x[0],
+// b0.x[1], b1.x[0], b1.x[1]. Lane L addresses row n = L%8 + (L/16)*8, column k = ((L/8)%2)*8.
+template <class T>
+__device__ __forceinline__ void load_b2(FragB& b0, FragB& b1, const T* s, int ld) {
+  const int lane = lane_id();
+  unsigned r[4];
+  ptx::ldmatrix_x4(r, ptx::smem_addr(s + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8));
+  b0.x[0] = r[0];
+  b0.x[1] = r[1];
+  b1.x[0] = r[2];
+  b1.x[1] = r[3];
+}
+// Two B fragments from a [k][n] tile (n contiguous), transposed on load: stored matrices
+// (k0-7,n0-7), (k8-15,n0-7), (k0-7,n8-15), (k8-15,n8-15) -> b0.x[0], b0.x[1], b1.x[0], b1.x[1].
+// Lane L addresses stored row k = L%8 + ((L/8)%2)*8, column n = (L/16)*8.
+template <class T>
+__device__ __forceinline__ void load_b2_trans(FragB& b0, FragB& b1, const T* s, int ld) {
+  const int lane = lane_id();
+  unsigned r[4];
+  ptx::ldmatrix_x4_trans(r, ptx::smem_addr(s + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8));
+  b0.x[0] = r[0];
+  b0.x[1] = r[1];
+  b1.x[0] = r[2];
+  b1.x[1] = r[3];
+}
+
+// c += a * b (one m16n8k16 tensor-core op, fp32 accumulate).
+template <class T>
+__device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
+  ptx::mma_16816<T>(c.x, a.x, b.x);
+}
+
+// Multiplies the A fragment column-wise (k) by fp32 factors and rounds back to T: element (m, k)
+// becomes rn(float(A[m][k]) * f[k]). f01 = factors of columns 2t, 2t+1; f89 = of 2t+8, 2t+9.
+template <class T>
+__device__ __forceinline__ void scale_a_cols(FragA& a, float2 f01, float2 f89) {
+  float lo, hi;
+  ptx::unpack2<T>(a.x[0], lo, hi);
+  a.x[0] = ptx::pack2<T>(lo * f01.x, hi * f01.y);
+  ptx::unpack2<T>(a.x[1], lo, hi);
+  a.x[1] = ptx::pack2<T>(lo * f01.x, hi * f01.y);
+  ptx::unpack2<T>(a.x[2], lo, hi);
+  a.x[2] = ptx::pack2<T>(lo * f89.x, hi * f89.y);
+  ptx::unpack2<T>(a.x[3], lo, hi);
+  a.x[3] = ptx::pack2<T>(lo * f89.x, hi * f89.y);
+}
+
+}  // namespace warp
+
+// ================================================================================================
+// Block scope: cooperative tile copies global -> shared. All threads 0..NTHREADS-1 must call.
+namespace block {
+
+// Copies a ROWS x COLS tile of T; element (r, c) comes from g[r * row_stride + c * col_stride]
+// and goes to s[r * LD + c]. pred(r, c0) decides per 16-byte chunk (columns c0 .. c0+V-1,
+// V = 16 / sizeof(T)) whether it is read; chunks not read are zero-filled and never touched in
+// global memory. With vec (16-byte aligned rows, col_stride == 1) the copy is cp.async (complete
+// after cp_async_wait + __syncthreads); otherwise it is a synchronous element-wise copy (visible
+// after __syncthreads). `safe` is any valid global address (used as the source of skipped chunks).
+template <int NTHREADS, int ROWS, int COLS, int LD, class T, class Pred>
+__device__ __forceinline__ void load_tile(T* s, const T* g, long long row_stride, long long col_stride, bool vec,
+                                          const T* safe, Pred pred) {
+  constexpr int V = 16 / int(sizeof(T));
+  static_assert(COLS % V == 0, "tile columns must be a multiple of 16 bytes");
+  static_assert(LD % V == 0, "shared rows must be 16-byte aligned");
+  constexpr int CPR = COLS / V;  // chunks per row
+  constexpr int TOTAL = ROWS * CPR;
+  constexpr int ITERS = (TOTAL + NTHREADS - 1) / NTHREADS;
+  if (vec) {
+    if constexpr (NTHREADS % CPR == 0) {
+      // Each thread keeps one column chunk and walks rows in steps of NTHREADS / CPR.
+      constexpr int RSTEP = NTHREADS / CPR;
+      const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
+      const T* src0 = g + (long long)r0 * row_stride + c;
+      const long long step = (long long)RSTEP * row_stride;
+      const unsigned dst0 = ptx::smem_addr(s + r0 * LD + c);
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it) {
+        const int r = r0 + it * RSTEP;
+        if (TOTAL % NTHREADS == 0 || r < ROWS) {
+          const bool ok = pred(r, c);
+          ptx::cp_async_16(dst0 + unsigned(it * RSTEP * LD * int(sizeof(T))), ok ? src0 + it * step : safe, ok);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it) {
+        const int i = it * NTHREADS + int(threadIdx.x);
+        if (TOTAL % NTHREADS == 0 || i < TOTAL) {
+          const int r = i / CPR, c = (i % CPR) * V;
+          const bool ok = pred(r, c);
+          const T* src = ok ? g + (long long)r * row_stride + c : safe;
+          ptx::cp_async_16(ptx::smem_addr(s + r * LD + c), src, ok);
+        }
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < TOTAL; i += NTHREADS) {
+      const int r = i / CPR, c0 = (i % CPR) * V;
+      const bool ok = pred(r, c0);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        T val;
+        if (ok) {
+          val = g[(long long)r * row_stride + (long long)(c0 + v) * col_stride];
+        } else {
+          val = from_float<T>(0.f);
+        }
+        s[r * LD + c0 + v] = val;
+      }
+    }
+  }
+}
+
+}  // namespace block
+
+// 16-byte alignment test for vectorized paths: pointer aligned and every listed stride a
+// multiple of `v` elements.
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+}  // namespace ssd_kernels

@@ -1,0 +1,287 @@
+// ssd_forward on the GPU against the float64 oracle (forward_chunked): every stage's intermediate,
+// out / out_x / final_states, poisoned outputs all written, and bitwise repeats.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "config/config.h"
+#include "gpu_support.h"
+#include "reference/metrics.h"
+#include "reference/ssd_reference.h"
+
+using namespace gputest;
+
+namespace {
+
+struct FwdCase {
+  int64_t b, L, h, p, g, n;
+  int32_t Q;
+  ssd_dtype dtype;
+  bool D, D_per_headdim, z, bias, softplus, init, seq_idx;
+};
+
+std::string describe(const FwdCase& c) {
+  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
+                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
+                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
+  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
+  if (c.z) s += " z";
+  if (c.bias) s += " bias";
+  if (c.softplus) s += " softplus";
+  if (c.init) s += " init";
+  if (c.seq_idx) s += " seq_idx";
+  return s;
+}
+
+DeviceBuffer upload(const HostArray& a) {
+  DeviceBuffer d(std::max<size_t>(a.bytes.size(), 4));
+  d.upload(a.bytes.data(), a.bytes.size());
+  return d;
+}
+
+struct FwdProblem {
+  FwdCase c;
+  int64_t nc;
+  HostArray x, dt, A, B, C, D, z, bias, init;
+  std::vector<int32_t> seq;
+  DeviceBuffer d_x, d_dt, d_A, d_B, d_C, d_D, d_z, d_bias, d_init, d_seq, d_out, d_out_x, d_final, d_ws;
+  ssd_forward_layout layout{};
+
+  explicit FwdProblem(const FwdCase& cc) : c(cc), nc((cc.L + cc.Q - 1) / cc.Q) {
+    const size_t nx = size_t(c.b * c.L * c.h * c.p), nbc = size_t(c.b * c.L * c.g * c.n);
+    x = make_array(c.dtype, normal(nx));
+    z = make_array(c.dtype, normal(nx));
+    B = make_array(c.dtype, normal(nbc));
+    C = make_array(c.dtype, normal(nbc));
+    dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
+                                        : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
+    A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
+    D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
+    bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
+    init = make_array(SSD_DTYPE_FP32, normal(size_t(c.b * c.h * c.p * c.n)));
+    seq.assign(size_t(c.b * c.L), 0);
+    if (c.seq_idx) {  // boundaries inside chunks and at a chunk edge; row 1 starts at id 1 (no init)
+      for (int64_t bi = 0; bi < c.b; ++bi) {
+        int id = int(bi % 2);
+        for (int64_t t = 0; t < c.L; ++t) {
+          if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
+          seq[size_t(bi * c.L + t)] = id;
+        }
+      }
+    }
+    d_x = upload(x); d_dt = upload(dt); d_A = upload(A); d_B = upload(B); d_C = upload(C);
+    d_D = upload(D); d_z = upload(z); d_bias = upload(bias); d_init = upload(init);
+    d_seq = DeviceBuffer(seq.size() * 4);
+    d_seq.upload(seq.data(), seq.size() * 4);
+    d_out = DeviceBuffer(x.bytes.size());
+    d_out_x = DeviceBuffer(x.bytes.size());
+    d_final = DeviceBuffer(init.bytes.size());
+    layout.struct_size = sizeof(layout);
+    ssd_forward_args a = args();
+    GPU_CHECK_SSD(ssd_forward_workspace_layout(&a, &layout));
+    d_ws = DeviceBuffer(layout.total_bytes);
+  }
+
+  ssd_forward_args args() const {
+    ssd_forward_args a;
+    ssd_forward_args_init(&a);
+    a.chunk_size = c.Q;
+    a.dt_softplus = c.softplus;
+    a.x = tensor(d_x, c.dtype, {c.b, c.L, c.h, c.p});
+    a.dt = tensor(d_dt, c.dtype, {c.b, c.L, c.h});
+    a.A = tensor(d_A, SSD_DTYPE_FP32, {c.h});
+    a.B = tensor(d_B, c.dtype, {c.b, c.L, c.g, c.n});
+    a.C = tensor(d_C, c.dtype, {c.b, c.L, c.g, c.n});
+    if (c.D) a.D = c.D_per_headdim ? tensor(d_D, SSD_DTYPE_FP32, {c.h, c.p}) : tensor(d_D, SSD_DTYPE_FP32, {c.h});
+    if (c.z) {
+      a.z = tensor(d_z, c.dtype, {c.b, c.L, c.h, c.p});
+      a.out_x = tensor(d_out_x, c.dtype, {c.b, c.L, c.h, c.p});
+    }
+    if (c.bias) a.dt_bias = tensor(d_bias, SSD_DTYPE_FP32, {c.h});
+    if (c.init) a.initial_states = tensor(d_init, SSD_DTYPE_FP32, {c.b, c.h, c.p, c.n});
+    if (c.seq_idx) a.seq_idx = tensor(d_seq, SSD_DTYPE_INT32, {c.b, c.L});
+    a.out = tensor(d_out, c.dtype, {c.b, c.L, c.h, c.p});
+    a.final_states = tensor(d_final, SSD_DTYPE_FP32, {c.b, c.h, c.p, c.n});
+    a.workspace = d_ws.get();
+    a.workspace_bytes = layout.total_bytes;
+    return a;
+  }
+
+  ssd::ref::SsdProblem oracle_problem() const {
+    ssd::ref::SsdProblem q;
+    q.sz = {c.b, c.L, c.h, c.p, c.g, c.n, c.Q};
+    q.x = x.values.data(); q.dt = dt.values.data(); q.A = A.values.data();
+    q.B = B.values.data(); q.C = C.values.data();
+    if (c.D) { q.D = D.values.data(); q.D_per_headdim = c.D_per_headdim; }
+    if (c.z) q.z = z.values.data();
+    if (c.bias) q.dt_bias = bias.values.data();
+    if (c.init) q.initial_states = init.values.data();
+    if (c.seq_idx) q.seq_idx = seq.data();
+    q.dt_softplus = c.softplus;
+    return q;
+  }
+
+  // Poisons outputs and workspace, runs, returns out ++ out_x ++ final_states bytes.
+  std::vector<uint8_t> run(ssd_runtime* rt) {
+    d_out.poison(); d_out_x.poison(); d_final.poison(); d_ws.poison();
+    ssd_forward_args a = args();
+    GPU_CHECK_SSD(ssd_forward(rt, &a, nullptr, nullptr));
+    std::vector<uint8_t> r = download_bytes(d_out), ox = download_bytes(d_out_x), f = download_bytes(d_final);
+    if (c.z) r.insert(r.end(), ox.begin(), ox.end());
+    r.insert(r.end(), f.begin(), f.end());
+    return r;
+  }
+};
+
+
+const FwdCase kFwdCases[] = {
+    {2, 600, 8, 64, 2, 64, 256, SSD_DTYPE_BF16, true, false, true, true, true, true, false},
+    {2, 300, 4, 32, 1, 16, 64, SSD_DTYPE_FP16, false, false, false, false, false, false, false},
+    {2, 513, 16, 128, 8, 128, 128, SSD_DTYPE_BF16, true, true, false, false, false, true, true},
+    {2, 512, 8, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false},
+    {2, 400, 6, 64, 3, 32, 128, SSD_DTYPE_FP16, true, false, true, true, true, true, true},
+};
+
+}  // namespace
+
+TEST_CASE("ssd_forward matches the float64 oracle, stage by stage" * doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  for (const FwdCase& c : kFwdCases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    prob.run(rt.rt);
+    const ssd::ref::SsdForwardResult ref = ssd::ref::forward_chunked(prob.oracle_problem());
+    const size_t nx = size_t(c.b * c.L * c.h * c.p), nch = size_t(c.b * c.h * prob.nc * c.Q);
+    const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n), ncb = size_t(c.b * prob.nc * c.g * c.Q * c.Q);
+    std::vector<uint8_t> ws = download_bytes(prob.d_ws);
+    auto region = [&](size_t offset, size_t count) {
+      std::vector<double> v(count);
+      for (size_t i = 0; i < count; ++i) {
+        float f;
+        std::memcpy(&f, ws.data() + offset + 4 * i, 4);
+        v[i] = f;
+      }
+      return v;
+    };
+    std::vector<double> dt_out = region(prob.layout.dt_out_offset, nch), cs = region(prob.layout.dA_cumsum_offset, nch);
+    std::vector<double> P = region(prob.layout.states_offset, nst), CB = region(prob.layout.CB_offset, ncb);
+    // CB: only the causal lower triangle is produced and read.
+    std::vector<double> CB_ref = ref.CB;
+    for (size_t blk = 0; blk < size_t(c.b * prob.nc * c.g); ++blk)
+      for (int l = 0; l < c.Q; ++l)
+        for (int s = l + 1; s < c.Q; ++s) CB[blk * c.Q * c.Q + l * c.Q + s] = CB_ref[blk * c.Q * c.Q + l * c.Q + s] = 0;
+    std::vector<double> out = download_values(prob.d_out, c.dtype, nx);
+    std::vector<double> fin = download_values(prob.d_final, SSD_DTYPE_FP32, size_t(c.b * c.h * c.p * c.n));
+    REQUIRE(all_finite(out));
+    REQUIRE(all_finite(fin));
+    const double e_dt = ssd::ref::rel_l2(dt_out.data(), ref.dt_out.data(), nch);
+    const double e_cs = ssd::ref::rel_l2(cs.data(), ref.dA_cumsum.data(), nch);
+    const double e_cb = ssd::ref::rel_l2(CB.data(), CB_ref.data(), ncb);
+    const double e_P = ssd::ref::rel_l2(P.data(), ref.prev_states.data(), nst);
+    const double e_out = ssd::ref::rel_l2(out.data(), ref.out.data(), nx);
+    const double e_fin = ssd::ref::rel_l2(fin.data(), ref.final_states.data(), fin.size());
+    double e_ox = 0;
+    if (c.z) {
+      std::vector<double> ox = download_values(prob.d_out_x, c.dtype, nx);
+      REQUIRE(all_finite(ox));
+      e_ox = ssd::ref::rel_l2(ox.data(), ref.out_x.data(), nx);
+    }
+    MESSAGE("fwd " << describe(c) << ": rel_l2 out " << e_out << " out_x " << e_ox << " final " << e_fin
+                   << " | dt " << e_dt << " cumsum " << e_cs << " CB " << e_cb << " P " << e_P);
+    const double tol = c.dtype == SSD_DTYPE_BF16 ? 3e-3 : 1e-3;
+    CHECK(e_dt < 1e-5);
+    CHECK(e_cs < 1e-5);
+    CHECK(e_cb < 1e-5);
+    CHECK(e_P < tol);
+    CHECK(e_out < tol);
+    CHECK(e_ox < tol);
+    CHECK(e_fin < tol);
+  }
+}
+
+TEST_CASE("ssd_forward: ten repeats give identical bits" * doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  FwdProblem prob(kFwdCases[4]);
+  const std::vector<uint8_t> first = prob.run(rt.rt);
+  for (int i = 0; i < 10; ++i) CHECK(same_bytes(prob.run(rt.rt), first));
+}
+
+TEST_CASE("ssd_forward: bad arguments are refused by name, nothing written" * doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  FwdProblem prob(kFwdCases[1]);
+  prob.d_out.poison();
+  ssd_forward_args a = prob.args();
+  a.C.shape[3] = 32;
+  CHECK(ssd_forward(rt.rt, &a, nullptr, nullptr) == SSD_ERROR_INVALID_SHAPE);
+  CHECK(std::string(ssd_last_error_detail()).find("C:") != std::string::npos);
+  a = prob.args();
+  a.B.dtype = SSD_DTYPE_BF16;  // x is fp16
+  CHECK(ssd_forward(rt.rt, &a, nullptr, nullptr) == SSD_ERROR_INVALID_DTYPE);
+  a = prob.args();
+  a.workspace_bytes = 100;
+  CHECK(ssd_forward(rt.rt, &a, nullptr, nullptr) == SSD_ERROR_WORKSPACE_TOO_SMALL);
+  a = prob.args();
+  a.out_x = a.out;  // no z given
+  CHECK(ssd_forward(rt.rt, &a, nullptr, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
+  for (double v : download_values(prob.d_out, SSD_DTYPE_FP16, prob.x.values.size())) REQUIRE(std::isnan(v));
+}
+
+#include "ops/ssd_forward.h"
+#include "runtime/runtime.h"
+
+TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, options on and off)" *
+          doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  // Every (p, n, Q, dtype); ngroups and the options rotate so each is seen on and off.
+  std::vector<FwdCase> cases;
+  int i = 0;
+  for (int64_t p : {32, 64, 128})
+    for (int64_t n : {16, 64, 128, 256})
+      for (int32_t Q : {64, 128, 256})
+        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
+          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
+          FwdCase c{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt,
+                    i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2};
+          cases.push_back(c);
+          ++i;
+        }
+  // Compile everything the sweep needs in parallel first (the kernels are the point, not NVRTC time).
+  auto arch = ssd::runtime_arch(*rt.rt);
+  REQUIRE(arch.ok());
+  std::vector<ssd_kernel_config> configs;
+  for (const FwdCase& c : cases) {
+    FwdProblem probe_shape(FwdCase{c.b, 1, c.h, c.p, c.g, c.n, c.Q, c.dtype, c.D, c.D_per_headdim, c.z, c.bias,
+                                   c.softplus, c.init, c.seq_idx});
+    ssd_forward_args a = probe_shape.args();
+    auto k = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
+    REQUIRE(k.ok());
+    configs.insert(configs.end(), k->begin(), k->end());
+  }
+  for (auto& r : rt.rt->builder->build_many(configs, 16)) REQUIRE_MESSAGE(r.ok(), r.status().detail);
+
+  double worst_bf16 = 0, worst_fp16 = 0;
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    prob.run(rt.rt);
+    const ssd::ref::SsdForwardResult ref = ssd::ref::forward_chunked(prob.oracle_problem());
+    const size_t nx = size_t(c.b * c.L * c.h * c.p);
+    std::vector<double> out = download_values(prob.d_out, c.dtype, nx);
+    std::vector<double> fin = download_values(prob.d_final, SSD_DTYPE_FP32, size_t(c.b * c.h * c.p * c.n));
+    REQUIRE(all_finite(out));
+    REQUIRE(all_finite(fin));
+    double e = std::max(ssd::ref::rel_l2(out.data(), ref.out.data(), nx),
+                        ssd::ref::rel_l2(fin.data(), ref.final_states.data(), fin.size()));
+    if (c.z) {
+      std::vector<double> ox = download_values(prob.d_out_x, c.dtype, nx);
+      REQUIRE(all_finite(ox));
+      e = std::max(e, ssd::ref::rel_l2(ox.data(), ref.out_x.data(), nx));
+    }
+    CHECK(e < (c.dtype == SSD_DTYPE_BF16 ? 3e-3 : 1e-3));
+    (c.dtype == SSD_DTYPE_BF16 ? worst_bf16 : worst_fp16) = std::max(c.dtype == SSD_DTYPE_BF16 ? worst_bf16 : worst_fp16, e);
+  }
+  MESSAGE("fwd matrix: " << cases.size() << " cases, worst rel_l2 (out, out_x, final) bf16 " << worst_bf16
+                         << ", fp16 " << worst_fp16);
+}

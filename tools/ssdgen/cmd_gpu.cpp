@@ -1,0 +1,329 @@
+// GPU subcommands: `bench` (CUDA-event timings, median of many runs) and `check` (the forward
+// against the float64 oracle). Both need a driver and a device: without them they exit 6.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "config/config.h"
+#include "ops/ssd_forward.h"
+#include "reference/metrics.h"
+#include "reference/ssd_reference.h"
+#include "runtime/runtime.h"
+
+namespace ssdgen {
+namespace {
+
+using ssd::cuda::Driver;
+
+// A device allocation that frees itself.
+struct DeviceMemory {
+  const Driver* drv = nullptr;
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  ~DeviceMemory() {
+    if (ptr) drv->cuMemFree(ptr);
+  }
+};
+
+struct Problem {
+  int64_t b, L, h, p, g, n;
+  int32_t Q;
+};
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+double from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+ssd_tensor make_tensor(CUdeviceptr data, ssd_dtype dtype, std::initializer_list<int64_t> shape) {
+  ssd_tensor t{};
+  t.data = reinterpret_cast<void*>(data);
+  t.dtype = dtype;
+  t.ndim = int32_t(shape.size());
+  int i = 0;
+  for (int64_t s : shape) t.shape[i++] = s;
+  int64_t stride = 1;
+  for (int k = t.ndim - 1; k >= 0; --k) {
+    t.strides[k] = stride;
+    stride *= t.shape[k];
+  }
+  return t;
+}
+
+// Inputs of one forward problem (bf16, the Mamba2 layer's options: D per head, dt_bias, softplus).
+struct ForwardInputs {
+  Problem pr;
+  DeviceMemory x, dt, A, B, C, D, bias, out, final_states, ws;
+  ssd_forward_layout layout{};
+  // Host copies (exact bf16 values) when the oracle needs them.
+  std::vector<double> hx, hdt, hA, hB, hC, hD, hbias;
+};
+
+ssd::Status alloc(const Driver& drv, DeviceMemory& m, size_t bytes) {
+  m.drv = &drv;
+  m.bytes = bytes;
+  return ssd::cuda::check(drv.cuMemAlloc(&m.ptr, std::max<size_t>(bytes, 4)), "cuMemAlloc");
+}
+
+// Fills `count` bf16 values: a random block of up to 4M values, repeated (large problems would
+// spend minutes in the host RNG otherwise). `keep` receives the exact values when non-null.
+ssd::Status fill_bf16(const Driver& drv, DeviceMemory& m, size_t count, double lo, double hi, bool normal,
+                      std::mt19937_64& rng, std::vector<double>* keep) {
+  SSD_RETURN_IF_ERROR(alloc(drv, m, count * 2));
+  const size_t block = std::min<size_t>(count, size_t(1) << 22);
+  std::vector<uint16_t> host(block);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> ud{float(lo), float(hi)};
+  for (uint16_t& v : host) v = to_bf16(normal ? nd(rng) : ud(rng));
+  if (keep) {
+    keep->resize(count);
+    for (size_t i = 0; i < count; ++i) (*keep)[i] = from_bf16(host[i % block]);
+  }
+  for (size_t off = 0; off < count; off += block)
+    SSD_RETURN_IF_ERROR(ssd::cuda::check(drv.cuMemcpyHtoD(m.ptr + off * 2, host.data(), std::min(block, count - off) * 2),
+                                         "cuMemcpyHtoD"));
+  return ssd::Status::Ok();
+}
+
+ssd::Status fill_f32(const Driver& drv, DeviceMemory& m, size_t count, double lo, double hi, std::mt19937_64& rng,
+                     std::vector<double>& keep) {
+  SSD_RETURN_IF_ERROR(alloc(drv, m, count * 4));
+  std::uniform_real_distribution<float> ud{float(lo), float(hi)};
+  std::vector<float> host(count);
+  keep.resize(count);
+  for (size_t i = 0; i < count; ++i) keep[i] = host[i] = ud(rng);
+  return ssd::cuda::check(drv.cuMemcpyHtoD(m.ptr, host.data(), count * 4), "cuMemcpyHtoD");
+}
+
+ssd::Status prepare(const Driver& drv, const Problem& pr, bool keep_host, ForwardInputs& in) {
+  in.pr = pr;
+  std::mt19937_64 rng(std::random_device{}());
+  const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p), nbc = size_t(pr.b * pr.L * pr.g * pr.n);
+  SSD_RETURN_IF_ERROR(fill_bf16(drv, in.x, nx, 0, 0, true, rng, keep_host ? &in.hx : nullptr));
+  SSD_RETURN_IF_ERROR(fill_bf16(drv, in.B, nbc, 0, 0, true, rng, keep_host ? &in.hB : nullptr));
+  SSD_RETURN_IF_ERROR(fill_bf16(drv, in.C, nbc, 0, 0, true, rng, keep_host ? &in.hC : nullptr));
+  SSD_RETURN_IF_ERROR(fill_bf16(drv, in.dt, size_t(pr.b * pr.L * pr.h), -3.0, 0.5, false, rng, keep_host ? &in.hdt : nullptr));
+  SSD_RETURN_IF_ERROR(fill_f32(drv, in.A, size_t(pr.h), -4.0, -0.5, rng, in.hA));
+  SSD_RETURN_IF_ERROR(fill_f32(drv, in.D, size_t(pr.h), 0.5, 1.5, rng, in.hD));
+  SSD_RETURN_IF_ERROR(fill_f32(drv, in.bias, size_t(pr.h), -3.0, -1.0, rng, in.hbias));
+  SSD_RETURN_IF_ERROR(alloc(drv, in.out, nx * 2));
+  SSD_RETURN_IF_ERROR(alloc(drv, in.final_states, size_t(pr.b * pr.h * pr.p * pr.n) * 4));
+  return ssd::Status::Ok();
+}
+
+ssd_forward_args forward_args(const ForwardInputs& in) {
+  const Problem& pr = in.pr;
+  ssd_forward_args a;
+  ssd_forward_args_init(&a);
+  a.chunk_size = pr.Q;
+  a.dt_softplus = 1;
+  a.x = make_tensor(in.x.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  a.dt = make_tensor(in.dt.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.h});
+  a.A = make_tensor(in.A.ptr, SSD_DTYPE_FP32, {pr.h});
+  a.B = make_tensor(in.B.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
+  a.C = make_tensor(in.C.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
+  a.D = make_tensor(in.D.ptr, SSD_DTYPE_FP32, {pr.h});
+  a.dt_bias = make_tensor(in.bias.ptr, SSD_DTYPE_FP32, {pr.h});
+  a.out = make_tensor(in.out.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  a.final_states = make_tensor(in.final_states.ptr, SSD_DTYPE_FP32, {pr.b, pr.h, pr.p, pr.n});
+  a.workspace = reinterpret_cast<void*>(in.ws.ptr);
+  a.workspace_bytes = in.ws.bytes;
+  return a;
+}
+
+struct GpuArgs {
+  std::string what, preset = "nemotronh-56b";
+  int64_t batch = -1, seqlen = -1;
+  int iters = 100, warmup = 10;
+};
+
+int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want_what, GpuArgs& out) {
+  ArgCursor cur(args);
+  while (!cur.done()) {
+    if (auto v = cur.value("--preset")) out.preset = *v;
+    else if (auto v = cur.value("--batch")) {
+      auto n = parse_positive_int(*v, "--batch", 1 << 16);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.batch = n.value();
+    } else if (auto v = cur.value("--seqlen")) {
+      auto n = parse_positive_int(*v, "--seqlen", 1 << 24);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.seqlen = n.value();
+    } else if (auto v = cur.value("--iters")) {
+      auto n = parse_positive_int(*v, "--iters", 100000);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.iters = n.value();
+    } else if (auto v = cur.value("--warmup")) {
+      auto n = parse_positive_int(*v, "--warmup", 100000);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.warmup = n.value();
+    } else if (cur.at_option()) {
+      return usage_error(ctx, "unknown option '" + cur.peek() + "'");
+    } else if (want_what && out.what.empty()) {
+      out.what = cur.take();
+    } else {
+      return usage_error(ctx, "unexpected argument '" + cur.peek() + "'");
+    }
+  }
+  if (cur.error()) return usage_error(ctx, *cur.error());
+  return -1;
+}
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
+  GpuArgs ga;
+  ga.batch = 4;
+  ga.seqlen = 2048;
+  if (int rc = parse_gpu_args(ctx, args, true, ga); rc >= 0) return rc;
+  if (ga.what != "fwd") return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward)");
+  auto preset = ssd::find_preset(ga.preset);
+  if (!preset.ok()) return fail(ctx, preset.status());
+  auto drv_r = ssd::cuda::driver();
+  if (!drv_r.ok()) return fail(ctx, drv_r.status());
+  const Driver& drv = *drv_r.value();
+  auto ctx_r = ssd::cuda::current_context();
+  if (!ctx_r.ok()) return fail(ctx, ctx_r.status());
+  ssd_runtime_options ro{};
+  ro.struct_size = sizeof(ro);
+  ro.mode = SSD_MODE_DETERMINISTIC;
+  ro.cache_mode = -1;
+  auto rt = ssd::create_runtime(ro);
+  if (!rt.ok()) return fail(ctx, rt.status());
+
+  const ssd::ModelPreset& m = preset.value();
+  ForwardInputs in;
+  Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
+  if (ssd::Status s = prepare(drv, pr, false, in); !s.ok()) return fail(ctx, s);
+  ssd_forward_args a = forward_args(in);
+  auto layout = ssd::forward_layout(&a);
+  if (!layout.ok()) return fail(ctx, layout.status());
+  if (ssd::Status s = alloc(drv, in.ws, layout->total_bytes); !s.ok()) return fail(ctx, s);
+  a = forward_args(in);
+
+  CUstream stream;
+  drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  constexpr int kStages = 5;
+  std::vector<CUevent> ev(kStages + 1);
+  for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
+  std::vector<float> total;
+  std::vector<std::vector<float>> stage(kStages);
+  for (int it = 0; it < ga.warmup + ga.iters; ++it) {
+    drv.cuEventRecord(ev[0], stream);
+    ssd::Status s = ssd::ssd_forward(*rt.value(), &a, nullptr, stream, [&](int i) { drv.cuEventRecord(ev[i + 1], stream); });
+    if (!s.ok()) return fail(ctx, s);
+    if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
+      return fail(ctx, sync);
+    if (it < ga.warmup) continue;
+    float ms = 0;
+    drv.cuEventElapsedTime(&ms, ev[0], ev[kStages]);
+    total.push_back(ms);
+    for (int i = 0; i < kStages; ++i) {
+      drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
+      stage[i].push_back(ms);
+    }
+  }
+  for (CUevent& e : ev) drv.cuEventDestroy(e);
+  drv.cuStreamDestroy(stream);
+
+  static const char* names[kStages] = {"chunk_cumsum_fwd", "bmm_chunk_fwd", "chunk_state_fwd", "state_passing_fwd",
+                                       "chunk_scan_fwd"};
+  char dev_name[256] = {0};
+  CUdevice dev;
+  drv.cuCtxGetDevice(&dev);
+  drv.cuDeviceGetName(dev_name, sizeof(dev_name), dev);
+  if (ctx.json) {
+    nlohmann::json j{{"what", "fwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"iters", ga.iters},
+                     {"device", dev_name}, {"median_ms", median(total)}, {"workspace_bytes", layout->total_bytes}};
+    for (int i = 0; i < kStages; ++i) j["stages_median_ms"][names[i]] = median(stage[i]);
+    print_json(j);
+  } else {
+    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up)\n",
+               m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup);
+    for (int i = 0; i < kStages; ++i) fmt::print("  {:<20} {:8.3f} ms\n", names[i], median(stage[i]));
+    fmt::print("  {:<20} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));
+  }
+  return kExitOk;
+}
+
+int cmd_check(Context& ctx, const std::vector<std::string>& args) {
+  GpuArgs ga;
+  ga.batch = 1;
+  ga.seqlen = 512;
+  if (int rc = parse_gpu_args(ctx, args, false, ga); rc >= 0) return rc;
+  auto preset = ssd::find_preset(ga.preset);
+  if (!preset.ok()) return fail(ctx, preset.status());
+  auto drv_r = ssd::cuda::driver();
+  if (!drv_r.ok()) return fail(ctx, drv_r.status());
+  const Driver& drv = *drv_r.value();
+  auto ctx_r = ssd::cuda::current_context();
+  if (!ctx_r.ok()) return fail(ctx, ctx_r.status());
+  ssd_runtime_options ro{};
+  ro.struct_size = sizeof(ro);
+  ro.mode = SSD_MODE_DETERMINISTIC;
+  ro.cache_mode = -1;
+  auto rt = ssd::create_runtime(ro);
+  if (!rt.ok()) return fail(ctx, rt.status());
+  const ssd::ModelPreset& m = preset.value();
+  ForwardInputs in;
+  Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
+  if (ssd::Status s = prepare(drv, pr, true, in); !s.ok()) return fail(ctx, s);
+  ssd_forward_args a = forward_args(in);
+  auto layout = ssd::forward_layout(&a);
+  if (!layout.ok()) return fail(ctx, layout.status());
+  if (ssd::Status s = alloc(drv, in.ws, layout->total_bytes); !s.ok()) return fail(ctx, s);
+  a = forward_args(in);
+  drv.cuMemsetD8(in.out.ptr, 0xFF, in.out.bytes);  // poison: unwritten elements stay NaN
+  drv.cuMemsetD8(in.final_states.ptr, 0xFF, in.final_states.bytes);
+  if (ssd::Status s = ssd::ssd_forward(*rt.value(), &a, nullptr, nullptr); !s.ok()) return fail(ctx, s);
+  if (ssd::Status s = ssd::cuda::check(drv.cuCtxSynchronize(), "cuCtxSynchronize"); !s.ok()) return fail(ctx, s);
+
+  std::vector<uint16_t> out16(in.out.bytes / 2);
+  std::vector<float> fin32(in.final_states.bytes / 4);
+  drv.cuMemcpyDtoH(out16.data(), in.out.ptr, in.out.bytes);
+  drv.cuMemcpyDtoH(fin32.data(), in.final_states.ptr, in.final_states.bytes);
+  std::vector<double> out(out16.size()), fin(fin32.begin(), fin32.end());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = from_bf16(out16[i]);
+
+  ssd::ref::SsdProblem q;
+  q.sz = {pr.b, pr.L, pr.h, pr.p, pr.g, pr.n, pr.Q};
+  q.x = in.hx.data(); q.dt = in.hdt.data(); q.A = in.hA.data(); q.B = in.hB.data(); q.C = in.hC.data();
+  q.D = in.hD.data(); q.dt_bias = in.hbias.data(); q.dt_softplus = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ssd::ref::SsdForwardResult ref = ssd::ref::forward_chunked(q);
+  const double oracle_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double e_out = ssd::ref::rel_l2(out.data(), ref.out.data(), out.size());
+  const double e_fin = ssd::ref::rel_l2(fin.data(), ref.final_states.data(), fin.size());
+  const bool ok = std::isfinite(e_out) && std::isfinite(e_fin) && e_out < 3e-3 && e_fin < 3e-3;
+  if (ctx.json) {
+    print_json({{"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"rel_l2", {{"out", e_out}, {"final_states", e_fin}}},
+                {"tolerance", 3e-3}, {"ok", ok}});
+  } else {
+    fmt::print("check fwd {} b={} L={} (bf16, D, dt_bias, softplus) vs float64 oracle ({:.1f} s):\n", m.name, pr.b,
+               pr.L, oracle_s);
+    fmt::print("  out           rel_l2 {:.3e}\n  final_states  rel_l2 {:.3e}\n  {}\n", e_out, e_fin,
+               ok ? "OK (< 3e-3)" : "FAILED (tolerance 3e-3; NaN means unwritten elements)");
+  }
+  return ok ? kExitOk : kExitInternal;
+}
+
+}  // namespace ssdgen
