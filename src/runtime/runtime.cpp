@@ -63,13 +63,24 @@ Result<ssd_arch> runtime_arch(ssd_runtime& runtime) {
 Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_config& config) {
   auto ctx = cuda::current_context();
   if (!ctx.ok()) return ctx.status();
+  // Hot path: a config this context has loaded before, as the caller spelled it. Skips codegen and
+  // key hashing, which cost far more than the kernels they launch.
+  const std::string spelled = config_record(config);
+  {
+    std::lock_guard<std::mutex> lock(runtime.mutex);
+    auto hit = runtime.loaded_by_config.find(std::make_pair(ctx.value(), spelled));
+    if (hit != runtime.loaded_by_config.end()) return hit->second;
+  }
   auto built = runtime.builder->build(config);
   if (!built.ok()) return built.status();
   const BuiltKernel& b = *built.value();
   std::lock_guard<std::mutex> lock(runtime.mutex);
   auto where = std::make_pair(ctx.value(), b.key.hex);
   auto it = runtime.kernels.find(where);
-  if (it != runtime.kernels.end()) return static_cast<const ssd_kernel*>(it->second.get());
+  if (it != runtime.kernels.end()) {
+    runtime.loaded_by_config[std::make_pair(ctx.value(), spelled)] = it->second.get();
+    return static_cast<const ssd_kernel*>(it->second.get());
+  }
 
   const cuda::Driver& d = *cuda::driver().value();
   auto kernel = std::make_unique<ssd_kernel>();
@@ -89,6 +100,7 @@ Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_conf
   }
   const ssd_kernel* raw = kernel.get();
   runtime.kernels.emplace(where, std::move(kernel));
+  runtime.loaded_by_config[std::make_pair(ctx.value(), spelled)] = raw;
   return raw;
 }
 

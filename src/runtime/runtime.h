@@ -28,7 +28,8 @@ struct ssd_runtime {
   std::atomic<bool> warned_workspace{false};
 
   std::mutex mutex;
-  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<ssd_kernel>> kernels;
+  std::map<std::pair<CUcontext, std::string>, std::unique_ptr<ssd_kernel>> kernels;  // by key
+  std::map<std::pair<CUcontext, std::string>, const ssd_kernel*> loaded_by_config;    // by config_record
 
   ~ssd_runtime();
 };

@@ -26,18 +26,37 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
     if (e >= p.state_size) continue;
     float S = kHasInit ? p.initial_states[b * p.init_stride_b + h * p.init_stride_h + e] : 0.f;
     int prev_id = 0;  // seq_idx(cQ - 1), with seq_idx(-1) := 0
-    for (long long c = 0; c < p.nchunks; ++c) {
-      const long long last = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q) - 1;  // λ_c
-      float carry = expf(p.dA_cumsum[b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h + c * p.dA_cumsum_stride_c + last]);
-      if (kHasSeqIdx) {
-        const int last_id = p.seq_idx[b * p.seq_idx_stride_b + (c * Q + last) * p.seq_idx_stride_l];
-        if (last_id != prev_id) carry = 0.f;
-        prev_id = last_id;
+    float* base = p.states + b * p.states_stride_b + h * p.states_stride_h + e;
+    const float* cs = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h;
+    // kGroup chunks per step: their loads are issued before the first store, so they overlap
+    // (the compiler cannot move loads above stores into the same buffer by itself).
+    constexpr int kGroup = 4;
+    for (long long c0 = 0; c0 < p.nchunks; c0 += kGroup) {
+      float s_in[kGroup], log_carry[kGroup];
+      int last_id[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const long long c = c0 + j;
+        if (c < p.nchunks) {
+          const long long last = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q) - 1;  // λ_c
+          s_in[j] = base[c * p.states_stride_c];
+          log_carry[j] = cs[c * p.dA_cumsum_stride_c + last];
+          last_id[j] = kHasSeqIdx ? p.seq_idx[b * p.seq_idx_stride_b + (c * Q + last) * p.seq_idx_stride_l] : 0;
+        }
       }
-      float* slot = p.states + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h + e;
-      const float s = *slot;
-      *slot = S;
-      S = __fmaf_rn(carry, S, s);
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const long long c = c0 + j;
+        if (c < p.nchunks) {
+          float carry = expf(log_carry[j]);
+          if (kHasSeqIdx) {
+            if (last_id[j] != prev_id) carry = 0.f;
+            prev_id = last_id[j];
+          }
+          base[c * p.states_stride_c] = S;
+          S = __fmaf_rn(carry, S, s_in[j]);
+        }
+      }
     }
     if (p.final_states) p.final_states[b * p.final_stride_b + h * p.final_stride_h + e] = S;
   }
