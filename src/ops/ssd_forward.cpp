@@ -104,7 +104,8 @@ ssd_tensor fp32_tensor(void* data, std::initializer_list<int64_t> shape) {
 
 // The five specializations one call uses: chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing,
 // chunk_scan (in launch order).
-std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const FwdDims& d, ssd_arch arch, ssd_mode mode) {
+std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const FwdDims& d, ssd_arch arch, ssd_mode mode,
+                                              const ForwardTiles* tiles) {
   const bool seq = a.seq_idx.data != nullptr;
   std::vector<ssd_kernel_config> out;
   ssd_kernel_config cs = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
@@ -134,6 +135,12 @@ std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const F
       if (a.D.data) c.flags |= SSD_FLAG_D | (a.D.ndim == 2 ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
       if (a.z.data) c.flags |= SSD_FLAG_Z;
     }
+    if (tiles) {
+      c.tile = k == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
+               : k == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state
+               : k == SSD_KERNEL_STATE_PASSING_FWD ? tiles->passing
+                                                   : tiles->scan;
+    }
     out.push_back(c);
   }
   return out;
@@ -161,16 +168,16 @@ Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args) {
 }
 
 Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_args* user_args, ssd_arch arch,
-                                                             ssd_mode mode) {
+                                                             ssd_mode mode, const ForwardTiles* tiles) {
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
   FwdDims d{};
   SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
-  return kernel_configs(args.value(), d, arch, mode);
+  return kernel_configs(args.value(), d, arch, mode, tiles);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
-                   CUstream stream, const std::function<void(int)>& after_stage) {
+                   CUstream stream, const std::function<void(int)>& after_stage, const ForwardTiles* tiles) {
   auto stage_done = [&](int stage) {
     if (after_stage) after_stage(stage);
   };
@@ -197,7 +204,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   if (!arch.ok()) return arch.status();
 
   // All kernels first: nothing is launched unless every one of them is available.
-  const std::vector<ssd_kernel_config> configs = kernel_configs(a, d, arch.value(), mode);
+  const std::vector<ssd_kernel_config> configs = kernel_configs(a, d, arch.value(), mode, tiles);
   const ssd_kernel* kernels[4];
   for (int i = 0; i < 4; ++i) {
     auto k = get_kernel(rt, configs[i + 1]);

@@ -85,6 +85,40 @@ TEST_CASE("every bad field is named with its legal values") {
   CHECK(contains(error_of(c), "dtype"));
 }
 
+TEST_CASE("forward kernels: fields and tiles are checked against the templates' constraints") {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_FWD);
+  CHECK(validate_config(c).ok());
+  c.headdim = 48;
+  CHECK(contains(error_of(c), "headdim"));
+  c = default_config(SSD_KERNEL_BMM_CHUNK_FWD);
+  c.flags = SSD_FLAG_Z;
+  CHECK(contains(error_of(c), "flags"));
+  c = default_config(SSD_KERNEL_CHUNK_SCAN_FWD);
+  c.flags = SSD_FLAG_D_PER_HEADDIM;
+  CHECK(contains(error_of(c), "D_per_headdim"));
+  c = default_config(SSD_KERNEL_CHUNK_SCAN_FWD);
+  c.dstate = 256;
+  c.tile = {128, 64, 32, 0, 0};
+  CHECK(contains(error_of(c), "48 KiB"));
+  c = default_config(SSD_KERNEL_CHUNK_STATE_FWD);
+  c.dtype = SSD_DTYPE_FP32;
+  CHECK(contains(error_of(c), "dtype"));
+  c = default_config(SSD_KERNEL_STATE_PASSING_FWD);
+  c.headdim = 64;
+  CHECK(contains(error_of(c), "headdim"));
+  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
+                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
+    ssd_kernel_config d = default_config(k);
+    d.dstate = k == SSD_KERNEL_STATE_PASSING_FWD ? 0 : 256;
+    auto tiles = legal_tiles(d);
+    CHECK(!tiles.empty());
+    for (const ssd_tile& t : tiles) {
+      d.tile = t;
+      CHECK(validate_config(d).ok());
+    }
+  }
+}
+
 TEST_CASE("read_config honours struct_size") {
   ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.struct_size = 3;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -146,7 +147,7 @@ ssd_forward_args forward_args(const ForwardInputs& in) {
 }
 
 struct GpuArgs {
-  std::string what, preset = "nemotronh-56b";
+  std::string what, preset = "nemotronh-56b", tiles;
   int64_t batch = -1, seqlen = -1;
   int iters = 100, warmup = 10;
 };
@@ -155,6 +156,7 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
   ArgCursor cur(args);
   while (!cur.done()) {
     if (auto v = cur.value("--preset")) out.preset = *v;
+    else if (auto v = cur.value("--tiles")) out.tiles = *v;
     else if (auto v = cur.value("--batch")) {
       auto n = parse_positive_int(*v, "--batch", 1 << 16);
       if (!n.ok()) return fail(ctx, n.status());
@@ -183,6 +185,30 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
   return -1;
 }
 
+// "scan=64x64x32,state=64x128x32,bmm=64x64,passing=256": per-stage tile overrides.
+ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
+  ssd::ForwardTiles t;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    int m = 0, n = 0, k = 0;
+    if (eq == std::string::npos || std::sscanf(item.c_str() + eq + 1, "%dx%dx%d", &m, &n, &k) < 1)
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: expected STAGE=MxNxK items, got '" + item + "'");
+    const std::string stage = item.substr(0, eq);
+    ssd_tile tile{m, n, k, 0, 0};
+    if (stage == "scan") t.scan = tile;
+    else if (stage == "state") t.state = tile;
+    else if (stage == "bmm") t.bmm = tile;
+    else if (stage == "passing") t.passing = tile;
+    else return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: stage '" + stage + "' (legal: scan, state, bmm, passing)");
+    start = end + 1;
+  }
+  return t;
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -196,6 +222,12 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   ga.seqlen = 2048;
   if (int rc = parse_gpu_args(ctx, args, true, ga); rc >= 0) return rc;
   if (ga.what != "fwd") return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward)");
+  ssd::ForwardTiles tiles;
+  if (!ga.tiles.empty()) {
+    auto t = parse_tiles(ga.tiles);
+    if (!t.ok()) return fail(ctx, t.status());
+    tiles = t.value();
+  }
   auto preset = ssd::find_preset(ga.preset);
   if (!preset.ok()) return fail(ctx, preset.status());
   auto drv_r = ssd::cuda::driver();
@@ -229,7 +261,8 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   std::vector<std::vector<float>> stage(kStages);
   for (int it = 0; it < ga.warmup + ga.iters; ++it) {
     drv.cuEventRecord(ev[0], stream);
-    ssd::Status s = ssd::ssd_forward(*rt.value(), &a, nullptr, stream, [&](int i) { drv.cuEventRecord(ev[i + 1], stream); });
+    ssd::Status s = ssd::ssd_forward(*rt.value(), &a, nullptr, stream, [&](int i) { drv.cuEventRecord(ev[i + 1], stream); },
+                                     &tiles);
     if (!s.ok()) return fail(ctx, s);
     if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
       return fail(ctx, sync);
@@ -257,8 +290,8 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     for (int i = 0; i < kStages; ++i) j["stages_median_ms"][names[i]] = median(stage[i]);
     print_json(j);
   } else {
-    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up)\n",
-               m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup);
+    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}\n",
+               m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles);
     for (int i = 0; i < kStages; ++i) fmt::print("  {:<20} {:8.3f} ms\n", names[i], median(stage[i]));
     fmt::print("  {:<20} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));
   }

@@ -125,10 +125,12 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 )";
 
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
+                        [--tiles scan=MxNxK,state=MxNxK,bmm=MxN,passing=M]
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
-softplus (the Mamba2 layer's options), deterministic mode. Exit 6 without a driver or device.
+softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
+measuring candidates; the library's defaults do not change). Exit 6 without a driver or device.
 )";
 
 constexpr const char* kCheck = R"(Usage: ssdgen check [--preset NAME] [--batch B] [--seqlen L]
