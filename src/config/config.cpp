@@ -85,6 +85,16 @@ Status require_zero(const ssd_kernel_config& c, const char* field, int value) {
   return field_error(c, field, std::to_string(value), "0, the kernel does not use it");
 }
 
+struct NamedField {
+  const char* name;
+  int value;
+};
+// The fields a kernel does not read must be 0, so that one kernel has one key.
+Status require_zeros(const ssd_kernel_config& c, std::initializer_list<NamedField> fields) {
+  for (const NamedField& f : fields) SSD_RETURN_IF_ERROR(require_zero(c, f.name, f.value));
+  return Status::Ok();
+}
+
 std::string flags_text(uint32_t flags) {
   std::string s;
   uint32_t known = 0;
@@ -119,7 +129,6 @@ std::string forward_tile_problem(const ssd_kernel_config& c) {
   using namespace ssd_kernels::fwd_geom;
   const ssd_tile& t = c.tile;
   const int Q = c.chunk_size, P = c.headdim, N = c.dstate;
-  if (t.warps || t.stages) return "warps and stages are derived; leave them 0";
   switch (c.kernel) {
     case SSD_KERNEL_BMM_CHUNK_FWD:
       if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128})) return "m, n in 16, 32, 64, 128";
@@ -222,13 +231,12 @@ Status validate_config(const ssd_kernel_config& c) {
       if (allowed_flags(c.kernel) & uint32_t(n.value)) legal += (legal.empty() ? "" : ", ") + std::string(n.name);
     return field_error(c, "flags", flags_text(c.flags), legal.empty() ? "none" : legal);
   }
+  // Warps and stages are derived from the tile by every kernel today.
+  SSD_RETURN_IF_ERROR(require_zeros(c, {{"tile.warps", c.tile.warps}, {"tile.stages", c.tile.stages}}));
   if (is_cumsum(c.kernel)) {
-    SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
-    SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
-    SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.k", c.tile.k));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
+    SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
+                                          {"heads_per_group", c.heads_per_group}, {"tile.k", c.tile.k},
+                                          {"partials", c.partials}}));
     if (!one_of(c.chunk_size, {16, 32, 64, 128, 256}))
       return field_error(c, "chunk_size", std::to_string(c.chunk_size), list({16, 32, 64, 128, 256}));
     if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
@@ -240,15 +248,10 @@ Status validate_config(const ssd_kernel_config& c) {
     // Two fp32 staging tiles of m x (n + 1) must fit in 48 KiB of static shared memory.
     if (c.tile.m * c.tile.n > 4096)
       return field_error(c, "tile", fmt::format("{}x{}", c.tile.m, c.tile.n), "m * n <= 4096");
-    SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
   } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
-    SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
-    SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
-    SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
-    SSD_RETURN_IF_ERROR(require_zero(c, "chunk_size", c.chunk_size));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.k", c.tile.k));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
+    SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
+                                          {"heads_per_group", c.heads_per_group}, {"chunk_size", c.chunk_size},
+                                          {"tile.k", c.tile.k}}));
     if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32");
     if (!one_of(c.tile.m, {0, 32, 64, 128, 256}))
       return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128, 256");
@@ -260,9 +263,8 @@ Status validate_config(const ssd_kernel_config& c) {
     if (!one_of(c.chunk_size, {64, 128, 256}))
       return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
     if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD) {
-      SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
-      SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
-      SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
+      SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
+                                            {"heads_per_group", c.heads_per_group}}));
       if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32 (states)");
     } else {
       if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
@@ -270,8 +272,7 @@ Status validate_config(const ssd_kernel_config& c) {
       if (!one_of(c.dstate, {16, 32, 64, 128, 256}))
         return field_error(c, "dstate", std::to_string(c.dstate), "16, 32, 64, 128, 256");
       if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
-        SSD_RETURN_IF_ERROR(require_zero(c, "headdim", c.headdim));
-        SSD_RETURN_IF_ERROR(require_zero(c, "heads_per_group", c.heads_per_group));
+        SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"heads_per_group", c.heads_per_group}}));
       } else {
         if (!one_of(c.headdim, {32, 64, 128}))
           return field_error(c, "headdim", std::to_string(c.headdim), "32, 64, 128");
@@ -291,8 +292,6 @@ Status validate_config(const ssd_kernel_config& c) {
       if (!problem.empty())
         return field_error(c, "tile", fmt::format("{}x{}x{}", filled.tile.m, filled.tile.n, filled.tile.k), problem);
     }
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.warps", c.tile.warps));
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.stages", c.tile.stages));
   }
   return Status::Ok();
 }
@@ -531,6 +530,29 @@ Result<ModelPreset> find_preset(std::string_view name) {
   return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("preset: unknown '{}' (legal: {})", name, names));
 }
 
+std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
+                                               ssd_arch arch) {
+  std::vector<ssd_kernel_config> out;
+  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
+                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
+    ssd_kernel_config c = default_config(k);
+    c.chunk_size = shape.chunk_size;
+    c.mode = mode;
+    c.arch = arch;
+    if (k != SSD_KERNEL_STATE_PASSING_FWD) {
+      c.dtype = shape.dtype;
+      c.dstate = shape.dstate;
+    }
+    if (k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD) {
+      c.headdim = shape.headdim;
+      c.heads_per_group = shape.heads_per_group;
+    }
+    c.flags = flags & allowed_flags(k);
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arch, ssd_mode mode) {
   std::vector<ssd_kernel_config> out;
   // A Mamba2 layer passes dt_bias and dt_softplus=True; dt is a slice of the in_proj output.
@@ -544,23 +566,9 @@ std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arc
     out.push_back(c);
   }
   // The forward: D per head, no z (the layer gates in its RMSNorm), no seq_idx, no initial states.
-  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
-                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
-    ssd_kernel_config c = default_config(k);
-    c.chunk_size = p.chunk_size;
-    c.mode = mode;
-    c.arch = arch;
-    if (k != SSD_KERNEL_STATE_PASSING_FWD) {
-      c.dtype = p.dtype;
-      c.dstate = p.dstate;
-    }
-    if (k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD) {
-      c.headdim = p.headdim;
-      c.heads_per_group = p.nheads / p.ngroups;
-    }
-    if (k == SSD_KERNEL_CHUNK_SCAN_FWD) c.flags = SSD_FLAG_D;
+  for (const ssd_kernel_config& c :
+       forward_configs({p.chunk_size, p.headdim, p.dstate, p.nheads / p.ngroups, p.dtype}, SSD_FLAG_D, mode, arch))
     out.push_back(c);
-  }
   if (mode == SSD_MODE_DETERMINISTIC) {  // dA and ddt_bias: two partials per (b, c, h)
     ssd_kernel_config c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
     c.partials = 2;

@@ -54,6 +54,16 @@ Result<ssd_kernel_config> config_from_json(const nlohmann::json& json);
 // A file holding one config object, or an array of them, or {"configs": [...]}.
 Result<std::vector<ssd_kernel_config>> configs_from_json_text(const std::string& text);
 
+// The SSD forward's kernels after chunk_cumsum, in launch order: bmm_chunk, chunk_state,
+// state_passing, chunk_scan. `flags` may hold SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D,
+// _D_PER_HEADDIM and _Z; each kernel gets only the ones it reads.
+struct ForwardShape {
+  int32_t chunk_size, headdim, dstate, heads_per_group;
+  ssd_dtype dtype;
+};
+std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
+                                               ssd_arch arch);
+
 // Model presets for `ssdgen compile --preset`.
 struct ModelPreset {
   std::string name;

@@ -87,21 +87,6 @@ ssd_forward_layout layout_for(const FwdDims& d) {
   return l;
 }
 
-ssd_tensor fp32_tensor(void* data, std::initializer_list<int64_t> shape) {
-  ssd_tensor t{};
-  t.data = data;
-  t.dtype = SSD_DTYPE_FP32;
-  t.ndim = int32_t(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  int64_t stride = 1;
-  for (int k = t.ndim - 1; k >= 0; --k) {
-    t.strides[k] = stride;
-    stride *= t.shape[k];
-  }
-  return t;
-}
-
 // The five specializations one call uses: chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing,
 // chunk_scan (in launch order).
 std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const FwdDims& d, ssd_arch arch, ssd_mode mode,
@@ -115,31 +100,18 @@ std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const F
   cs.mode = mode;
   cs.arch = arch;
   out.push_back(cs);
-  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
-                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
-    ssd_kernel_config c = default_config(k);
-    c.chunk_size = d.Q;
-    c.mode = mode;
-    c.arch = arch;
-    if (k != SSD_KERNEL_STATE_PASSING_FWD) {
-      c.dtype = a.x.dtype;
-      c.dstate = int32_t(d.n);
-    }
-    if (k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD) {
-      c.headdim = int32_t(d.p);
-      c.heads_per_group = int32_t(d.h / d.g);
-    }
-    if (seq) c.flags |= SSD_FLAG_SEQ_IDX;
-    if (k == SSD_KERNEL_STATE_PASSING_FWD && a.initial_states.data) c.flags |= SSD_FLAG_INITIAL_STATES;
-    if (k == SSD_KERNEL_CHUNK_SCAN_FWD) {
-      if (a.D.data) c.flags |= SSD_FLAG_D | (a.D.ndim == 2 ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
-      if (a.z.data) c.flags |= SSD_FLAG_Z;
-    }
+  uint32_t flags = 0;
+  if (seq) flags |= SSD_FLAG_SEQ_IDX;
+  if (a.initial_states.data) flags |= SSD_FLAG_INITIAL_STATES;
+  if (a.D.data) flags |= SSD_FLAG_D | (a.D.ndim == 2 ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
+  if (a.z.data) flags |= SSD_FLAG_Z;
+  const ForwardShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
+  for (ssd_kernel_config c : forward_configs(shape, flags, mode, arch)) {
     if (tiles) {
-      c.tile = k == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
-               : k == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state
-               : k == SSD_KERNEL_STATE_PASSING_FWD ? tiles->passing
-                                                   : tiles->scan;
+      c.tile = c.kernel == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
+               : c.kernel == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state
+               : c.kernel == SSD_KERNEL_STATE_PASSING_FWD ? tiles->passing
+                                                          : tiles->scan;
     }
     out.push_back(c);
   }
@@ -242,8 +214,8 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
     c.dt = a.dt;
     c.A = a.A;
     c.dt_bias = a.dt_bias;
-    c.dt_out = fp32_tensor(dt_out, {d.b, d.h, d.nc, d.Q});
-    c.dA_cumsum = fp32_tensor(dA_cs, {d.b, d.h, d.nc, d.Q});
+    c.dt_out = contiguous_tensor(dt_out, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
+    c.dA_cumsum = contiguous_tensor(dA_cs, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
     ssd_launch_options o = default_launch_options();
     o.mode = mode;
     s = chunk_cumsum_fwd(rt, &c, &o, stream);

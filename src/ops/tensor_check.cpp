@@ -34,6 +34,21 @@ std::string expected_text(std::initializer_list<int64_t> shape) {
 }
 }  // namespace
 
+ssd_tensor contiguous_tensor(void* data, ssd_dtype dtype, std::initializer_list<int64_t> shape) {
+  ssd_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = int32_t(shape.size());
+  int i = 0;
+  for (int64_t s : shape) t.shape[i++] = s;
+  int64_t stride = 1;
+  for (int k = t.ndim - 1; k >= 0; --k) {
+    t.strides[k] = stride;
+    stride *= t.shape[k];
+  }
+  return t;
+}
+
 Status check_tensor(const ssd_tensor& t, const TensorSpec& spec) {
   if (!t.data) return make_error(SSD_ERROR_NULL_POINTER, fmt::format("{}: data is NULL", spec.name));
   bool dtype_ok = false;

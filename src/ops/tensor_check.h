@@ -18,6 +18,9 @@ struct TensorSpec {
   bool unit_last_stride = false;         // innermost axis must have stride 1
 };
 
+// A tensor over `data` with row-major (contiguous) strides.
+ssd_tensor contiguous_tensor(void* data, ssd_dtype dtype, std::initializer_list<int64_t> shape);
+
 // Checks pointer, dtype, ndim, shape, strides (>= 0; 64-bit offsets), alignment, self-overlap.
 Status check_tensor(const ssd_tensor& t, const TensorSpec& spec);
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/float16.h"
 #include "runtime/driver.h"
 #include "ssd/ssd.h"
 
@@ -59,10 +60,10 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-uint16_t float_to_bf16(float f);
-float bf16_to_float(uint16_t h);
-uint16_t float_to_fp16(float f);
-float fp16_to_float(uint16_t h);
+using ssd::bf16_to_float;
+using ssd::float_to_bf16;
+using ssd::float_to_fp16;
+using ssd::fp16_to_float;
 size_t dtype_bytes(ssd_dtype d);
 
 // A host array of `dtype` elements, with its values also as doubles (the exact rounded values).

@@ -5,13 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "common/float16.h"
 #include "config/config.h"
+#include "ops/tensor_check.h"
 #include "ops/ssd_forward.h"
 #include "reference/metrics.h"
 #include "reference/ssd_reference.h"
@@ -30,40 +33,13 @@ struct DeviceMemory {
   ~DeviceMemory() {
     if (ptr) drv->cuMemFree(ptr);
   }
+  void* ptr_void() const { return reinterpret_cast<void*>(ptr); }
 };
 
 struct Problem {
   int64_t b, L, h, p, g, n;
   int32_t Q;
 };
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-double from_bf16(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-ssd_tensor make_tensor(CUdeviceptr data, ssd_dtype dtype, std::initializer_list<int64_t> shape) {
-  ssd_tensor t{};
-  t.data = reinterpret_cast<void*>(data);
-  t.dtype = dtype;
-  t.ndim = int32_t(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  int64_t stride = 1;
-  for (int k = t.ndim - 1; k >= 0; --k) {
-    t.strides[k] = stride;
-    stride *= t.shape[k];
-  }
-  return t;
-}
 
 // Inputs of one forward problem (bf16, the Mamba2 layer's options: D per head, dt_bias, softplus).
 struct ForwardInputs {
@@ -89,10 +65,10 @@ ssd::Status fill_bf16(const Driver& drv, DeviceMemory& m, size_t count, double l
   std::vector<uint16_t> host(block);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_real_distribution<float> ud{float(lo), float(hi)};
-  for (uint16_t& v : host) v = to_bf16(normal ? nd(rng) : ud(rng));
+  for (uint16_t& v : host) v = ssd::float_to_bf16(normal ? nd(rng) : ud(rng));
   if (keep) {
     keep->resize(count);
-    for (size_t i = 0; i < count; ++i) (*keep)[i] = from_bf16(host[i % block]);
+    for (size_t i = 0; i < count; ++i) (*keep)[i] = ssd::bf16_to_float(host[i % block]);
   }
   for (size_t off = 0; off < count; off += block)
     SSD_RETURN_IF_ERROR(ssd::cuda::check(drv.cuMemcpyHtoD(m.ptr + off * 2, host.data(), std::min(block, count - off) * 2),
@@ -132,15 +108,15 @@ ssd_forward_args forward_args(const ForwardInputs& in) {
   ssd_forward_args_init(&a);
   a.chunk_size = pr.Q;
   a.dt_softplus = 1;
-  a.x = make_tensor(in.x.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
-  a.dt = make_tensor(in.dt.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.h});
-  a.A = make_tensor(in.A.ptr, SSD_DTYPE_FP32, {pr.h});
-  a.B = make_tensor(in.B.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
-  a.C = make_tensor(in.C.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
-  a.D = make_tensor(in.D.ptr, SSD_DTYPE_FP32, {pr.h});
-  a.dt_bias = make_tensor(in.bias.ptr, SSD_DTYPE_FP32, {pr.h});
-  a.out = make_tensor(in.out.ptr, SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
-  a.final_states = make_tensor(in.final_states.ptr, SSD_DTYPE_FP32, {pr.b, pr.h, pr.p, pr.n});
+  a.x = ssd::contiguous_tensor(in.x.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  a.dt = ssd::contiguous_tensor(in.dt.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h});
+  a.A = ssd::contiguous_tensor(in.A.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  a.B = ssd::contiguous_tensor(in.B.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
+  a.C = ssd::contiguous_tensor(in.C.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
+  a.D = ssd::contiguous_tensor(in.D.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  a.dt_bias = ssd::contiguous_tensor(in.bias.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  a.out = ssd::contiguous_tensor(in.out.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  a.final_states = ssd::contiguous_tensor(in.final_states.ptr_void(), SSD_DTYPE_FP32, {pr.b, pr.h, pr.p, pr.n});
   a.workspace = reinterpret_cast<void*>(in.ws.ptr);
   a.workspace_bytes = in.ws.bytes;
   return a;
@@ -209,6 +185,45 @@ ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
   return t;
 }
 
+// What bench and check share: driver, context, a deterministic runtime, the preset's inputs
+// (random bf16, the Mamba2 layer's options) and a workspace.
+struct GpuSession {
+  const Driver* drv = nullptr;
+  std::unique_ptr<ssd_runtime> rt;
+  ssd::ModelPreset preset;
+  ForwardInputs in;
+  ssd_forward_args args{};
+  ssd_forward_layout layout{};
+};
+
+ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
+  auto preset = ssd::find_preset(ga.preset);
+  if (!preset.ok()) return preset.status();
+  s.preset = preset.value();
+  auto drv = ssd::cuda::driver();
+  if (!drv.ok()) return drv.status();
+  s.drv = drv.value();
+  auto cu_ctx = ssd::cuda::current_context();
+  if (!cu_ctx.ok()) return cu_ctx.status();
+  ssd_runtime_options ro{};
+  ro.struct_size = sizeof(ro);
+  ro.mode = SSD_MODE_DETERMINISTIC;
+  ro.cache_mode = -1;
+  auto rt = ssd::create_runtime(ro);
+  if (!rt.ok()) return rt.status();
+  s.rt = std::move(rt).value();
+  const ssd::ModelPreset& m = s.preset;
+  const Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
+  SSD_RETURN_IF_ERROR(prepare(*s.drv, pr, keep_host, s.in));
+  ssd_forward_args a = forward_args(s.in);
+  auto layout = ssd::forward_layout(&a);
+  if (!layout.ok()) return layout.status();
+  s.layout = layout.value();
+  SSD_RETURN_IF_ERROR(alloc(*s.drv, s.in.ws, s.layout.total_bytes));
+  s.args = forward_args(s.in);
+  return ssd::Status::Ok();
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -228,30 +243,13 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     if (!t.ok()) return fail(ctx, t.status());
     tiles = t.value();
   }
-  auto preset = ssd::find_preset(ga.preset);
-  if (!preset.ok()) return fail(ctx, preset.status());
-  auto drv_r = ssd::cuda::driver();
-  if (!drv_r.ok()) return fail(ctx, drv_r.status());
-  const Driver& drv = *drv_r.value();
-  auto ctx_r = ssd::cuda::current_context();
-  if (!ctx_r.ok()) return fail(ctx, ctx_r.status());
-  ssd_runtime_options ro{};
-  ro.struct_size = sizeof(ro);
-  ro.mode = SSD_MODE_DETERMINISTIC;
-  ro.cache_mode = -1;
-  auto rt = ssd::create_runtime(ro);
-  if (!rt.ok()) return fail(ctx, rt.status());
-
-  const ssd::ModelPreset& m = preset.value();
-  ForwardInputs in;
-  Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
-  if (ssd::Status s = prepare(drv, pr, false, in); !s.ok()) return fail(ctx, s);
-  ssd_forward_args a = forward_args(in);
-  auto layout = ssd::forward_layout(&a);
-  if (!layout.ok()) return fail(ctx, layout.status());
-  if (ssd::Status s = alloc(drv, in.ws, layout->total_bytes); !s.ok()) return fail(ctx, s);
-  a = forward_args(in);
-
+  GpuSession session;
+  if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
+  const Driver& drv = *session.drv;
+  const ssd::ModelPreset& m = session.preset;
+  const Problem& pr = session.in.pr;
+  const ssd_forward_args& a = session.args;
+  const ssd_forward_layout* layout = &session.layout;
   CUstream stream;
   drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
   constexpr int kStages = 5;
@@ -261,7 +259,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   std::vector<std::vector<float>> stage(kStages);
   for (int it = 0; it < ga.warmup + ga.iters; ++it) {
     drv.cuEventRecord(ev[0], stream);
-    ssd::Status s = ssd::ssd_forward(*rt.value(), &a, nullptr, stream, [&](int i) { drv.cuEventRecord(ev[i + 1], stream); },
+    ssd::Status s = ssd::ssd_forward(*session.rt, &a, nullptr, stream, [&](int i) { drv.cuEventRecord(ev[i + 1], stream); },
                                      &tiles);
     if (!s.ok()) return fail(ctx, s);
     if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
@@ -303,31 +301,16 @@ int cmd_check(Context& ctx, const std::vector<std::string>& args) {
   ga.batch = 1;
   ga.seqlen = 512;
   if (int rc = parse_gpu_args(ctx, args, false, ga); rc >= 0) return rc;
-  auto preset = ssd::find_preset(ga.preset);
-  if (!preset.ok()) return fail(ctx, preset.status());
-  auto drv_r = ssd::cuda::driver();
-  if (!drv_r.ok()) return fail(ctx, drv_r.status());
-  const Driver& drv = *drv_r.value();
-  auto ctx_r = ssd::cuda::current_context();
-  if (!ctx_r.ok()) return fail(ctx, ctx_r.status());
-  ssd_runtime_options ro{};
-  ro.struct_size = sizeof(ro);
-  ro.mode = SSD_MODE_DETERMINISTIC;
-  ro.cache_mode = -1;
-  auto rt = ssd::create_runtime(ro);
-  if (!rt.ok()) return fail(ctx, rt.status());
-  const ssd::ModelPreset& m = preset.value();
-  ForwardInputs in;
-  Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
-  if (ssd::Status s = prepare(drv, pr, true, in); !s.ok()) return fail(ctx, s);
-  ssd_forward_args a = forward_args(in);
-  auto layout = ssd::forward_layout(&a);
-  if (!layout.ok()) return fail(ctx, layout.status());
-  if (ssd::Status s = alloc(drv, in.ws, layout->total_bytes); !s.ok()) return fail(ctx, s);
-  a = forward_args(in);
+  GpuSession session;
+  if (ssd::Status st = open_session(ga, true, session); !st.ok()) return fail(ctx, st);
+  const Driver& drv = *session.drv;
+  const ssd::ModelPreset& m = session.preset;
+  ForwardInputs& in = session.in;
+  const Problem& pr = in.pr;
+  const ssd_forward_args& a = session.args;
   drv.cuMemsetD8(in.out.ptr, 0xFF, in.out.bytes);  // poison: unwritten elements stay NaN
   drv.cuMemsetD8(in.final_states.ptr, 0xFF, in.final_states.bytes);
-  if (ssd::Status s = ssd::ssd_forward(*rt.value(), &a, nullptr, nullptr); !s.ok()) return fail(ctx, s);
+  if (ssd::Status s = ssd::ssd_forward(*session.rt, &a, nullptr, nullptr); !s.ok()) return fail(ctx, s);
   if (ssd::Status s = ssd::cuda::check(drv.cuCtxSynchronize(), "cuCtxSynchronize"); !s.ok()) return fail(ctx, s);
 
   std::vector<uint16_t> out16(in.out.bytes / 2);
@@ -335,7 +318,7 @@ int cmd_check(Context& ctx, const std::vector<std::string>& args) {
   drv.cuMemcpyDtoH(out16.data(), in.out.ptr, in.out.bytes);
   drv.cuMemcpyDtoH(fin32.data(), in.final_states.ptr, in.final_states.bytes);
   std::vector<double> out(out16.size()), fin(fin32.begin(), fin32.end());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = from_bf16(out16[i]);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = ssd::bf16_to_float(out16[i]);
 
   ssd::ref::SsdProblem q;
   q.sz = {pr.b, pr.L, pr.h, pr.p, pr.g, pr.n, pr.Q};
