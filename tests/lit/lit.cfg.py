@@ -42,3 +42,10 @@ for name in ("SSD_CACHE_MODE", "SSD_CACHE_SHARED", "SSD_CACHE_MAX_BYTES", "SSD_C
     config.environment.pop(name, None)
 # Library warnings would interleave with checked output; tests that want them set SSD_LOG back.
 config.environment["SSD_LOG"] = "quiet"
+
+# Tests of the GPU subcommands' behaviour without a driver run only where libcuda is absent.
+import ctypes
+try:
+    ctypes.CDLL("libcuda.so.1")
+except OSError:
+    config.available_features.add("no-cuda-driver")

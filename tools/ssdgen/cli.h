@@ -23,7 +23,8 @@ enum ExitCode : int {
   kExitCompile = 3,      // NVRTC failed
   kExitCacheMiss = 4,    // SSD_CACHE_MODE=require-cached and a kernel is not cached
   kExitCache = 5,        // cache verification found bad entries / cache maintenance failed
-  kExitNoDevice = 6,     // no CUDA driver or device (reserved for GPU subcommands)
+  kExitNoDevice = 6,     // no CUDA driver or device (GPU subcommands)
+  kExitCheckFailed = 7,  // `ssdgen check`: the GPU result is outside the tolerance
   kExitInternal = 70,    // anything else (internal error, out of memory)
 };
 

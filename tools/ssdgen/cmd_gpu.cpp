@@ -339,7 +339,7 @@ int cmd_check(Context& ctx, const std::vector<std::string>& args) {
     fmt::print("  out           rel_l2 {:.3e}\n  final_states  rel_l2 {:.3e}\n  {}\n", e_out, e_fin,
                ok ? "OK (< 3e-3)" : "FAILED (tolerance 3e-3; NaN means unwritten elements)");
   }
-  return ok ? kExitOk : kExitInternal;
+  return ok ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace ssdgen

@@ -55,7 +55,8 @@ Exit codes:
   3   compile failure (NVRTC)
   4   cache miss under SSD_CACHE_MODE=require-cached
   5   cache verification found bad entries, or cache maintenance failed
-  6   no CUDA driver or device (reserved for GPU subcommands)
+  6   no CUDA driver or device (bench, check)
+  7   check: the GPU result is outside the tolerance
   70  internal error
 
 See docs/cli.md for details.
@@ -137,7 +138,7 @@ constexpr const char* kCheck = R"(Usage: ssdgen check [--preset NAME] [--batch B
 
 Runs ssd_forward on random bf16 inputs (outputs poisoned first) and compares out and
 final_states with the float64 oracle (defaults: nemotronh-56b, b=1, L=512). Exit 0 when both
-relative L2 errors are below 3e-3, 70 otherwise, 6 without a driver or device.
+relative L2 errors are below 3e-3, 7 otherwise, 6 without a driver or device.
 )";
 
 constexpr const char* kHelp = R"(Usage: ssdgen help [COMMAND]
