@@ -4,7 +4,7 @@
 # under compute-sanitizer, optionally the benchmarks.
 #
 #   here:   bash scripts/fetch-gpu-deps.sh          (once; fills .deps/debs)
-#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench]", carry=[".deps"])
+#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench] [--only=PATTERN]", carry=[".deps"])
 #
 # Logs go to $OUT (the device tool brings them back), else build-gpu/out.
 set -uo pipefail
@@ -12,11 +12,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/build-gpu/out}
 sanitize=0
 bench=0
+only=
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
     --bench) bench=1 ;;
-    *) echo "usage: $0 [--sanitize] [--bench]" >&2; exit 2 ;;
+    --only=*) only=${arg#--only=} ;;
+    *) echo "usage: $0 [--sanitize] [--bench] [--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -37,7 +39,7 @@ echo "== unit tests"
 "$root/build-gpu/tests/ssd_unit_tests" >"$out/unit.log" 2>&1 || status=1
 tail -3 "$out/unit.log"
 echo "== GPU tests"
-"$root/build-gpu/tests/ssd_gpu_tests" -ni >"$out/gpu-full.log" 2>&1 || status=1
+"$root/build-gpu/tests/ssd_gpu_tests" -ni ${only:+-tc="$only"} >"$out/gpu-full.log" 2>&1 || status=1
 grep -E "^GPU tests|MESSAGE:|: ERROR:|test cases:|assertions:|Status:" "$out/gpu-full.log" | sed 's/^.*MESSAGE: //' | tail -80
 if [ $sanitize = 1 ]; then
   for tool in memcheck racecheck; do

@@ -285,3 +285,56 @@ TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, 
   MESSAGE("fwd matrix: " << cases.size() << " cases, worst rel_l2 (out, out_x, final) bf16 " << worst_bf16
                          << ", fp16 " << worst_fp16);
 }
+
+TEST_CASE("ssd_forward: tile shapes of every stage give identical bits" * doctest::skip(!gpu_available())) {
+  // Every output element is one thread's fp32 accumulator over mma K=16 chains in increasing K
+  // order, whatever the tile: the bits must not move with m, n or the K step.
+  RuntimeHolder rt;
+  auto arch = ssd::runtime_arch(*rt.rt);
+  REQUIRE(arch.ok());
+  const FwdCase cases[] = {kFwdCases[0], kFwdCases[3], kFwdCases[4]};
+  {  // compile every variant in parallel first
+    std::vector<ssd_kernel_config> all;
+    for (const FwdCase& c : cases) {
+      FwdProblem probe(FwdCase{c.b, 1, c.h, c.p, c.g, c.n, c.Q, c.dtype, c.D, c.D_per_headdim, c.z, c.bias, c.softplus,
+                               c.init, c.seq_idx});
+      ssd_forward_args a = probe.args();
+      auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
+      REQUIRE(configs.ok());
+      for (ssd_kernel_config k : configs.value())
+        for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+          k.tile = tile;
+          all.push_back(k);
+        }
+    }
+    for (auto& r : rt.rt->builder->build_many(all, 16)) REQUIRE_MESSAGE(r.ok(), r.status().detail);
+  }
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    const std::vector<uint8_t> base = prob.run(rt.rt);
+    ssd_forward_args a = prob.args();
+    auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
+    REQUIRE(configs.ok());
+    int variants = 0;
+    for (int stage = 1; stage <= 4; ++stage) {
+      for (const ssd_tile& tile : ssd::legal_tiles(configs.value()[size_t(stage)])) {
+        ssd::ForwardTiles tiles;
+        (stage == 1 ? tiles.bmm : stage == 2 ? tiles.state : stage == 3 ? tiles.passing : tiles.scan) = tile;
+        CAPTURE(stage);
+        CAPTURE(tile.m);
+        CAPTURE(tile.n);
+        CAPTURE(tile.k);
+        prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); prob.d_ws.poison();
+        REQUIRE(ssd::ssd_forward(*rt.rt, &a, nullptr, nullptr, {}, &tiles).ok());
+        std::vector<uint8_t> r = download_bytes(prob.d_out), ox = download_bytes(prob.d_out_x),
+                             f = download_bytes(prob.d_final);
+        if (c.z) r.insert(r.end(), ox.begin(), ox.end());
+        r.insert(r.end(), f.begin(), f.end());
+        CHECK(same_bytes(r, base));
+        ++variants;
+      }
+    }
+    MESSAGE("fwd tiles " << describe(c) << ": " << variants << " tile variants checked bitwise");
+  }
+}
