@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -408,4 +409,52 @@ TEST_CASE("ssd_get_kernel: info, and a second runtime loads from the disk cache"
     if (round == 0) key = info.key;
     else CHECK(key == info.key);
   }
+}
+
+#include "ssd/kernel_params.cuh"
+
+TEST_CASE("ssd_kernel_launch: a raw launch of reduce_head_partials on a caller's stream" * doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  ssd_kernel_config c;
+  ssd_kernel_config_init(&c, SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+  c.partials = 2;
+  c.arch = SSD_ARCH_SM90A;
+  ssd_kernel* k = nullptr;
+  GPU_CHECK_SSD(ssd_get_kernel(rt.rt, &c, &k));
+  ssd_kernel_info info;
+  info.struct_size = sizeof(info);
+  GPU_CHECK_SSD(ssd_kernel_get_info(k, &info));
+  const int64_t b = 3, nc = 5, h = 70;
+  const HostArray parts = make_array(SSD_DTYPE_FP32, normal(size_t(b * nc * h * 2)));
+  DeviceBuffer d_parts(parts.bytes.size()), d_out(size_t(2 * h) * 4);
+  d_parts.upload(parts.bytes.data(), parts.bytes.size());
+  d_out.poison();
+  ssd_kernels::ReduceHeadPartialsParams p{};
+  p.partials = static_cast<const float*>(d_parts.get());
+  p.out[0] = static_cast<float*>(d_out.get());
+  p.out[1] = static_cast<float*>(d_out.get()) + h;
+  p.out_stride[0] = p.out_stride[1] = 1;
+  p.batch = b;
+  p.nchunks = nc;
+  p.nheads = h;
+  void* params[] = {&p};
+  CUstream stream;
+  GPU_CHECK_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  GPU_CHECK_SSD(ssd_kernel_launch(k, unsigned((h + info.block_threads - 1) / info.block_threads), 1, 1, params,
+                                  reinterpret_cast<ssd_cuda_stream>(stream)));
+  GPU_CHECK_CU(drv().cuStreamSynchronize(stream));
+  drv().cuStreamDestroy(stream);
+  const std::vector<float> out = d_out.to_host<float>(size_t(2 * h));
+  for (int64_t hh = 0; hh < h; ++hh)
+    for (int j = 0; j < 2; ++j) {  // the canonical order, on the host in fp32
+      float total = 0.f;
+      for (int64_t bi = 0; bi < b; ++bi) {
+        float sample = 0.f;
+        for (int64_t ci = 0; ci < nc; ++ci) sample += float(parts.values[size_t(((bi * nc + ci) * h + hh) * 2 + j)]);
+        total += sample;
+      }
+      CHECK(std::memcmp(&total, &out[size_t(j * h + hh)], 4) == 0);
+    }
+  CHECK(ssd_kernel_launch(nullptr, 1, 1, 1, params, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(ssd_kernel_launch(k, 1, 1, 1, nullptr, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
 }
