@@ -57,7 +57,8 @@ typedef enum ssd_kernel_id {
   SSD_KERNEL_BMM_CHUNK_FWD = 4,        /* CB = C B^T per (batch, chunk, group), lower triangle (F4) */
   SSD_KERNEL_CHUNK_STATE_FWD = 5,      /* per-chunk states s (F2), tensor cores */
   SSD_KERNEL_STATE_PASSING_FWD = 6,    /* entering states P and final states (F3) */
-  SSD_KERNEL_CHUNK_SCAN_FWD = 7        /* out = (intra-chunk + from-state) y, D, z gating (F5) */
+  SSD_KERNEL_CHUNK_SCAN_FWD = 7,       /* out = (intra-chunk + from-state) y, D, z gating (F5) */
+  SSD_KERNEL_GATE_BWD = 8              /* dy, dz and dD partials from dout (backward B-a) */
 } ssd_kernel_id;
 
 typedef enum ssd_dtype {
@@ -97,6 +98,7 @@ enum {
  *   chunk_state_fwd:       m = headdim tile, n = dstate tile, k = positions per K step.
  *   state_passing_fwd:     m = state elements per block (64, 128, 256, 512).
  *   chunk_scan_fwd:        m = positions tile (64, 128), n = headdim tile, k = K step (16, 32, 64).
+ *   gate_bwd:              no tile (one thread per headdim element of one head): all zeros.
  * warps and stages are derived from the tile and must be 0; k is 0 where unused. */
 typedef struct ssd_tile {
   int32_t m;

@@ -160,6 +160,30 @@ GeneratedUnit forward_unit(const ssd_kernel_config& c) {
   return u;
 }
 
+GeneratedUnit gate_bwd_unit(const ssd_kernel_config& c) {
+  GeneratedUnit u;
+  u.symbol = "ssd_gate_bwd";
+  u.file_name = "gate_bwd.cu";
+  u.block_threads = c.headdim;
+  u.source = preamble(c) + fmt::format(
+      "#include \"ssd/gate_bwd.cuh\"\n\n"
+      "namespace {{\n"
+      "constexpr int kChunk = {};\n"
+      "constexpr int kHeaddim = {};  // one thread per headdim element\n"
+      "using Element = {};\n{}{}{}"
+      "}}  // namespace\n\n"
+      "extern \"C\" __global__ void __launch_bounds__(kHeaddim)\n"
+      "{}(const __grid_constant__ ssd_kernels::GateBwdParams params) {{\n"
+      "  ssd_kernels::gate_bwd<kChunk, kHeaddim, Element, kZ, kD, kDPerHeaddim, kDeterministic>(params);\n"
+      "}}\n",
+      c.chunk_size, c.headdim, element_type(c.dtype), flag_constant("kZ", c.flags & SSD_FLAG_Z),
+      flag_constant("kD", c.flags & SSD_FLAG_D),
+      flag_constant("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM) +
+          flag_constant("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC),
+      u.symbol);
+  return u;
+}
+
 void scan_includes(const std::string& text, std::vector<std::string>& out) {
   size_t pos = 0;
   while ((pos = text.find("#include \"", pos)) != std::string::npos) {
@@ -204,6 +228,7 @@ Result<GeneratedUnit> generate_unit(const ssd_kernel_config& config) {
     case SSD_KERNEL_REDUCE_HEAD_PARTIALS: unit = reduce_unit(config); break;
     case SSD_KERNEL_CHUNK_CUMSUM_FWD:
     case SSD_KERNEL_CHUNK_CUMSUM_BWD: unit = cumsum_unit(config); break;
+    case SSD_KERNEL_GATE_BWD: unit = gate_bwd_unit(config); break;
     default: unit = forward_unit(config); break;
   }
   auto headers = template_closure(unit.source);

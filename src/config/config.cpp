@@ -21,7 +21,8 @@ constexpr Named kKernels[] = {{SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd"},
                               {SSD_KERNEL_BMM_CHUNK_FWD, "bmm_chunk_fwd"},
                               {SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd"},
                               {SSD_KERNEL_STATE_PASSING_FWD, "state_passing_fwd"},
-                              {SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd"}};
+                              {SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd"},
+                              {SSD_KERNEL_GATE_BWD, "gate_bwd"}};
 constexpr Named kDtypes[] = {{SSD_DTYPE_BF16, "bf16"}, {SSD_DTYPE_FP16, "fp16"}, {SSD_DTYPE_FP32, "fp32"},
                              {SSD_DTYPE_INT32, "int32"}};
 constexpr Named kModes[] = {{SSD_MODE_DETERMINISTIC, "deterministic"}, {SSD_MODE_FAST, "fast"}};
@@ -119,6 +120,7 @@ uint32_t allowed_flags(ssd_kernel_id k) {
     case SSD_KERNEL_CHUNK_STATE_FWD: return SSD_FLAG_SEQ_IDX;
     case SSD_KERNEL_STATE_PASSING_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES;
     case SSD_KERNEL_CHUNK_SCAN_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
+    case SSD_KERNEL_GATE_BWD: return SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
     default: return 0;
   }
 }
@@ -185,6 +187,11 @@ ssd_kernel_config default_config(ssd_kernel_id kernel) {
   } else if (kernel == SSD_KERNEL_STATE_PASSING_FWD) {
     c.dtype = SSD_DTYPE_FP32;
     c.chunk_size = 256;
+  } else if (kernel == SSD_KERNEL_GATE_BWD) {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+    c.headdim = 64;
+    c.flags = SSD_FLAG_D;
   } else if (kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
     c.dtype = SSD_DTYPE_BF16;
     c.chunk_size = 256;
@@ -258,6 +265,19 @@ Status validate_config(const ssd_kernel_config& c) {
     SSD_RETURN_IF_ERROR(require_zero(c, "tile.n", c.tile.n));
     if (c.partials < 1 || c.partials > 8)
       return field_error(c, "partials", std::to_string(c.partials), "1..8");
+  } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
+    SSD_RETURN_IF_ERROR(require_zeros(c, {{"dstate", c.dstate}, {"heads_per_group", c.heads_per_group},
+                                          {"partials", c.partials}, {"tile.m", c.tile.m}, {"tile.n", c.tile.n},
+                                          {"tile.k", c.tile.k}}));
+    if (!one_of(c.chunk_size, {64, 128, 256}))
+      return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
+    if (!one_of(c.headdim, {32, 64, 128})) return field_error(c, "headdim", std::to_string(c.headdim), "32, 64, 128");
+    if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
+      return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16");
+    if (!(c.flags & (SSD_FLAG_Z | SSD_FLAG_D)))
+      return field_error(c, "flags", flags_text(c.flags), "z and/or D (without both there is nothing to compute)");
+    if ((c.flags & SSD_FLAG_D_PER_HEADDIM) && !(c.flags & SSD_FLAG_D))
+      return field_error(c, "flags", flags_text(c.flags), "D_per_headdim only together with D");
   } else {  // the SSD forward kernels
     SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
     if (!one_of(c.chunk_size, {64, 128, 256}))
@@ -305,6 +325,8 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
     t.n = std::min(32, c.chunk_size);
   } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
     t.m = 128;
+  } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
+    // no tile: one block per (batch, chunk, head), one thread per headdim element
   } else if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
     t.m = 64;
     t.n = 64;
@@ -333,6 +355,8 @@ std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) {
     for (int m : {32, 64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
   } else if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD) {
     for (int m : {64, 128, 256, 512}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
+  } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
+    tiles.push_back(ssd_tile{});
   } else {
     for (int m : {16, 32, 64, 128})
       for (int n : {16, 32, 64, 128, 256})

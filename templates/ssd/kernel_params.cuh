@@ -70,4 +70,25 @@ struct StatePassingFwdParams {
   long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n
 };
 
+// gate_bwd (math B-a): dout, x, z, out_x (b, L, h, p) in the element type; dy, dz written in it.
+// dD partials: fast mode adds into dD directly; deterministic mode stores one fp32 value per
+// (b, c, h) for D (h), per (b, c, h, p) for D (h, p), contiguous, for reduce_head_partials.
+struct GateBwdParams {
+  const void* dout;
+  long long dout_stride_b, dout_stride_l, dout_stride_h, dout_stride_p;
+  const void* x;
+  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
+  const void* z;  // null without z
+  long long z_stride_b, z_stride_l, z_stride_h, z_stride_p;
+  const void* out_x;  // y = the forward's output before the gate; null without z
+  long long out_x_stride_b, out_x_stride_l, out_x_stride_h, out_x_stride_p;
+  void* dy;  // written with z (without z, dy is dout itself)
+  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
+  void* dz;  // written with z
+  long long dz_stride_b, dz_stride_l, dz_stride_h, dz_stride_p;
+  float* partials;  // deterministic mode
+  float* dD;        // fast mode: (h) or (h, p), contiguous, zeroed by the launcher
+  long long batch, seqlen, nheads, nchunks;
+};
+
 }  // namespace ssd_kernels

@@ -1,0 +1,68 @@
+// gate_bwd (math B-a): the gradient through the z gate and the D skip, per (b, t, h, p):
+//
+//   with z:    σ = 1 / (1 + exp(-z));  dy = dout · z · σ;  dz = dout · y · σ · (1 + z · (1 − σ))
+//   without z: dy = dout (not written: the caller's dout is dy)
+//   dD (h):    Σ_b Σ_c Σ_p Σ_l dy · x        dD (h, p): Σ_b Σ_c Σ_l dy · x
+//
+// Order (docs/determinism.md): one thread owns (b, c, h, p) and accumulates over the chunk's valid
+// positions l = 0 .. λ_c in increasing order, acc = fma(dy_l, x_l, acc) from +0.0, with the fp32
+// dy (before it is rounded for storage). For D (h) the P column sums of a (b, c, h) are then added
+// in increasing p from +0.0 by thread 0. reduce_head_partials finishes: chunks in increasing c
+// per sample, samples in increasing b. Fast mode adds the (b, c, h[, p]) partials with atomics.
+// No tile: one block per (b, c, h) work item (grid-stride), one thread per headdim element.
+#pragma once
+
+#include "ssd/kernel_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+
+namespace ssd_kernels {
+
+template <int Q, int P, class T, bool kZ, bool kD, bool kDPerHeaddim, bool kDeterministic>
+__device__ void gate_bwd(const GateBwdParams& p) {
+  __shared__ float s_col[P];
+  const int e = threadIdx.x;
+  const long long work = p.batch * p.nchunks * p.nheads;
+  for (long long w = blockIdx.x; w < work; w += gridDim.x) {
+    const long long h = w % p.nheads, bc = w / p.nheads;
+    const long long c = bc % p.nchunks, b = bc / p.nchunks;
+    const long long valid = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q);
+    float acc = 0.f;
+    for (long long l = 0; l < valid; ++l) {
+      const long long t = c * Q + l;
+      const float g = load_as_float<T>(p.dout, b * p.dout_stride_b + t * p.dout_stride_l + h * p.dout_stride_h + e * p.dout_stride_p);
+      float dy = g;
+      if (kZ) {
+        const float z = load_as_float<T>(p.z, b * p.z_stride_b + t * p.z_stride_l + h * p.z_stride_h + e * p.z_stride_p);
+        const float y = load_as_float<T>(p.out_x, b * p.out_x_stride_b + t * p.out_x_stride_l + h * p.out_x_stride_h +
+                                                     e * p.out_x_stride_p);
+        const float sig = 1.f / (1.f + expf(-z));
+        dy = __fmul_rn(__fmul_rn(g, z), sig);
+        const float dz = __fmul_rn(__fmul_rn(__fmul_rn(g, y), sig), __fmaf_rn(z, 1.f - sig, 1.f));
+        store_from_float<T>(p.dy, b * p.dy_stride_b + t * p.dy_stride_l + h * p.dy_stride_h + e * p.dy_stride_p, dy);
+        store_from_float<T>(p.dz, b * p.dz_stride_b + t * p.dz_stride_l + h * p.dz_stride_h + e * p.dz_stride_p, dz);
+      }
+      if (kD) {
+        const float x = load_as_float<T>(p.x, b * p.x_stride_b + t * p.x_stride_l + h * p.x_stride_h + e * p.x_stride_p);
+        acc = __fmaf_rn(dy, x, acc);
+      }
+    }
+    if (kD) {
+      if (kDPerHeaddim) {
+        if (kDeterministic) p.partials[((b * p.nchunks + c) * p.nheads + h) * P + e] = acc;
+        else atomicAdd(p.dD + h * P + e, acc);
+      } else {
+        s_col[e] = acc;
+        __syncthreads();
+        if (e == 0) {
+          float sum = 0.f;
+          for (int q = 0; q < P; ++q) sum = __fadd_rn(sum, s_col[q]);
+          if (kDeterministic) p.partials[(b * p.nchunks + c) * p.nheads + h] = sum;
+          else atomicAdd(p.dD + h, sum);
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels

@@ -1,0 +1,148 @@
+// The SSD backward's stages on the GPU against ssd::ref::backward (issue 4, in progress):
+// gate_bwd (B-a): dy, dz and dD.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "config/config.h"
+#include "gpu_support.h"
+#include "ops/ssd_backward.h"
+#include "reference/metrics.h"
+#include "reference/ssd_reference.h"
+#include "runtime/runtime.h"
+
+using namespace gputest;
+
+namespace {
+
+struct GateCase {
+  int64_t b, L, h, p;
+  int32_t Q;
+  ssd_dtype dtype;
+  bool z, D, D_per_headdim;
+};
+
+std::string describe(const GateCase& c) {
+  return "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) + " p=" +
+         std::to_string(c.p) + " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype) + (c.z ? " z" : "") +
+         (c.D ? (c.D_per_headdim ? " D(h,p)" : " D(h)") : "");
+}
+
+DeviceBuffer upload(const HostArray& a) {
+  DeviceBuffer d(std::max<size_t>(a.bytes.size(), 4));
+  d.upload(a.bytes.data(), a.bytes.size());
+  return d;
+}
+
+struct GateProblem {
+  GateCase c;
+  ssd::ref::SsdGradients ref;
+  HostArray x, z, D, dout, out_x;
+  DeviceBuffer d_x, d_z, d_D, d_dout, d_out_x, d_dy, d_dz, d_dD, d_ws;
+
+  explicit GateProblem(const GateCase& cc) : c(cc) {
+    const int64_t g = 2, n = 16;
+    const size_t nx = size_t(c.b * c.L * c.h * c.p), nbc = size_t(c.b * c.L * g * n);
+    x = make_array(c.dtype, normal(nx));
+    z = make_array(c.dtype, normal(nx));
+    dout = make_array(c.dtype, normal(nx));
+    D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
+    const std::vector<double> B = normal(nbc), C = normal(nbc), dt = uniform(size_t(c.b * c.L * c.h), 0.01, 0.2),
+                              A = uniform(size_t(c.h), -4.0, -0.5);
+    ssd::ref::SsdProblem q;
+    q.sz = {c.b, c.L, c.h, c.p, g, n, c.Q};
+    q.x = x.values.data(); q.dt = dt.data(); q.A = A.data(); q.B = B.data(); q.C = C.data();
+    if (c.D) { q.D = D.values.data(); q.D_per_headdim = c.D_per_headdim; }
+    if (c.z) q.z = z.values.data();
+    const ssd::ref::SsdForwardResult fwd = ssd::ref::forward_chunked(q);
+    ref = ssd::ref::backward(q, dout.values.data(), nullptr);
+    out_x = make_array(c.dtype, c.z ? fwd.out_x : std::vector<double>(nx, 0.0));
+    d_x = upload(x); d_z = upload(z); d_D = upload(D); d_dout = upload(dout); d_out_x = upload(out_x);
+    d_dy = DeviceBuffer(x.bytes.size());
+    d_dz = DeviceBuffer(x.bytes.size());
+    d_dD = DeviceBuffer(D.bytes.size());
+    size_t ws = 0;
+    auto need = ssd::gate_backward_workspace(tensors(), SSD_MODE_DETERMINISTIC);
+    REQUIRE(need.ok());
+    ws = need.value();
+    d_ws = DeviceBuffer(std::max<size_t>(ws, 16));
+  }
+
+  ssd::GateBwdTensors tensors() const {
+    ssd::GateBwdTensors t;
+    t.chunk_size = c.Q;
+    t.dout = tensor(d_dout, c.dtype, {c.b, c.L, c.h, c.p});
+    t.x = tensor(d_x, c.dtype, {c.b, c.L, c.h, c.p});
+    if (c.z) {
+      t.z = tensor(d_z, c.dtype, {c.b, c.L, c.h, c.p});
+      t.out_x = tensor(d_out_x, c.dtype, {c.b, c.L, c.h, c.p});
+      t.dy = tensor(d_dy, c.dtype, {c.b, c.L, c.h, c.p});
+      t.dz = tensor(d_dz, c.dtype, {c.b, c.L, c.h, c.p});
+    }
+    if (c.D) {
+      t.D = c.D_per_headdim ? tensor(d_D, SSD_DTYPE_FP32, {c.h, c.p}) : tensor(d_D, SSD_DTYPE_FP32, {c.h});
+      t.dD = c.D_per_headdim ? tensor(d_dD, SSD_DTYPE_FP32, {c.h, c.p}) : tensor(d_dD, SSD_DTYPE_FP32, {c.h});
+    }
+    return t;
+  }
+
+  std::vector<uint8_t> run(ssd_runtime* rt, ssd_mode mode, int32_t max_blocks = 0) {
+    d_dy.poison(); d_dz.poison(); d_dD.poison(); d_ws.poison();
+    ssd::Status s = ssd::gate_backward(*rt, tensors(), mode, d_ws.get(), max_blocks, nullptr);
+    REQUIRE_MESSAGE(s.ok(), s.detail);
+    std::vector<uint8_t> r;
+    if (c.z) {
+      std::vector<uint8_t> dy = download_bytes(d_dy), dz = download_bytes(d_dz);
+      r.insert(r.end(), dy.begin(), dy.end());
+      r.insert(r.end(), dz.begin(), dz.end());
+    }
+    if (c.D) {
+      std::vector<uint8_t> dD = download_bytes(d_dD);
+      r.insert(r.end(), dD.begin(), dD.end());
+    }
+    return r;
+  }
+};
+
+const GateCase kGateCases[] = {
+    {2, 300, 4, 64, 128, SSD_DTYPE_BF16, true, true, false},
+    {2, 300, 4, 32, 64, SSD_DTYPE_FP16, true, true, true},
+    {3, 257, 6, 128, 256, SSD_DTYPE_BF16, false, true, false},
+    {1, 200, 4, 64, 64, SSD_DTYPE_BF16, true, false, false},
+};
+
+}  // namespace
+
+TEST_CASE("gate_bwd: dy, dz, dD against the float64 oracle; D1 and D4 bitwise" * doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  for (const GateCase& c : kGateCases) {
+    CAPTURE(describe(c));
+    GateProblem prob(c);
+    const std::vector<uint8_t> det = prob.run(rt.rt, SSD_MODE_DETERMINISTIC);
+    const size_t nx = size_t(c.b * c.L * c.h * c.p);
+    const double tol = c.dtype == SSD_DTYPE_BF16 ? 8e-3 : 1e-3;
+    double e_dy = 0, e_dz = 0, e_dD = 0;
+    if (c.z) {
+      std::vector<double> dy = download_values(prob.d_dy, c.dtype, nx), dz = download_values(prob.d_dz, c.dtype, nx);
+      REQUIRE(all_finite(dy));
+      REQUIRE(all_finite(dz));
+      e_dy = ssd::ref::rel_l2(dy.data(), prob.ref.inter.dy.data(), nx);
+      e_dz = ssd::ref::rel_l2(dz.data(), prob.ref.dz.data(), nx);
+      CHECK(e_dy < tol);
+      CHECK(e_dz < tol);
+    }
+    if (c.D) {
+      std::vector<double> dD = download_values(prob.d_dD, SSD_DTYPE_FP32, prob.ref.dD.size());
+      REQUIRE(all_finite(dD));
+      e_dD = ssd::ref::rel_l2(dD.data(), prob.ref.dD.data(), dD.size());
+      CHECK(e_dD < 1e-5);
+      prob.run(rt.rt, SSD_MODE_FAST);
+      std::vector<double> fast = download_values(prob.d_dD, SSD_DTYPE_FP32, prob.ref.dD.size());
+      CHECK(ssd::ref::rel_l2(fast.data(), dD.data(), dD.size()) < 1e-5);
+    }
+    MESSAGE("gate_bwd " << describe(c) << ": rel_l2 dy " << e_dy << ", dz " << e_dz << ", dD " << e_dD);
+    for (int i = 0; i < 5; ++i) CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC), det));
+    for (int grid : {1, 7, 64}) CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, grid), det));
+  }
+}
