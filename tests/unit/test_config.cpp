@@ -119,6 +119,28 @@ TEST_CASE("forward kernels: fields and tiles are checked against the templates' 
   }
 }
 
+TEST_CASE("gate_bwd: needs z or D, takes no tile") {
+  ssd_kernel_config c = default_config(SSD_KERNEL_GATE_BWD);
+  CHECK(validate_config(c).ok());
+  c.flags = 0;
+  CHECK(contains(error_of(c), "nothing to compute"));
+  c = default_config(SSD_KERNEL_GATE_BWD);
+  c.flags = SSD_FLAG_Z | SSD_FLAG_D_PER_HEADDIM;
+  CHECK(contains(error_of(c), "D_per_headdim only together with D"));
+  c = default_config(SSD_KERNEL_GATE_BWD);
+  c.tile.m = 64;
+  CHECK(contains(error_of(c), "tile.m"));
+  c = default_config(SSD_KERNEL_GATE_BWD);
+  c.flags = SSD_FLAG_SEQ_IDX | SSD_FLAG_D;
+  CHECK(contains(error_of(c), "flags"));
+  c = default_config(SSD_KERNEL_GATE_BWD);
+  c.headdim = 48;
+  CHECK(contains(error_of(c), "headdim"));
+  auto n = normalize_config(default_config(SSD_KERNEL_GATE_BWD));
+  REQUIRE(n.ok());
+  CHECK(n->tile.m == 0);
+}
+
 TEST_CASE("read_config honours struct_size") {
   ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.struct_size = 3;
