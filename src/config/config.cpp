@@ -107,10 +107,6 @@ std::string flags_text(uint32_t flags) {
   return s.empty() ? "none" : s;
 }
 
-bool is_forward_matmul(ssd_kernel_id k) {
-  return k == SSD_KERNEL_BMM_CHUNK_FWD || k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD;
-}
-
 // The flags each kernel reads; any other bit is a config error (it would only split the cache).
 uint32_t allowed_flags(ssd_kernel_id k) {
   switch (k) {

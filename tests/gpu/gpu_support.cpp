@@ -1,5 +1,6 @@
 #include "gpu_support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -86,6 +87,12 @@ HostArray make_array(ssd_dtype dtype, const std::vector<double>& values) {
     }
   }
   return a;
+}
+
+DeviceBuffer upload_array(const HostArray& a) {
+  DeviceBuffer d(std::max<size_t>(a.bytes.size(), 4));
+  d.upload(a.bytes.data(), a.bytes.size());
+  return d;
 }
 
 std::vector<double> download_values(const DeviceBuffer& buf, ssd_dtype dtype, size_t count) {

@@ -73,6 +73,8 @@ struct HostArray {
   std::vector<double> values;
 };
 HostArray make_array(ssd_dtype dtype, const std::vector<double>& values);
+// A device copy of a host array (at least 4 bytes allocated, so empty arrays are valid too).
+DeviceBuffer upload_array(const HostArray& a);
 // Decodes `count` elements of device memory.
 std::vector<double> download_values(const DeviceBuffer& buf, ssd_dtype dtype, size_t count);
 

@@ -58,11 +58,11 @@ struct CumsumProblem {
     const size_t chunked = size_t(c.b * c.h * nc * c.Q);
     ddA = make_array(SSD_DTYPE_FP32, normal(chunked));
     ddt_out = make_array(SSD_DTYPE_FP32, normal(chunked));
-    d_dt = upload(dt);
-    d_A = upload(A);
-    d_bias = upload(bias);
-    d_ddA = upload(ddA);
-    d_ddt_out = upload(ddt_out);
+    d_dt = upload_array(dt);
+    d_A = upload_array(A);
+    d_bias = upload_array(bias);
+    d_ddA = upload_array(ddA);
+    d_ddt_out = upload_array(ddt_out);
     d_dt_out = DeviceBuffer(chunked * 4);
     d_cs = DeviceBuffer(chunked * 4);
     d_ddt = DeviceBuffer(dt.bytes.size());
@@ -71,12 +71,6 @@ struct CumsumProblem {
     ssd_chunk_cumsum_bwd_args args = bwd_args();
     REQUIRE(ssd_chunk_cumsum_bwd_workspace_size(&args, &ws_bytes) == SSD_OK);
     d_ws = DeviceBuffer(ws_bytes);
-  }
-
-  static DeviceBuffer upload(const HostArray& a) {
-    DeviceBuffer d(a.bytes.size());
-    d.upload(a.bytes.data(), a.bytes.size());
-    return d;
   }
 
   ssd::ref::CumsumShape shape() const { return {c.b, c.L, c.h, c.Q}; }

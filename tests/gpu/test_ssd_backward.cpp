@@ -29,12 +29,6 @@ std::string describe(const GateCase& c) {
          (c.D ? (c.D_per_headdim ? " D(h,p)" : " D(h)") : "");
 }
 
-DeviceBuffer upload(const HostArray& a) {
-  DeviceBuffer d(std::max<size_t>(a.bytes.size(), 4));
-  d.upload(a.bytes.data(), a.bytes.size());
-  return d;
-}
-
 struct GateProblem {
   GateCase c;
   ssd::ref::SsdGradients ref;
@@ -58,7 +52,7 @@ struct GateProblem {
     const ssd::ref::SsdForwardResult fwd = ssd::ref::forward_chunked(q);
     ref = ssd::ref::backward(q, dout.values.data(), nullptr);
     out_x = make_array(c.dtype, c.z ? fwd.out_x : std::vector<double>(nx, 0.0));
-    d_x = upload(x); d_z = upload(z); d_D = upload(D); d_dout = upload(dout); d_out_x = upload(out_x);
+    d_x = upload_array(x); d_z = upload_array(z); d_D = upload_array(D); d_dout = upload_array(dout); d_out_x = upload_array(out_x);
     d_dy = DeviceBuffer(x.bytes.size());
     d_dz = DeviceBuffer(x.bytes.size());
     d_dD = DeviceBuffer(D.bytes.size());

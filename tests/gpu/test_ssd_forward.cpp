@@ -35,12 +35,6 @@ std::string describe(const FwdCase& c) {
   return s;
 }
 
-DeviceBuffer upload(const HostArray& a) {
-  DeviceBuffer d(std::max<size_t>(a.bytes.size(), 4));
-  d.upload(a.bytes.data(), a.bytes.size());
-  return d;
-}
-
 struct FwdProblem {
   FwdCase c;
   int64_t nc;
@@ -71,8 +65,8 @@ struct FwdProblem {
         }
       }
     }
-    d_x = upload(x); d_dt = upload(dt); d_A = upload(A); d_B = upload(B); d_C = upload(C);
-    d_D = upload(D); d_z = upload(z); d_bias = upload(bias); d_init = upload(init);
+    d_x = upload_array(x); d_dt = upload_array(dt); d_A = upload_array(A); d_B = upload_array(B); d_C = upload_array(C);
+    d_D = upload_array(D); d_z = upload_array(z); d_bias = upload_array(bias); d_init = upload_array(init);
     d_seq = DeviceBuffer(seq.size() * 4);
     d_seq.upload(seq.data(), seq.size() * 4);
     d_out = DeviceBuffer(x.bytes.size());
