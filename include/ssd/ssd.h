@@ -58,7 +58,15 @@ typedef enum ssd_kernel_id {
   SSD_KERNEL_CHUNK_STATE_FWD = 5,      /* per-chunk states s (F2), tensor cores */
   SSD_KERNEL_STATE_PASSING_FWD = 6,    /* entering states P and final states (F3) */
   SSD_KERNEL_CHUNK_SCAN_FWD = 7,       /* out = (intra-chunk + from-state) y, D, z gating (F5) */
-  SSD_KERNEL_GATE_BWD = 8              /* dy, dz and dD partials from dout (backward B-a) */
+  SSD_KERNEL_GATE_BWD = 8,             /* dy, dz and dD partials from dout (backward B-a) */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES = 9,  /* dP_c = sum_l eta exp(A_l) dy_l C_l^T (B-b), tensor cores */
+  SSD_KERNEL_STATE_PASSING_BWD = 10,      /* ds, dinitial_states, rho partials (B-c) */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DX = 11,      /* dx, ddt_x, ddA next/prev terms (B-d, B-g), tensor cores */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DCB = 12,     /* dCB per group, heads summed in order (B-e), tensor cores */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA = 13, /* ddA intra-chunk term per 64-row group (B-g), tensor cores */
+  SSD_KERNEL_CHUNK_STATE_BWD_DB = 14,     /* dB (B-f), tensor cores */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DC = 15,      /* dC (B-f), tensor cores */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DDA = 16      /* ddA = intra + next + prev + rho per position (B-g) */
 } ssd_kernel_id;
 
 typedef enum ssd_dtype {
@@ -87,7 +95,9 @@ enum {
   SSD_FLAG_D = 1u << 3,           /* y += D * x */
   SSD_FLAG_D_PER_HEADDIM = 1u << 4, /* D has shape (h, p) instead of (h) (needs SSD_FLAG_D) */
   SSD_FLAG_Z = 1u << 5,           /* out = y * silu(z) */
-  SSD_FLAG_INITIAL_STATES = 1u << 6 /* initial_states given */
+  SSD_FLAG_INITIAL_STATES = 1u << 6, /* initial_states given */
+  SSD_FLAG_DDA_INCREMENTS = 1u << 7  /* chunk_cumsum_bwd: ddA is the gradient w.r.t. the increments
+                                        a_l = dt_l A (the SSD backward's), not w.r.t. dA_cumsum */
 };
 
 /* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:
@@ -99,6 +109,13 @@ enum {
  *   state_passing_fwd:     m = state elements per block (64, 128, 256, 512).
  *   chunk_scan_fwd:        m = positions tile (64, 128), n = headdim tile, k = K step (16, 32, 64).
  *   gate_bwd:              no tile (one thread per headdim element of one head): all zeros.
+ *   chunk_scan_bwd_dstates: as chunk_state_fwd (m = headdim, n = dstate, k = positions per step).
+ *   state_passing_bwd:     m = state elements per block (64, 128, 256, 512).
+ *   chunk_scan_bwd_dx:     m = positions tile (64, 128; m * headdim <= 8192), n = 0, k = K step.
+ *   chunk_scan_bwd_dcb:    m x n = (l x s) tile of the lower triangle (16..128), k = headdim step.
+ *   chunk_scan_bwd_ddA_intra: m = rows (64, 128), n = column tile (16, 32, 64), k = headdim step.
+ *   chunk_state_bwd_db, chunk_scan_bwd_dc: m = positions, n = dstate tile, k = K step.
+ *   chunk_scan_bwd_ddA:    m = threads per block (64, 128, 256).
  * warps and stages are derived from the tile and must be 0; k is 0 where unused. */
 typedef struct ssd_tile {
   int32_t m;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "config/config.h"
+#include "ssd/backward_params.cuh"
 #include "ssd/forward_params.cuh"
 
 namespace ssd {
@@ -61,10 +62,13 @@ GeneratedUnit cumsum_unit(const ssd_kernel_config& c) {
         u.symbol);
   } else {
     constants += fmt::format("constexpr bool kDeterministic = {};\n", boolean(c.mode == SSD_MODE_DETERMINISTIC));
+    constants += fmt::format("constexpr bool kIncrements = {};  // ddA is w.r.t. the increments a_l\n",
+                             boolean(c.flags & SSD_FLAG_DDA_INCREMENTS));
     call = fmt::format(
         "extern \"C\" __global__ void __launch_bounds__(kBlockH)\n"
         "{}(const __grid_constant__ ssd_kernels::ChunkCumsumBwdParams params) {{\n"
-        "  ssd_kernels::chunk_cumsum_bwd<kChunk, kBlockH, kBlockL, Element, kHasBias, kSoftplus, kDeterministic>(params);\n"
+        "  ssd_kernels::chunk_cumsum_bwd<kChunk, kBlockH, kBlockL, Element, kHasBias, kSoftplus, kDeterministic, "
+        "kIncrements>(params);\n"
         "}}\n",
         u.symbol);
   }
@@ -184,6 +188,100 @@ GeneratedUnit gate_bwd_unit(const ssd_kernel_config& c) {
   return u;
 }
 
+// The SSD backward's kernels (backward_params.cuh).
+GeneratedUnit backward_unit(const ssd_kernel_config& c) {
+  using namespace ssd_kernels::bwd_geom;
+  GeneratedUnit u;
+  const std::string name = kernel_name(c.kernel);
+  u.symbol = "ssd_" + name;
+  u.file_name = name + ".cu";
+  const bool seq = c.flags & SSD_FLAG_SEQ_IDX;
+  const bool det = c.mode == SSD_MODE_DETERMINISTIC;
+  std::string header, params, call;
+  std::string constants = fmt::format("constexpr int kChunk = {};\n", c.chunk_size);
+  auto shape = [&](bool dstate) {
+    return fmt::format("constexpr int kHeaddim = {};\n", c.headdim) +
+           (dstate ? fmt::format("constexpr int kDstate = {};\n", c.dstate) : std::string()) +
+           fmt::format("constexpr int kHeadsPerGroup = {};\nusing Element = {};\n", c.heads_per_group,
+                       element_type(c.dtype));
+  };
+  auto tile3 = [&](const char* m, const char* n, const char* k) {
+    return fmt::format("constexpr int kBlockM = {};  // {}\nconstexpr int kBlockN = {};  // {}\n"
+                       "constexpr int kBlockK = {};  // {}\n", c.tile.m, m, c.tile.n, n, c.tile.k, k);
+  };
+  switch (c.kernel) {
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES:
+      header = "ssd/chunk_state.cuh";
+      params = "ChunkStateFwdParams";
+      u.block_threads = ssd_kernels::fwd_geom::chunk_state_threads(c.tile.m, c.tile.n);
+      constants += shape(true) + tile3("headdim", "dstate", "positions") + flag_constant("kSeqIdx", seq);
+      call = "chunk_state_fwd<kChunk, kHeaddim, kDstate, kHeadsPerGroup, kBlockM, kBlockN, kBlockK, Element, kSeqIdx, "
+             "/*DSTATES=*/true>";
+      break;
+    case SSD_KERNEL_STATE_PASSING_BWD:
+      header = "ssd/state_passing_bwd.cuh";
+      params = "StatePassingBwdParams";
+      u.block_threads = c.tile.m;
+      constants += fmt::format("constexpr int kBlock = {};  // state elements per block\nusing Element = {};\n",
+                               c.tile.m, element_type(c.dtype));
+      constants += flag_constant("kSeqIdx", seq) + flag_constant("kDeterministic", det);
+      call = "state_passing_bwd<kChunk, kBlock, Element, kSeqIdx, kDeterministic>";
+      break;
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DX:
+      header = "ssd/chunk_scan_bwd_dx.cuh";
+      params = "ChunkScanBwdDxParams";
+      u.block_threads = dx_threads();
+      constants += shape(true) +
+                   fmt::format("constexpr int kBlockM = {};  // positions\nconstexpr int kBlockK = {};\n", c.tile.m,
+                               c.tile.k);
+      constants += flag_constant("kD", c.flags & SSD_FLAG_D) +
+                   flag_constant("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM) + flag_constant("kSeqIdx", seq);
+      call = "chunk_scan_bwd_dx<kChunk, kHeaddim, kDstate, kHeadsPerGroup, kBlockM, kBlockK, Element, kD, kDPerHeaddim, "
+             "kSeqIdx>";
+      break;
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DCB:
+      header = "ssd/chunk_scan_bwd_dcb.cuh";
+      params = "ChunkScanBwdDcbParams";
+      u.block_threads = dcb_threads(c.tile.m, c.tile.n);
+      constants += shape(false) + tile3("positions l", "positions s", "headdim step") + flag_constant("kSeqIdx", seq);
+      call = "chunk_scan_bwd_dcb<kChunk, kHeaddim, kHeadsPerGroup, kBlockM, kBlockN, kBlockK, Element, kSeqIdx>";
+      break;
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA:
+      header = "ssd/chunk_scan_bwd_ddA_intra.cuh";
+      params = "ChunkScanBwdDdaIntraParams";
+      u.block_threads = intra_threads(c.tile.m, c.tile.n);
+      constants += shape(false) + tile3("rows l", "columns s", "headdim step") + flag_constant("kDeterministic", det);
+      call = "chunk_scan_bwd_ddA_intra<kChunk, kHeaddim, kHeadsPerGroup, kBlockM, kBlockN, kBlockK, Element, "
+             "kDeterministic>";
+      break;
+    case SSD_KERNEL_CHUNK_STATE_BWD_DB:
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DC:
+      header = "ssd/bc_bwd.cuh";
+      params = "BcBwdParams";
+      u.block_threads = bc_threads(c.tile.m, c.tile.n);
+      constants += shape(true) + tile3("positions", "dstate", "K step") +
+                   flag_constant("kIsDC", c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DC) + flag_constant("kSeqIdx", seq);
+      call = "bc_bwd<kChunk, kHeaddim, kDstate, kHeadsPerGroup, kBlockM, kBlockN, kBlockK, Element, kIsDC, kSeqIdx>";
+      break;
+    default:  // SSD_KERNEL_CHUNK_SCAN_BWD_DDA
+      header = "ssd/chunk_scan_bwd_ddA.cuh";
+      params = "ChunkScanBwdDdaParams";
+      u.block_threads = c.tile.m;
+      constants += fmt::format("constexpr int kBlock = {};\n", c.tile.m) + flag_constant("kSeqIdx", seq) +
+                   flag_constant("kDeterministic", det);
+      call = "chunk_scan_bwd_ddA<kChunk, kBlock, kSeqIdx, kDeterministic>";
+      break;
+  }
+  u.source = preamble(c) + fmt::format(
+      "#include \"{}\"\n\nnamespace {{\n{}}}  // namespace\n\n"
+      "extern \"C\" __global__ void __launch_bounds__({})\n"
+      "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
+      "  ssd_kernels::{}(params);\n"
+      "}}\n",
+      header, constants, u.block_threads, u.symbol, params, call);
+  return u;
+}
+
 void scan_includes(const std::string& text, std::vector<std::string>& out) {
   size_t pos = 0;
   while ((pos = text.find("#include \"", pos)) != std::string::npos) {
@@ -229,7 +327,11 @@ Result<GeneratedUnit> generate_unit(const ssd_kernel_config& config) {
     case SSD_KERNEL_CHUNK_CUMSUM_FWD:
     case SSD_KERNEL_CHUNK_CUMSUM_BWD: unit = cumsum_unit(config); break;
     case SSD_KERNEL_GATE_BWD: unit = gate_bwd_unit(config); break;
-    default: unit = forward_unit(config); break;
+    case SSD_KERNEL_BMM_CHUNK_FWD:
+    case SSD_KERNEL_CHUNK_STATE_FWD:
+    case SSD_KERNEL_STATE_PASSING_FWD:
+    case SSD_KERNEL_CHUNK_SCAN_FWD: unit = forward_unit(config); break;
+    default: unit = backward_unit(config); break;
   }
   auto headers = template_closure(unit.source);
   if (!headers.ok()) return headers.status();

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "ssd/backward_params.cuh"
 #include "ssd/forward_params.cuh"
 
 namespace ssd {
@@ -22,7 +23,15 @@ constexpr Named kKernels[] = {{SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd"},
                               {SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd"},
                               {SSD_KERNEL_STATE_PASSING_FWD, "state_passing_fwd"},
                               {SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd"},
-                              {SSD_KERNEL_GATE_BWD, "gate_bwd"}};
+                              {SSD_KERNEL_GATE_BWD, "gate_bwd"},
+                              {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, "chunk_scan_bwd_dstates"},
+                              {SSD_KERNEL_STATE_PASSING_BWD, "state_passing_bwd"},
+                              {SSD_KERNEL_CHUNK_SCAN_BWD_DX, "chunk_scan_bwd_dx"},
+                              {SSD_KERNEL_CHUNK_SCAN_BWD_DCB, "chunk_scan_bwd_dcb"},
+                              {SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, "chunk_scan_bwd_ddA_intra"},
+                              {SSD_KERNEL_CHUNK_STATE_BWD_DB, "chunk_state_bwd_db"},
+                              {SSD_KERNEL_CHUNK_SCAN_BWD_DC, "chunk_scan_bwd_dc"},
+                              {SSD_KERNEL_CHUNK_SCAN_BWD_DDA, "chunk_scan_bwd_ddA"}};
 constexpr Named kDtypes[] = {{SSD_DTYPE_BF16, "bf16"}, {SSD_DTYPE_FP16, "fp16"}, {SSD_DTYPE_FP32, "fp32"},
                              {SSD_DTYPE_INT32, "int32"}};
 constexpr Named kModes[] = {{SSD_MODE_DETERMINISTIC, "deterministic"}, {SSD_MODE_FAST, "fast"}};
@@ -30,7 +39,7 @@ constexpr Named kArchs[] = {{SSD_ARCH_SM80, "sm_80"}, {SSD_ARCH_SM90, "sm_90"}, 
 constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"},       {SSD_FLAG_DT_SOFTPLUS, "dt_softplus"},
                              {SSD_FLAG_SEQ_IDX, "seq_idx"},       {SSD_FLAG_D, "D"},
                              {SSD_FLAG_D_PER_HEADDIM, "D_per_headdim"}, {SSD_FLAG_Z, "z"},
-                             {SSD_FLAG_INITIAL_STATES, "initial_states"}};
+                             {SSD_FLAG_INITIAL_STATES, "initial_states"}, {SSD_FLAG_DDA_INCREMENTS, "ddA_increments"}};
 
 template <size_t N>
 const char* name_of(const Named (&table)[N], int value) {
@@ -110,13 +119,20 @@ std::string flags_text(uint32_t flags) {
 // The flags each kernel reads; any other bit is a config error (it would only split the cache).
 uint32_t allowed_flags(ssd_kernel_id k) {
   switch (k) {
-    case SSD_KERNEL_CHUNK_CUMSUM_FWD:
-    case SSD_KERNEL_CHUNK_CUMSUM_BWD: return SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
+    case SSD_KERNEL_CHUNK_CUMSUM_FWD: return SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
+    case SSD_KERNEL_CHUNK_CUMSUM_BWD: return SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS | SSD_FLAG_DDA_INCREMENTS;
     case SSD_KERNEL_BMM_CHUNK_FWD:
     case SSD_KERNEL_CHUNK_STATE_FWD: return SSD_FLAG_SEQ_IDX;
     case SSD_KERNEL_STATE_PASSING_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES;
     case SSD_KERNEL_CHUNK_SCAN_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
     case SSD_KERNEL_GATE_BWD: return SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES:
+    case SSD_KERNEL_STATE_PASSING_BWD:
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DCB:
+    case SSD_KERNEL_CHUNK_STATE_BWD_DB:
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DC:
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA: return SSD_FLAG_SEQ_IDX;
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DX: return SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM;
     default: return 0;
   }
 }
@@ -135,6 +151,7 @@ std::string forward_tile_problem(const ssd_kernel_config& c) {
       if (bmm_chunk_smem_bytes(N, t.m, t.n) > kMaxStaticSmem) return "the tiles' shared memory must fit in 48 KiB";
       return "";
     case SSD_KERNEL_CHUNK_STATE_FWD:
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES:
       if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128, 256}) || !one_of(t.k, {16, 32, 64}))
         return "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64";
       if (!divides(t.m, P) || !divides(t.n, N) || !divides(t.k, Q)) return "m | headdim, n | dstate, k | chunk_size";
@@ -151,7 +168,51 @@ std::string forward_tile_problem(const ssd_kernel_config& c) {
       return "";
     }
     case SSD_KERNEL_STATE_PASSING_FWD:
+    case SSD_KERNEL_STATE_PASSING_BWD:
       if (!one_of(t.m, {64, 128, 256, 512}) || t.n || t.k) return "m in 64, 128, 256, 512; n = k = 0";
+      return "";
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DX: {
+      using namespace ssd_kernels::bwd_geom;
+      if (!one_of(t.m, {64, 128}) || t.n || !one_of(t.k, {16, 32, 64})) return "m in 64, 128; n = 0; k in 16, 32, 64";
+      if (!divides(t.m, Q) || !divides(t.k, Q)) return "m and k must divide chunk_size";
+      if (t.m * P > 8192) return "m * headdim <= 8192 (accumulator registers)";
+      if (N % dx_block_kn(N, t.k) != 0) return "k must divide dstate or exceed it";
+      if (dx_smem_bytes(Q, P, N, t.m, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
+        return "the tiles' shared memory must fit in 48 KiB";
+      return "";
+    }
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: {
+      using namespace ssd_kernels::bwd_geom;
+      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128}) || !one_of(t.k, {16, 32, 64}))
+        return "m, n in 16, 32, 64, 128; k in 16, 32, 64";
+      if (!divides(t.m, Q) || !divides(t.n, Q)) return "m and n must divide chunk_size";
+      if (P % dcb_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
+      if (dcb_smem_bytes(Q, P, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
+        return "the tiles' shared memory must fit in 48 KiB";
+      return "";
+    }
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: {
+      using namespace ssd_kernels::bwd_geom;
+      if (!one_of(t.m, {64, 128}) || !one_of(t.n, {16, 32, 64}) || !one_of(t.k, {16, 32, 64}))
+        return "m in 64, 128; n in 16, 32, 64; k in 16, 32, 64";
+      if (!divides(t.m, Q)) return "m must divide chunk_size";
+      if (P % dcb_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
+      if (intra_smem_bytes(Q, P, t.m, t.n, t.k) > kMaxStaticSmem) return "the tiles' shared memory must fit in 48 KiB";
+      return "";
+    }
+    case SSD_KERNEL_CHUNK_STATE_BWD_DB:
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DC: {
+      using namespace ssd_kernels::bwd_geom;
+      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128, 256}) || !one_of(t.k, {16, 32, 64}))
+        return "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64";
+      if (!divides(t.m, Q) || !divides(t.n, N) || !divides(t.k, Q)) return "m | chunk_size, n | dstate, k | chunk_size";
+      if (P % bc_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
+      if (bc_smem_bytes(Q, P, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
+        return "the tiles' shared memory must fit in 48 KiB";
+      return "";
+    }
+    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA:
+      if (!one_of(t.m, {64, 128, 256}) || t.n || t.k) return "m in 64, 128, 256; n = k = 0";
       return "";
     default: return "";
   }
@@ -180,9 +241,24 @@ ssd_kernel_config default_config(ssd_kernel_id kernel) {
   if (kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
     c.dtype = SSD_DTYPE_FP32;
     c.partials = 1;
-  } else if (kernel == SSD_KERNEL_STATE_PASSING_FWD) {
+  } else if (kernel == SSD_KERNEL_STATE_PASSING_FWD || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
     c.dtype = SSD_DTYPE_FP32;
     c.chunk_size = 256;
+  } else if (kernel == SSD_KERNEL_STATE_PASSING_BWD) {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+  } else if (kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA) {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+    c.headdim = 64;
+    c.heads_per_group = 1;
+  } else if (kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX ||
+             kernel == SSD_KERNEL_CHUNK_STATE_BWD_DB || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DC) {
+    c.dtype = SSD_DTYPE_BF16;
+    c.chunk_size = 256;
+    c.headdim = 64;
+    c.dstate = 64;
+    c.heads_per_group = 1;
   } else if (kernel == SSD_KERNEL_GATE_BWD) {
     c.dtype = SSD_DTYPE_BF16;
     c.chunk_size = 256;
@@ -278,15 +354,26 @@ Status validate_config(const ssd_kernel_config& c) {
     SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
     if (!one_of(c.chunk_size, {64, 128, 256}))
       return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
-    if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD) {
+    if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD || c.kernel == SSD_KERNEL_STATE_PASSING_BWD ||
+        c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
       SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
                                             {"heads_per_group", c.heads_per_group}}));
-      if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32 (states)");
+      if (c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
+        if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
+          return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16 (the dtype ds is stored in)");
+      } else if (c.dtype != SSD_DTYPE_FP32) {
+        return field_error(c, "dtype", dtype_name(c.dtype), "fp32");
+      }
     } else {
       if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
         return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16 (tensor cores)");
-      if (!one_of(c.dstate, {16, 32, 64, 128, 256}))
+      const bool uses_dstate =
+          c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DCB && c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA;
+      if (!uses_dstate) {
+        SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
+      } else if (!one_of(c.dstate, {16, 32, 64, 128, 256})) {
         return field_error(c, "dstate", std::to_string(c.dstate), "16, 32, 64, 128, 256");
+      }
       if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
         SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"heads_per_group", c.heads_per_group}}));
       } else {
@@ -335,7 +422,28 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
     t.m = 64;
     t.n = std::min(64, c.headdim);
     t.k = 32;
-  } else {  // state_passing_fwd
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES) {
+    t.m = std::min(64, c.headdim);
+    t.n = std::min(128, c.dstate);
+    t.k = 32;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX) {
+    t.m = 64;
+    t.k = 32;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB) {
+    t.m = 64;
+    t.n = 64;
+    t.k = 32;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA) {
+    t.m = 64;
+    t.n = 32;
+    t.k = 32;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_STATE_BWD_DB || c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DC) {
+    t.m = 64;
+    t.n = std::min(64, c.dstate);
+    t.k = 32;
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
+    t.m = 128;
+  } else {  // state_passing_fwd, state_passing_bwd
     t.m = 256;
   }
   return t;
@@ -349,14 +457,17 @@ std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) {
         if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
   } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
     for (int m : {32, 64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
-  } else if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD) {
+  } else if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD || c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
     for (int m : {64, 128, 256, 512}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
+  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
+    for (int m : {64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
   } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
     tiles.push_back(ssd_tile{});
   } else {
     for (int m : {16, 32, 64, 128})
-      for (int n : {16, 32, 64, 128, 256})
+      for (int n : {0, 16, 32, 64, 128, 256})
         for (int k : {0, 16, 32, 64}) {
+          if ((c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX) != (n == 0)) continue;
           if ((c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) != (k == 0)) continue;
           ssd_kernel_config t = c;
           t.tile = ssd_tile{m, n, k, 0, 0};
@@ -573,6 +684,38 @@ std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32
   return out;
 }
 
+std::vector<ssd_kernel_config> backward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
+                                                ssd_arch arch) {
+  std::vector<ssd_kernel_config> out;
+  if (flags & (SSD_FLAG_Z | SSD_FLAG_D)) {
+    ssd_kernel_config c = default_config(SSD_KERNEL_GATE_BWD);
+    c.chunk_size = shape.chunk_size;
+    c.headdim = shape.headdim;
+    c.dtype = shape.dtype;
+    c.flags = flags & allowed_flags(SSD_KERNEL_GATE_BWD);
+    c.mode = mode;
+    c.arch = arch;
+    out.push_back(c);
+  }
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX,
+                          SSD_KERNEL_CHUNK_SCAN_BWD_DCB, SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA,
+                          SSD_KERNEL_CHUNK_STATE_BWD_DB, SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA}) {
+    ssd_kernel_config c = default_config(k);
+    c.chunk_size = shape.chunk_size;
+    c.mode = mode;
+    c.arch = arch;
+    if (k != SSD_KERNEL_CHUNK_SCAN_BWD_DDA) c.dtype = shape.dtype;
+    if (k != SSD_KERNEL_STATE_PASSING_BWD && k != SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
+      c.headdim = shape.headdim;
+      c.heads_per_group = shape.heads_per_group;
+      if (k != SSD_KERNEL_CHUNK_SCAN_BWD_DCB && k != SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA) c.dstate = shape.dstate;
+    }
+    c.flags = flags & allowed_flags(k);
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arch, ssd_mode mode) {
   std::vector<ssd_kernel_config> out;
   // A Mamba2 layer passes dt_bias and dt_softplus=True; dt is a slice of the in_proj output.
@@ -589,12 +732,28 @@ std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arc
   for (const ssd_kernel_config& c :
        forward_configs({p.chunk_size, p.headdim, p.dstate, p.nheads / p.ngroups, p.dtype}, SSD_FLAG_D, mode, arch))
     out.push_back(c);
-  if (mode == SSD_MODE_DETERMINISTIC) {  // dA and ddt_bias: two partials per (b, c, h)
-    ssd_kernel_config c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-    c.partials = 2;
+  // The backward of the same layer: ssd_backward's kernels after the forward recompute, then the
+  // increments variant of chunk_cumsum_bwd.
+  for (const ssd_kernel_config& c :
+       backward_configs({p.chunk_size, p.headdim, p.dstate, p.nheads / p.ngroups, p.dtype}, SSD_FLAG_D, mode, arch))
+    out.push_back(c);
+  {
+    ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+    c.chunk_size = p.chunk_size;
+    c.dtype = p.dtype;
+    c.flags = SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS | SSD_FLAG_DDA_INCREMENTS;
     c.mode = mode;
     c.arch = arch;
     out.push_back(c);
+  }
+  if (mode == SSD_MODE_DETERMINISTIC) {  // dA and ddt_bias: two partials per (b, c, h); dD (h): one
+    for (int partials : {2, 1}) {
+      ssd_kernel_config c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+      c.partials = partials;
+      c.mode = mode;
+      c.arch = arch;
+      out.push_back(c);
+    }
   }
   return out;
 }

@@ -64,6 +64,12 @@ struct ForwardShape {
 std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
                                                ssd_arch arch);
 
+// The SSD backward's kernels after the forward recompute, in launch order: gate_bwd (with z or D),
+// chunk_scan_bwd_dstates, state_passing_bwd, chunk_scan_bwd_dx, chunk_scan_bwd_dcb,
+// chunk_scan_bwd_ddA_intra, chunk_state_bwd_db, chunk_scan_bwd_dc, chunk_scan_bwd_ddA.
+std::vector<ssd_kernel_config> backward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
+                                                ssd_arch arch);
+
 // Model presets for `ssdgen compile --preset`.
 struct ModelPreset {
   std::string name;

@@ -192,7 +192,7 @@ Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* 
 }
 
 Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_args,
-                        const ssd_launch_options* user_options, CUstream stream) {
+                        const ssd_launch_options* user_options, CUstream stream, bool ddA_increments) {
   auto args = read_sized_struct(user_args, default_cumsum_bwd_args(), "args", sizeof(ssd_chunk_cumsum_bwd_args));
   if (!args.ok()) return args.status();
   auto options = read_options(user_options);
@@ -214,6 +214,7 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   auto config = make_config(rt, SSD_KERNEL_CHUNK_CUMSUM_BWD, d, a.dt.dtype, bias, a.dt_softplus != 0,
                             options.value(), mode);
   if (!config.ok()) return config.status();
+  if (ddA_increments) config->flags |= SSD_FLAG_DDA_INCREMENTS;
   auto kernel = get_kernel(rt, config.value());
   if (!kernel.ok()) return kernel.status();
   const ssd_kernel* reduce = nullptr;

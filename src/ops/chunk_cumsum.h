@@ -14,7 +14,9 @@ Status chunk_cumsum_fwd(ssd_runtime& runtime, const ssd_chunk_cumsum_fwd_args* a
                         const ssd_launch_options* options, CUstream stream);
 // Bytes of workspace the backward needs in the runtime's mode (0 in fast mode).
 Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args, ssd_mode mode);
+// ddA_increments (internal, the SSD backward): args.ddA_cumsum holds the gradient w.r.t. the
+// increments a_l = Δ_l A, not w.r.t. dA_cumsum (SSD_FLAG_DDA_INCREMENTS).
 Status chunk_cumsum_bwd(ssd_runtime& runtime, const ssd_chunk_cumsum_bwd_args* args,
-                        const ssd_launch_options* options, CUstream stream);
+                        const ssd_launch_options* options, CUstream stream, bool ddA_increments = false);
 
 }  // namespace ssd

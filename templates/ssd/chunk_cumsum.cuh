@@ -89,7 +89,11 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
   }
 }
 
-template <int Q, int BLOCK_H, int BLOCK_L, class T, bool kHasBias, bool kSoftplus, bool kDeterministic>
+// kIncrements (the SSD backward): ddA_cumsum holds the gradient w.r.t. the increments a_l = Δ_l A
+// itself (chunk_scan_bwd_ddA's output), so g_l = ddA(l) and there is no reverse scan; everything
+// after g_l is the same code and order.
+template <int Q, int BLOCK_H, int BLOCK_L, class T, bool kHasBias, bool kSoftplus, bool kDeterministic,
+          bool kIncrements = false>
 __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
@@ -136,7 +140,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
           const float u = dt_preact(dt_raw[j], bias);
           const float v = dt_activation<kSoftplus>(u);
           const float delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
-          g = __fadd_rn(g, s_ddA[tid][j]);
+          g = kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
           const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
           const float du = dt_backward<kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
           part_A = __fadd_rn(part_A, __fmul_rn(delta, g));

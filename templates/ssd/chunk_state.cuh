@@ -15,6 +15,12 @@
 // BLOCK_K/16 mma.m16n8k16 in increasing l; fp32 accumulate. Every output is one accumulation
 // chain over l in 16-wide steps starting from 0, so its bits do not depend on the tile sizes.
 //
+// DSTATES = true makes the same template chunk_scan_bwd_dstates (math B-b), the entering-state
+// gradient, with x := dy and B := C:
+//   dP[b, c, h, p, n] = Σ_{l=0}^{λ_c} w_l · dy[b, cQ+l, h, p] · C[b, cQ+l, g, n],
+//   w_l = η_c(l) ? exp(A(l)) : 0,   η_c(l) = [seq_idx(cQ+l) == seq_idx(cQ-1)], seq_idx(-1) := 0
+// (E_start is not clamped, as in the forward's chunk_scan); same reduction order.
+//
 // Launch: block = fwd_geom::chunk_state_threads(BLOCK_M, BLOCK_N) threads;
 //         grid  = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch * nchunks, nheads),
 //         each axis grid-stride; static shared memory fwd_geom::chunk_state_smem_bytes(Q, BLOCK_M,
@@ -27,7 +33,8 @@
 
 namespace ssd_kernels {
 
-template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool HAS_SEQ_IDX>
+template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool HAS_SEQ_IDX,
+          bool DSTATES = false>
 __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
   using namespace fwd_geom;
   static_assert(is_16bit_float<T>::value, "chunk_state_fwd: element type must be bf16 or fp16");
@@ -85,12 +92,15 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         // Per-position weights w_l (visible after the first barrier of the K loop).
         {
           const float a_last = dA[Q - 1];
-          int q_last = 0;
-          if (HAS_SEQ_IDX) q_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 + valid - 1) * p.seq_idx_stride_l];
+          int q_last = 0;  // the id tokens must match: seq_idx(cQ+λ) (ξ), or seq_idx(cQ-1) (η, DSTATES)
+          if (HAS_SEQ_IDX) {
+            if (!DSTATES) q_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 + valid - 1) * p.seq_idx_stride_l];
+            else if (c > 0) q_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
+          }
           for (int l = tid; l < Q; l += NT) {
             float w = 0.f;
             if (l < valid) {
-              const float e = __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
+              const float e = DSTATES ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
               bool keep = true;
               if (HAS_SEQ_IDX) keep = p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] == q_last;
               w = keep ? e : 0.f;

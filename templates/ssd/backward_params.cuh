@@ -1,0 +1,279 @@
+// Parameter blocks and launch geometry of the SSD backward's kernels (math §3; the decomposition
+// and the canonical order of every sum are in docs/determinism.md):
+//
+//   chunk_scan_bwd_dstates  (chunk_state.cuh, DSTATES)  dP_c = dYᵀ diag(η E_start) C            (B-b)
+//   state_passing_bwd       (state_passing_bwd.cuh)     ds_c, dinit, ρ partials                  (B-c)
+//   chunk_scan_bwd_dx       (chunk_scan_bwd_dx.cuh)     dx, dΔˣ, w_l (ddA next), v_l (ddA prev)  (B-d, B-g)
+//   chunk_scan_bwd_dcb      (chunk_scan_bwd_dcb.cuh)    dCB per group, heads summed in order     (B-e)
+//   chunk_scan_bwd_ddA_intra(chunk_scan_bwd_ddA_intra.cuh) ddA intra, per 64-row group          (B-g)
+//   chunk_state_bwd_db      (bc_bwd.cuh, !IS_DC)        dB                                       (B-f)
+//   chunk_scan_bwd_dc       (bc_bwd.cuh, IS_DC)         dC                                       (B-f)
+//   chunk_scan_bwd_ddA      (chunk_scan_bwd_ddA.cuh)    ddA = intra + next + prev (+ρ)           (B-g)
+//   chunk_cumsum_bwd (increments variant) then finishes ddt, dA, ddt_bias (B-h, B-i).
+//
+// Shared verbatim by the host launchers (g++) and the kernels (NVRTC), like forward_params.cuh:
+// plain C layout, strides in ELEMENTS, 64-bit. Intermediates the library allocates (dt, dA_cumsum,
+// CB, P, dP, ds, dCB, the (b, h, nchunks, Q) vectors) are contiguous in the order of their shape
+// comment; the kernels still take their strides where noted.
+#pragma once
+
+#include "ssd/forward_params.cuh"
+
+namespace ssd_kernels {
+
+// ------------------------------------------------------------------------------------------------
+// chunk_scan_bwd_dstates reuses ChunkStateFwdParams: x := dy (b, L, h, p), B := C (b, L, g, n),
+// dt unused (may be null), states := dP (b, nchunks, h, p, n) fp32.
+
+// state_passing_bwd (B-c): per (b, h, e), e in the flattened p*n axis (unit stride everywhere):
+//   dS_{Nc-1} = dfinal (0 if null);  for c = Nc-1 .. 0:
+//     ds_c = dS_c (stored in T);  ρ-part(c, e) = P_c[e] · dS_c[e];
+//     dS_{c-1} = fma(θ_c · exp(A_c(λ_c)), dS_c, dP_c)
+//   dinit = dS_{-1} (written when dinit != null).
+struct StatePassingBwdParams {
+  const float* states;  // P: entering states (b, nchunks, h, p*n) fp32 (the forward recompute)
+  long long states_stride_b, states_stride_c, states_stride_h;
+  const float* dstates;  // dP (b, nchunks, h, p*n) fp32
+  long long dstates_stride_b, dstates_stride_c, dstates_stride_h;
+  void* ds;  // (b, nchunks, h, p*n), element type T
+  long long ds_stride_b, ds_stride_c, ds_stride_h;
+  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
+  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
+  const float* dfinal_states;  // (b, h, p*n) fp32 or null (= 0)
+  long long dfinal_stride_b, dfinal_stride_h;
+  float* dinit;  // (b, h, p*n) fp32 or null (not written)
+  long long dinit_stride_b, dinit_stride_h;
+  // deterministic: ρ partials (b, h, nchunks, p*n/32) contiguous, one per 32 consecutive e
+  //                (xor-butterfly sum inside the warp); the θ·exp factor is NOT applied here.
+  // fast:          ρ sums (b, h, nchunks) contiguous, zeroed by the launcher, atomically added.
+  float* rho;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n (a multiple of 32)
+};
+
+// chunk_scan_bwd_dx (B-d, and the per-position w_l, v_l of B-g), per (b, c, h), rows l:
+//   Rst_l   = ξ_c(l)·exp(min(A(Q-1) − A(l), 0)) · (ds_c B_l)              (contraction over n)
+//   R_l     = Rst_l + Σ_{m ≥ l, m ≤ λ} CB(m, l)·exp(min(A(m) − A(l), 0)) · dy_m   (over m)
+//   dx_l    = fma(dy_l, D, Δ_l·R_l)   (D term only with D)
+//   dΔˣ_l   = Σ_p x_lp R_lp;   w_l = Δ_l · Σ_p x_lp Rst_lp;
+//   v_l     = η_c(l)·exp(A(l)) · Σ_p dy_lp (C_l P_cᵀ)_p                    (contraction over n)
+// ddt_x, w, v: (b, h, nchunks, Q) fp32 sharing the strides chunk_stride_*, unit Q-stride; all Q
+// positions of a chunk are written (0 past λ_c).
+struct ChunkScanBwdDxParams {
+  const float* CB;  // (b, nchunks, g, Q, Q) fp32, unit s-stride; only (m, l) with l <= m <= λ read
+  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
+  const void* x;  // (b, L, h, p)
+  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
+  const void* dy;  // (b, L, h, p): dout, or gate_bwd's dy with z
+  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
+  const float* dt;  // Δ (b, h, nchunks, Q)
+  const float* dA_cumsum;  // (b, h, nchunks, Q)
+  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;  // of dt, dA_cumsum, ddt_x, w, v
+  const void* B;  // (b, L, g, n)
+  long long B_stride_b, B_stride_l, B_stride_g, B_stride_n;
+  const void* C;  // (b, L, g, n)
+  long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
+  const void* ds;  // (b, nchunks, h, p, n) element type T, unit n-stride
+  long long ds_stride_b, ds_stride_c, ds_stride_h, ds_stride_p;
+  const float* states;  // P (b, nchunks, h, p, n) fp32, unit n-stride
+  long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
+  const float* D;  // (h) or (h, p), or null without D
+  long long D_stride_h, D_stride_p;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  void* dx;  // (b, L, h, p) element type
+  long long dx_stride_b, dx_stride_l, dx_stride_h, dx_stride_p;
+  float* ddt_x;
+  float* w;
+  float* v;
+  long long batch, seqlen, nchunks, nheads;
+};
+
+// chunk_scan_bwd_dcb (B-e), per (b, c, g), lower-triangle tiles of (l, s):
+//   d^(i)(l, s) = (s <= l && l <= λ && σ(l, s)) ? (M^(i)(l, s) · exp(min(A^(i)(l) − A^(i)(s), 0))) · Δ^(i)_s : 0
+//   M^(i)(l, s) = Σ_p dy^(i)_lp x^(i)_sp                 (mma chain over p from 0)
+//   dCB(l, s)   = ((0 + d^(r g)) + d^(r g + 1)) + ...    (heads of the group in increasing order)
+// stored rounded to T (it is only an mma operand of dB/dC). A written tile is written in full
+// (entries with s > l or padding are 0); tiles strictly above the diagonal are not written.
+struct ChunkScanBwdDcbParams {
+  const void* x;  // (b, L, h, p)
+  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
+  const void* dy;  // (b, L, h, p)
+  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
+  const float* dt;  // Δ (b, h, nchunks, Q)
+  const float* dA_cumsum;
+  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  void* dCB;  // (b, nchunks, g, Q, Q) element type T, unit s-stride
+  long long dCB_stride_b, dCB_stride_c, dCB_stride_g, dCB_stride_l;
+  long long batch, seqlen, nchunks, ngroups;
+};
+
+// chunk_scan_bwd_ddA_intra (the intra term of B-g), per (b, c, h):
+//   W(l, s)  = (s < l && l <= λ) ? CB(l, s) · d(l, s) : 0      (d as in dcb for this head, without σ:
+//                                                              CB is already 0 where σ = 0)
+//   S(l, k)  = Σ_{s < k} W(l, s)                               (s increasing from +0.0)
+//   T_r(k)   = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)     (l increasing from +0.0)
+// deterministic: T_r(k) stored for every r with 64r <= λ and k < min(64r + 64, λ + 1), in
+//   intra (b, h, nchunks, Q/64, Q) contiguous; chunk_scan_bwd_ddA sums r increasing.
+// fast: T_r(k) atomically added into intra (b, h, nchunks, Q) contiguous, zeroed by the launcher.
+constexpr int kIntraRowGroup = 64;
+struct ChunkScanBwdDdaIntraParams {
+  const float* CB;  // (b, nchunks, g, Q, Q) fp32, unit s-stride; only s <= l <= λ read
+  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
+  const void* x;
+  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
+  const void* dy;
+  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
+  const float* dt;
+  const float* dA_cumsum;
+  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;
+  float* intra;
+  long long batch, seqlen, nchunks, nheads;
+};
+
+// chunk_state_bwd_db / chunk_scan_bwd_dc (B-f), per (b, c, g), rows = positions, columns = n:
+//   dB_s = Σ_i^{heads increasing} fma(ξ(s)·exp(min(A(Q-1) − A(s), 0))·Δ_s, (x_s ds_c)(n), ·)
+//          + Σ_{l ≥ s, l <= λ} dCB(l, s) C_l                                  (mma chain over l)
+//   dC_l = Σ_i^{heads increasing} fma(η(l)·exp(A(l)), (dy_l P_c)(n), ·)
+//          + Σ_{s <= l} dCB(l, s) B_s                                         (mma chain over s)
+// The head term of each head is an mma chain over p from 0 (ds / P rounded to T); the group sum
+// starts from +0.0; the dCB chain then continues on the same fp32 accumulator. Stored in T.
+struct BcBwdParams {
+  const void* xy;  // dB: x, dC: dy   (b, L, h, p)
+  long long xy_stride_b, xy_stride_l, xy_stride_h, xy_stride_p;
+  const void* state;  // dB: ds (b, nchunks, h, p, n) in T; dC: P (b, nchunks, h, p, n) fp32; unit n-stride
+  long long state_stride_b, state_stride_c, state_stride_h, state_stride_p;
+  const void* dCB;  // (b, nchunks, g, Q, Q) element type T, unit s-stride
+  long long dCB_stride_b, dCB_stride_c, dCB_stride_g, dCB_stride_l;
+  const void* other;  // dB: C, dC: B   (b, L, g, n)
+  long long other_stride_b, other_stride_l, other_stride_g, other_stride_n;
+  const float* dt;
+  const float* dA_cumsum;
+  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;
+  const int* seq_idx;  // (b, L) or null
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  void* out;  // dB or dC (b, L, g, n)
+  long long out_stride_b, out_stride_l, out_stride_g, out_stride_n;
+  long long batch, seqlen, nchunks, ngroups;
+};
+
+// chunk_scan_bwd_ddA (B-g), per (b, c, h), positions k <= λ (0 past λ):
+//   ρ     = θ_c·exp(A(λ_c)) · ρsum,  ρsum = Σ_j rho[b, h, c, j] (j increasing from +0.0; fast: rho[b, h, c])
+//   intra = Σ_{r = k/64}^{λ/64} T_r(k) (r increasing from +0.0; fast: intra[b, h, c, k])
+//   next  = Σ_{l < k} w_l (l increasing from +0.0)
+//   prev  = (Σ_{l = λ}^{k} v_l (l decreasing from +0.0)) + ρ
+//   ddA_k = (intra + next) + prev
+struct ChunkScanBwdDdaParams {
+  const float* intra;
+  const float* rho;
+  const float* w;
+  const float* v;
+  const float* dA_cumsum;
+  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;  // of w, v, dA_cumsum, ddA
+  float* ddA;
+  const int* seq_idx;
+  long long seq_idx_stride_b, seq_idx_stride_l;
+  long long batch, seqlen, nchunks, nheads, rho_slots;  // rho_slots = p*n/32 (deterministic)
+};
+
+// ------------------------------------------------------------------------------------------------
+// Launch geometry (the host launchers and config validation use these; each kernel static_asserts
+// against them). Grids: x = tiles inside one (batch, chunk, head|group), y = batch * nchunks
+// (batch fastest), z = heads | groups, each grid-stride (any grid >= 1 is correct).
+namespace bwd_geom {
+
+using fwd_geom::imax;
+using fwd_geom::imin;
+using fwd_geom::kMaxStaticSmem;
+using fwd_geom::kPad;
+
+// ---- chunk_scan_bwd_dx<Q, P, N, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_K, T, HAS_D, D_PER_HEADDIM, HAS_SEQ_IDX>
+// 4 warps; warp w owns rows [w·BM/4, (w+1)·BM/4) and all P columns. BLOCK_K is the step of the
+// contractions over n (min(BLOCK_K, N)) and over m (BLOCK_K).
+SSD_HOST_DEVICE constexpr int dx_threads() { return 128; }
+SSD_HOST_DEVICE constexpr int dx_tiles(int q, int bm) { return q / bm; }
+SSD_HOST_DEVICE constexpr int dx_block_kn(int n, int bk) { return imin(n, bk); }
+SSD_HOST_DEVICE constexpr int dx_stage_a_bytes(int p, int n, int bm, int bk) {
+  return (bm + p) * (dx_block_kn(n, bk) + kPad) * 2;  // B|C tile [l][n] + ds|P tile [p][n], in T
+}
+SSD_HOST_DEVICE constexpr int dx_stage_b_bytes(int p, int bm, int bk) {
+  return bk * (bm + 4) * 4 + bk * (p + kPad) * 2;  // CB tile [m][l] fp32 + dy tile [m][p]
+}
+SSD_HOST_DEVICE constexpr int dx_epilogue_bytes(int p, int bm) { return bm * (p + 4) * 4; }
+SSD_HOST_DEVICE constexpr int dx_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
+SSD_HOST_DEVICE constexpr int dx_body_bytes(int stages, int p, int n, int bm, int bk) {
+  return imax(imax(stages * dx_stage_a_bytes(p, n, bm, bk), stages * dx_stage_b_bytes(p, bm, bk)),
+              dx_epilogue_bytes(p, bm));
+}
+SSD_HOST_DEVICE constexpr int dx_stages(int q, int p, int n, int bm, int bk, bool seq) {
+  return dx_body_bytes(3, p, n, bm, bk) + dx_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int dx_smem_bytes(int q, int p, int n, int bm, int bk, bool seq) {
+  return dx_body_bytes(dx_stages(q, p, n, bm, bk, seq), p, n, bm, bk) + dx_fixed_bytes(q, seq);
+}
+
+// ---- chunk_scan_bwd_dcb<Q, P, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (s), BLOCK_K (p step), T, HAS_SEQ_IDX>
+// Lower-triangle tiles as bmm_chunk_fwd; warp grid as fwd_geom::warp_grid_threads.
+SSD_HOST_DEVICE constexpr int dcb_threads(int bm, int bn) { return fwd_geom::warp_grid_threads(bm, bn); }
+SSD_HOST_DEVICE constexpr int dcb_tiles(int q, int bm, int bn) { return fwd_geom::bmm_chunk_tiles(q, bm, bn); }
+SSD_HOST_DEVICE constexpr int dcb_block_kp(int p, int bk) { return imin(p, bk); }
+SSD_HOST_DEVICE constexpr int dcb_stage_bytes(int p, int bm, int bn, int bk) {
+  // dy tile [l][p] + x tile [s][p] in T, + the stage's head's A(l) rows, A(s) and Δ(s) columns in
+  // fp32 (filled with the head's last p-step, read by that head's epilogue)
+  return (bm + bn) * (dcb_block_kp(p, bk) + kPad) * 2 + (bm + 2 * bn) * 4;
+}
+SSD_HOST_DEVICE constexpr int dcb_fixed_bytes(int bm, int bn, bool seq) { return seq ? (bm + bn) * 4 : 0; }
+SSD_HOST_DEVICE constexpr int dcb_stages(int /*q*/, int p, int bm, int bn, int bk, bool seq) {
+  return 3 * dcb_stage_bytes(p, bm, bn, bk) + dcb_fixed_bytes(bm, bn, seq) <= kMaxStaticSmem ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int dcb_smem_bytes(int q, int p, int bm, int bn, int bk, bool seq) {
+  return dcb_stages(q, p, bm, bn, bk, seq) * dcb_stage_bytes(p, bm, bn, bk) + dcb_fixed_bytes(bm, bn, seq);
+}
+
+// ---- chunk_scan_bwd_ddA_intra<Q, P, HEADS_PER_GROUP, BLOCK_M (l, 64 | 128), BLOCK_N (s), BLOCK_K (p step), T, DETERMINISTIC>
+// grid.x = Q / BLOCK_M row blocks; each walks its column tiles s0 = 0, BN, ... in increasing order.
+SSD_HOST_DEVICE constexpr int intra_threads(int bm, int bn) { return fwd_geom::warp_grid_threads(bm, bn); }
+SSD_HOST_DEVICE constexpr int intra_tiles(int q, int bm) { return q / bm; }
+SSD_HOST_DEVICE constexpr int intra_stage_bytes(int p, int bm, int bn, int bk) {
+  return (bm + bn) * (dcb_block_kp(p, bk) + kPad) * 2;  // dy tile [l][p] + x tile [s][p]
+}
+SSD_HOST_DEVICE constexpr int intra_w_bytes(int bm, int bn) { return bm * (bn + 1) * 4 + bm * 4; }  // W tile + row carry
+SSD_HOST_DEVICE constexpr int intra_fixed_bytes(int q) { return q * 4 * 2; }  // A, Δ of the chunk
+SSD_HOST_DEVICE constexpr int intra_stages(int q, int p, int bm, int bn, int bk) {
+  return 3 * intra_stage_bytes(p, bm, bn, bk) + intra_w_bytes(bm, bn) + intra_fixed_bytes(q) <= kMaxStaticSmem ? 3
+                                                                                                             : 2;
+}
+SSD_HOST_DEVICE constexpr int intra_smem_bytes(int q, int p, int bm, int bn, int bk) {
+  // stages of (dy, x) + the W/prefix tile with the row carries + A, Δ (CB goes straight to registers)
+  return intra_stages(q, p, bm, bn, bk) * intra_stage_bytes(p, bm, bn, bk) + intra_w_bytes(bm, bn) +
+         intra_fixed_bytes(q);
+}
+
+// ---- bc_bwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (positions), BLOCK_N (n), BLOCK_K, T, IS_DC, HAS_SEQ_IDX>
+// grid.x = (Q / BLOCK_M) * (N / BLOCK_N). BLOCK_K: step over p (min(BLOCK_K, P)) in the head
+// phase and over positions in the dCB phase. Two fp32 warp tiles stay live (head chain + group
+// sum, up to 64 registers each), so the block may have at most bc_max_threads() threads
+// (255 registers per thread): every legal tile but 128 x 256.
+SSD_HOST_DEVICE constexpr int bc_threads(int bm, int bn) { return fwd_geom::warp_grid_threads(bm, bn); }
+SSD_HOST_DEVICE constexpr int bc_max_threads() { return 256; }
+SSD_HOST_DEVICE constexpr int bc_tiles(int q, int n, int bm, int bn) { return (q / bm) * (n / bn); }
+SSD_HOST_DEVICE constexpr int bc_block_kp(int p, int bk) { return imin(p, bk); }
+SSD_HOST_DEVICE constexpr int bc_stage_bytes(int p, int bm, int bn, int bk) {
+  // head phase: x|dy tile [pos][p] + state tile [p][n] (in T); dCB phase: dCB tile [l][s] (dB:
+  // BK x BM, dC: BM x BK; the larger of the two) + C|B tile [pos][n]
+  return imax(bm * (bc_block_kp(p, bk) + kPad) * 2 + bc_block_kp(p, bk) * (bn + kPad) * 2,
+              imax(bk * (bm + kPad), bm * (bk + kPad)) * 2 + bk * (bn + kPad) * 2);
+}
+SSD_HOST_DEVICE constexpr int bc_fixed_bytes(int bm) { return 2 * bm * 4; }  // per-head row scales, 2 buffers
+SSD_HOST_DEVICE constexpr int bc_stages(int /*q*/, int p, int bm, int bn, int bk, bool /*seq: registers only*/) {
+  return 3 * bc_stage_bytes(p, bm, bn, bk) + bc_fixed_bytes(bm) <= kMaxStaticSmem ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int bc_smem_bytes(int q, int p, int bm, int bn, int bk, bool seq) {
+  return bc_stages(q, p, bm, bn, bk, seq) * bc_stage_bytes(p, bm, bn, bk) + bc_fixed_bytes(bm);
+}
+
+}  // namespace bwd_geom
+}  // namespace ssd_kernels
