@@ -19,11 +19,6 @@
 namespace ssd {
 namespace {
 
-struct FwdDims {
-  int64_t b, L, h, p, g, n, nc;
-  int32_t Q;
-};
-
 constexpr size_t kAlign = 256;
 size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -31,13 +26,15 @@ bool one_of(int64_t v, std::initializer_list<int64_t> legal) {
   return std::find(legal.begin(), legal.end(), v) != legal.end();
 }
 
-Status check_forward(const ssd_forward_args& a, FwdDims& d) {
+}  // namespace
+
+Status check_forward_inputs(const ssd_forward_args& a, ForwardDims& d) {
   if (!one_of(a.chunk_size, {64, 128, 256}))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("args.chunk_size: {} (legal: 64, 128, 256)", a.chunk_size));
   if (std::isnan(a.dt_limit_lo) || std::isnan(a.dt_limit_hi) || a.dt_limit_lo > a.dt_limit_hi)
     return make_error(SSD_ERROR_INVALID_ARGUMENT, "args.dt_limit_lo/dt_limit_hi: must be ordered numbers");
   SSD_RETURN_IF_ERROR(check_tensor(a.x, {"x", {-1, -1, -1, -1}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}}));
-  d = FwdDims{a.x.shape[0], a.x.shape[1], a.x.shape[2], a.x.shape[3], 0, 0, 0, a.chunk_size};
+  d = ForwardDims{a.x.shape[0], a.x.shape[1], a.x.shape[2], a.x.shape[3], 0, 0, 0, a.chunk_size};
   if (!one_of(d.p, {32, 64, 128}))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: headdim {} (legal: 32, 64, 128)", d.p));
   SSD_RETURN_IF_ERROR(check_tensor(a.B, {"B", {d.b, d.L, -1, -1}, {a.x.dtype}}));
@@ -68,6 +65,11 @@ Status check_forward(const ssd_forward_args& a, FwdDims& d) {
   if (a.initial_states.data) SSD_RETURN_IF_ERROR(check_state(a.initial_states, "initial_states", false));
   if (a.final_states.data) SSD_RETURN_IF_ERROR(check_state(a.final_states, "final_states", true));
   if (a.seq_idx.data) SSD_RETURN_IF_ERROR(check_tensor(a.seq_idx, {"seq_idx", {d.b, d.L}, {SSD_DTYPE_INT32}}));
+  return Status::Ok();
+}
+
+Status check_forward(const ssd_forward_args& a, ForwardDims& d) {
+  SSD_RETURN_IF_ERROR(check_forward_inputs(a, d));
   SSD_RETURN_IF_ERROR(check_tensor(a.out, {"out", {d.b, d.L, d.h, d.p}, {a.x.dtype}, true}));
   if (a.z.data) SSD_RETURN_IF_ERROR(check_tensor(a.out_x, {"out_x", {d.b, d.L, d.h, d.p}, {a.x.dtype}, true}));
   else if (a.out_x.data)
@@ -75,7 +77,9 @@ Status check_forward(const ssd_forward_args& a, FwdDims& d) {
   return Status::Ok();
 }
 
-ssd_forward_layout layout_for(const FwdDims& d) {
+namespace {
+
+ssd_forward_layout layout_for(const ForwardDims& d) {
   ssd_forward_layout l{};
   l.struct_size = sizeof(l);
   const size_t chunked = size_t(d.b * d.h * d.nc * d.Q) * 4;
@@ -89,7 +93,7 @@ ssd_forward_layout layout_for(const FwdDims& d) {
 
 // The five specializations one call uses: chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing,
 // chunk_scan (in launch order).
-std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const FwdDims& d, ssd_arch arch, ssd_mode mode,
+std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const ForwardDims& d, ssd_arch arch, ssd_mode mode,
                                               const ForwardTiles* tiles) {
   const bool seq = a.seq_idx.data != nullptr;
   std::vector<ssd_kernel_config> out;
@@ -118,9 +122,132 @@ std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const F
   return out;
 }
 
-unsigned clamp_grid(int64_t v) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, 65535))); }
+unsigned grid_x(int64_t v, int32_t max_blocks) {
+  const int64_t cap = max_blocks > 0 ? max_blocks : 0x7fffffff;
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
+}
+unsigned clamp_grid(int64_t v, int32_t max_blocks) {
+  const int64_t cap = max_blocks > 0 ? std::min<int64_t>(max_blocks, 65535) : 65535;
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
+}
 
 }  // namespace
+
+Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const ForwardDims& d, ssd_mode mode,
+                             const ssd_kernel* const kernels[4], const ForwardBuffers& buffers, int32_t max_blocks,
+                             CUstream stream, const std::function<void(int)>& after_stage) {
+  auto stage_done = [&](int stage) {
+    if (after_stage) after_stage(stage);
+  };
+  float* dt_out = buffers.dt_out;
+  float* dA_cs = buffers.dA_cumsum;
+  float* CB = buffers.CB;
+  float* states = buffers.states;
+  const bool seq = a.seq_idx.data != nullptr;
+  const int* seq_idx = static_cast<const int*>(a.seq_idx.data);
+  const long long sq_b = seq ? a.seq_idx.strides[0] : 0, sq_l = seq ? a.seq_idx.strides[1] : 0;
+
+  Status s;
+  {  // F1: dt preprocessing and the within-chunk cumulative sum.
+    ssd_chunk_cumsum_fwd_args c = default_cumsum_fwd_args();
+    c.chunk_size = d.Q;
+    c.dt_softplus = a.dt_softplus;
+    c.dt_limit_lo = a.dt_limit_lo;
+    c.dt_limit_hi = a.dt_limit_hi;
+    c.dt = a.dt;
+    c.A = a.A;
+    c.dt_bias = a.dt_bias;
+    c.dt_out = contiguous_tensor(dt_out, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
+    c.dA_cumsum = contiguous_tensor(dA_cs, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
+    ssd_launch_options o = default_launch_options();
+    o.mode = mode;
+    o.max_blocks = max_blocks;
+    s = chunk_cumsum_fwd(rt, &c, &o, stream);
+  }
+  if (s.ok()) stage_done(0);
+  const long long chunk_stride_h = d.nc * d.Q, chunk_stride_b = d.h * chunk_stride_h;
+  if (s.ok()) {  // F4: CB = C B^T per (b, c, g).
+    ssd_kernels::BmmChunkFwdParams p{};
+    p.C = a.C.data;
+    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
+    p.B = a.B.data;
+    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
+    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.CB = CB;
+    p.CB_stride_l = d.Q; p.CB_stride_g = d.Q * d.Q; p.CB_stride_c = d.g * d.Q * d.Q; p.CB_stride_b = d.nc * p.CB_stride_c;
+    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
+    const ssd_tile& t = kernels[0]->built->config.tile;
+    void* params[] = {&p};
+    s = launch_kernel(*kernels[0], grid_x(ssd_kernels::fwd_geom::bmm_chunk_tiles(d.Q, t.m, t.n), max_blocks),
+                      clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.g, max_blocks), params, stream);
+  }
+  if (s.ok()) stage_done(1);
+  const long long st_p = d.n, st_h = d.p * d.n, st_c = d.h * st_h, st_b = d.nc * st_c;
+  if (s.ok()) {  // F2: chunk states.
+    ssd_kernels::ChunkStateFwdParams p{};
+    p.x = a.x.data;
+    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
+    p.B = a.B.data;
+    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
+    p.dt = dt_out; p.dt_stride_b = chunk_stride_b; p.dt_stride_h = chunk_stride_h; p.dt_stride_c = d.Q;
+    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
+    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
+    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
+    const ssd_tile& t = kernels[1]->built->config.tile;
+    void* params[] = {&p};
+    s = launch_kernel(*kernels[1], grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(d.p), int(d.n), t.m, t.n), max_blocks),
+                      clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.h, max_blocks), params, stream);
+  }
+  if (s.ok()) stage_done(2);
+  if (s.ok()) {  // F3: entering states (in place) and final states.
+    ssd_kernels::StatePassingFwdParams p{};
+    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h;
+    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
+    p.initial_states = static_cast<const float*>(a.initial_states.data);
+    p.init_stride_b = a.initial_states.data ? a.initial_states.strides[0] : 0;
+    p.init_stride_h = a.initial_states.data ? a.initial_states.strides[1] : 0;
+    p.final_states = static_cast<float*>(a.final_states.data);
+    p.final_stride_b = a.final_states.data ? a.final_states.strides[0] : 0;
+    p.final_stride_h = a.final_states.data ? a.final_states.strides[1] : 0;
+    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
+    const int block = kernels[2]->built->config.tile.m;
+    const int64_t work = (p.state_size + block - 1) / block * d.b * d.h;
+    void* params[] = {&p};
+    s = launch_kernel(*kernels[2], grid_x(work, max_blocks), 1, 1, params, stream);
+  }
+  if (s.ok()) stage_done(3);
+  if (s.ok() && kernels[3]) {  // F5: the output.
+    ssd_kernels::ChunkScanFwdParams p{};
+    p.CB = CB;
+    p.CB_stride_l = d.Q; p.CB_stride_g = d.Q * d.Q; p.CB_stride_c = d.g * d.Q * d.Q; p.CB_stride_b = d.nc * p.CB_stride_c;
+    p.x = a.x.data;
+    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
+    p.dt = dt_out; p.dt_stride_b = chunk_stride_b; p.dt_stride_h = chunk_stride_h; p.dt_stride_c = d.Q;
+    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
+    p.C = a.C.data;
+    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
+    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
+    p.D = static_cast<const float*>(a.D.data);
+    p.D_stride_h = a.D.data ? a.D.strides[0] : 0;
+    p.D_stride_p = a.D.data && a.D.ndim == 2 ? a.D.strides[1] : 0;
+    p.z = a.z.data;
+    if (a.z.data) { p.z_stride_b = a.z.strides[0]; p.z_stride_l = a.z.strides[1]; p.z_stride_h = a.z.strides[2]; p.z_stride_p = a.z.strides[3]; }
+    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.out = a.out.data;
+    p.out_stride_b = a.out.strides[0]; p.out_stride_l = a.out.strides[1]; p.out_stride_h = a.out.strides[2]; p.out_stride_p = a.out.strides[3];
+    p.out_x = a.out_x.data;
+    if (a.out_x.data) { p.out_x_stride_b = a.out_x.strides[0]; p.out_x_stride_l = a.out_x.strides[1]; p.out_x_stride_h = a.out_x.strides[2]; p.out_x_stride_p = a.out_x.strides[3]; }
+    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
+    const ssd_tile& t = kernels[3]->built->config.tile;
+    void* params[] = {&p};
+    s = launch_kernel(*kernels[3], grid_x(ssd_kernels::fwd_geom::chunk_scan_tiles(d.Q, int(d.p), t.m, t.n), max_blocks),
+                      clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.h, max_blocks), params, stream);
+  }
+  if (s.ok() && kernels[3]) stage_done(4);
+  return s;
+}
 
 ssd_forward_args default_forward_args() {
   ssd_forward_args a{};
@@ -134,7 +261,7 @@ ssd_forward_args default_forward_args() {
 Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args) {
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
-  FwdDims d{};
+  ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
   return layout_for(d);
 }
@@ -143,20 +270,17 @@ Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_
                                                              ssd_mode mode, const ForwardTiles* tiles) {
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
-  FwdDims d{};
+  ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
   return kernel_configs(args.value(), d, arch, mode, tiles);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
                    CUstream stream, const std::function<void(int)>& after_stage, const ForwardTiles* tiles) {
-  auto stage_done = [&](int stage) {
-    if (after_stage) after_stage(stage);
-  };
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
   const ssd_forward_args& a = args.value();
-  FwdDims d{};
+  ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(a, d));
   const ssd_forward_layout layout = layout_for(d);
   if (a.workspace && a.workspace_bytes < layout.total_bytes)
@@ -200,108 +324,9 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   float* dA_cs = reinterpret_cast<float*>(base + layout.dA_cumsum_offset);
   float* CB = reinterpret_cast<float*>(base + layout.CB_offset);
   float* states = reinterpret_cast<float*>(base + layout.states_offset);
-  const bool seq = a.seq_idx.data != nullptr;
-  const int* seq_idx = static_cast<const int*>(a.seq_idx.data);
-  const long long sq_b = seq ? a.seq_idx.strides[0] : 0, sq_l = seq ? a.seq_idx.strides[1] : 0;
-
-  Status s;
-  {  // F1: dt preprocessing and the within-chunk cumulative sum.
-    ssd_chunk_cumsum_fwd_args c = default_cumsum_fwd_args();
-    c.chunk_size = d.Q;
-    c.dt_softplus = a.dt_softplus;
-    c.dt_limit_lo = a.dt_limit_lo;
-    c.dt_limit_hi = a.dt_limit_hi;
-    c.dt = a.dt;
-    c.A = a.A;
-    c.dt_bias = a.dt_bias;
-    c.dt_out = contiguous_tensor(dt_out, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
-    c.dA_cumsum = contiguous_tensor(dA_cs, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
-    ssd_launch_options o = default_launch_options();
-    o.mode = mode;
-    s = chunk_cumsum_fwd(rt, &c, &o, stream);
-  }
-  if (s.ok()) stage_done(0);
-  const long long chunk_stride_h = d.nc * d.Q, chunk_stride_b = d.h * chunk_stride_h;
-  if (s.ok()) {  // F4: CB = C B^T per (b, c, g).
-    ssd_kernels::BmmChunkFwdParams p{};
-    p.C = a.C.data;
-    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
-    p.B = a.B.data;
-    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.CB = CB;
-    p.CB_stride_l = d.Q; p.CB_stride_g = d.Q * d.Q; p.CB_stride_c = d.g * d.Q * d.Q; p.CB_stride_b = d.nc * p.CB_stride_c;
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
-    const ssd_tile& t = kernels[0]->built->config.tile;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[0], unsigned(ssd_kernels::fwd_geom::bmm_chunk_tiles(d.Q, t.m, t.n)),
-                      clamp_grid(d.b * d.nc), clamp_grid(d.g), params, stream);
-  }
-  if (s.ok()) stage_done(1);
-  const long long st_p = d.n, st_h = d.p * d.n, st_c = d.h * st_h, st_b = d.nc * st_c;
-  if (s.ok()) {  // F2: chunk states.
-    ssd_kernels::ChunkStateFwdParams p{};
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.B = a.B.data;
-    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
-    p.dt = dt_out; p.dt_stride_b = chunk_stride_b; p.dt_stride_h = chunk_stride_h; p.dt_stride_c = d.Q;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    const ssd_tile& t = kernels[1]->built->config.tile;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[1], unsigned(ssd_kernels::fwd_geom::chunk_state_tiles(int(d.p), int(d.n), t.m, t.n)),
-                      clamp_grid(d.b * d.nc), clamp_grid(d.h), params, stream);
-  }
-  if (s.ok()) stage_done(2);
-  if (s.ok()) {  // F3: entering states (in place) and final states.
-    ssd_kernels::StatePassingFwdParams p{};
-    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
-    p.initial_states = static_cast<const float*>(a.initial_states.data);
-    p.init_stride_b = a.initial_states.data ? a.initial_states.strides[0] : 0;
-    p.init_stride_h = a.initial_states.data ? a.initial_states.strides[1] : 0;
-    p.final_states = static_cast<float*>(a.final_states.data);
-    p.final_stride_b = a.final_states.data ? a.final_states.strides[0] : 0;
-    p.final_stride_h = a.final_states.data ? a.final_states.strides[1] : 0;
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
-    const int block = kernels[2]->built->config.tile.m;
-    const int64_t work = (p.state_size + block - 1) / block * d.b * d.h;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[2], unsigned(std::min<int64_t>(work, 0x7fffffff)), 1, 1, params, stream);
-  }
-  if (s.ok()) stage_done(3);
-  if (s.ok()) {  // F5: the output.
-    ssd_kernels::ChunkScanFwdParams p{};
-    p.CB = CB;
-    p.CB_stride_l = d.Q; p.CB_stride_g = d.Q * d.Q; p.CB_stride_c = d.g * d.Q * d.Q; p.CB_stride_b = d.nc * p.CB_stride_c;
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.dt = dt_out; p.dt_stride_b = chunk_stride_b; p.dt_stride_h = chunk_stride_h; p.dt_stride_c = d.Q;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
-    p.C = a.C.data;
-    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
-    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
-    p.D = static_cast<const float*>(a.D.data);
-    p.D_stride_h = a.D.data ? a.D.strides[0] : 0;
-    p.D_stride_p = a.D.data && a.D.ndim == 2 ? a.D.strides[1] : 0;
-    p.z = a.z.data;
-    if (a.z.data) { p.z_stride_b = a.z.strides[0]; p.z_stride_l = a.z.strides[1]; p.z_stride_h = a.z.strides[2]; p.z_stride_p = a.z.strides[3]; }
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.out = a.out.data;
-    p.out_stride_b = a.out.strides[0]; p.out_stride_l = a.out.strides[1]; p.out_stride_h = a.out.strides[2]; p.out_stride_p = a.out.strides[3];
-    p.out_x = a.out_x.data;
-    if (a.out_x.data) { p.out_x_stride_b = a.out_x.strides[0]; p.out_x_stride_l = a.out_x.strides[1]; p.out_x_stride_h = a.out_x.strides[2]; p.out_x_stride_p = a.out_x.strides[3]; }
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    const ssd_tile& t = kernels[3]->built->config.tile;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[3], unsigned(ssd_kernels::fwd_geom::chunk_scan_tiles(d.Q, int(d.p), t.m, t.n)),
-                      clamp_grid(d.b * d.nc), clamp_grid(d.h), params, stream);
-  }
-  if (s.ok()) stage_done(4);
+  const ssd_kernel* const stage_kernels[4] = {kernels[0], kernels[1], kernels[2], kernels[3]};
+  Status s = launch_forward_stages(rt, a, d, mode, stage_kernels, ForwardBuffers{dt_out, dA_cs, CB, states}, 0, stream,
+                                   after_stage);
   if (owned) {
     Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
     if (s.ok()) s = f;

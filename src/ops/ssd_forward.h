@@ -10,6 +10,29 @@
 namespace ssd {
 
 ssd_forward_args default_forward_args();
+
+// Sizes of one call (b, L, h, p, ngroups, dstate, nchunks; chunk size Q).
+struct ForwardDims {
+  int64_t b, L, h, p, g, n, nc;
+  int32_t Q;
+};
+// Validates the forward's inputs (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk
+// size, dt limits) — not out, out_x, final_states — and fills `d`. Shared with the backward.
+Status check_forward_inputs(const ssd_forward_args& args, ForwardDims& d);
+
+// The intermediates F1..F4 write (contiguous, the layouts of ssd_forward_layout).
+struct ForwardBuffers {
+  float* dt_out;
+  float* dA_cumsum;
+  float* CB;
+  float* states;
+};
+// Launches F1 (chunk_cumsum_fwd) then kernels[0..3] = bmm_chunk, chunk_state, state_passing,
+// chunk_scan (kernels[3] may be null: the backward's recompute stops after the entering states).
+// max_blocks > 0 caps every grid axis (D4 tests).
+Status launch_forward_stages(ssd_runtime& runtime, const ssd_forward_args& args, const ForwardDims& d, ssd_mode mode,
+                             const ssd_kernel* const kernels[4], const ForwardBuffers& buffers, int32_t max_blocks,
+                             CUstream stream, const std::function<void(int)>& after_stage = {});
 Result<ssd_forward_layout> forward_layout(const ssd_forward_args* args);
 // Per-stage tile overrides (zeros = the default tile). Not in the C API: for measuring tile
 // candidates (`ssdgen bench fwd --tiles`) before one becomes a default.
