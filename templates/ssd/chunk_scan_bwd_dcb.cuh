@@ -1,0 +1,272 @@
+// chunk_scan_bwd_dcb (math B-e): per (batch b, chunk c, group g), heads i = gR .. gR+R-1
+// (R = HEADS_PER_GROUP), positions l, s in [0, Q), λ = λ_c:
+//
+//   M^(i)(l, s) = Σ_p dy[b, cQ+l, i, p] · x[b, cQ+s, i, p]                       (mma chain over p)
+//   d^(i)(l, s) = (s <= l && l <= λ && σ(l, s)) ? (M^(i) · exp(min(A^(i)(l) − A^(i)(s), 0))) · Δ^(i)_s : 0
+//   dCB(l, s)   = ((+0 + d^(gR)) + d^(gR+1)) + ... + d^(gR+R-1)                   (stored rounded to T)
+//
+// A^(i) = dA_cumsum, Δ^(i) = dt of head i for this (b, c); σ(l, s) = [seq_idx(cQ+l) == seq_idx(cQ+s)]
+// (true without seq_idx). Every mask is a select (masked entries are +0, never multiplied); d is
+// formed with __fmul_rn / __expf exactly as chunk_scan_bwd_ddA_intra forms it (the shared helper
+// below), so the two kernels see the same bits of d.
+//
+// Reduction order per output (l, s): for each head i in increasing order, a fresh fp32 chain
+// M^(i) = 0 + mma.m16n8k16 steps over p = 0, 16, 32, ... (P walked in min(BLOCK_K, P) stages, each
+// a chain of 16-wide mma in increasing p); then d^(i) is formed in fp32 and added to the group
+// accumulator (starting at +0.0) with __fadd_rn. Both chains are the same for every legal
+// (BLOCK_M, BLOCK_N, BLOCK_K) and warp split: tiles only decide who computes an element.
+//
+// Tiles: the Q x Q square is cut into BLOCK_M x BLOCK_N tiles enumerated as bmm_chunk_fwd (tile
+// (i, j) exists iff j·BLOCK_N <= i·BLOCK_M + BLOCK_M - 1). A tile is written in full (entries with
+// s > l or on padding rows/columns are +0); tiles strictly above the diagonal are never written.
+// Tiles with no valid (l, s) (first row or first column past λ) skip the contraction and store +0.
+//
+// Pipeline: one flat cp.async loop over step = head·KP + kp (KP = P / min(BLOCK_K, P)) with
+// STAGES buffers, prefetching across head boundaries. The head's A(l), A(s), Δ(s) travel with
+// the head's LAST p-step (fp32 side buffer of that stage), so they are resident exactly when the
+// head's epilogue (at that step) reads them and are recycled with the stage: no extra barriers.
+//
+// Launch: block = bwd_geom::dcb_threads(BLOCK_M, BLOCK_N) threads (warp grid of bmm_chunk_fwd);
+//         grid  = (bwd_geom::dcb_tiles(Q, BLOCK_M, BLOCK_N), batch * nchunks, ngroups), each axis
+//         grid-stride; static shared memory bwd_geom::dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N,
+//         BLOCK_K, HAS_SEQ_IDX) <= 48 KiB, no dynamic shared memory.
+// Legal tiles: BLOCK_M, BLOCK_N in {16, 32, 64, 128} dividing Q; BLOCK_K in {16, 32, 64} with
+//   min(BLOCK_K, P) dividing P; shared memory within 48 KiB.
+#pragma once
+
+#include "ssd/backward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+namespace detail {
+
+// (M · exp(min(A(l) − A(s), 0))) · Δ(s), every operation rounded on its own (no contraction).
+// The one definition of d used by chunk_scan_bwd_dcb and chunk_scan_bwd_ddA_intra.
+__device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s, float dt_s) {
+  return __fmul_rn(__fmul_rn(m, __expf(fminf(__fsub_rn(a_l, a_s), 0.f))), dt_s);
+}
+
+}  // namespace detail
+
+template <int Q, int P, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool HAS_SEQ_IDX>
+__device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
+  using namespace bwd_geom;
+  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dcb: element type must be bf16 or fp16");
+  static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
+  static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");
+  static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_M <= 128 && BLOCK_N <= 128,
+                "BLOCK_M, BLOCK_N in 16, 32, 64, 128");
+  static_assert(BLOCK_K % 16 == 0 && P % 16 == 0, "BLOCK_K and headdim must be multiples of 16");
+  constexpr int WM = fwd_geom::warp_tile_m(BLOCK_M, BLOCK_N);
+  constexpr int WN = fwd_geom::warp_tile_n(BLOCK_M, BLOCK_N);
+  constexpr int WARPS_N = BLOCK_N / WN;
+  constexpr int NT = dcb_threads(BLOCK_M, BLOCK_N);
+  constexpr int BKP = dcb_block_kp(P, BLOCK_K);  // p-step
+  constexpr int KP = P / BKP;                     // p-steps per head
+  constexpr int STEPS = HEADS_PER_GROUP * KP;
+  constexpr int STAGES = dcb_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int LD = BKP + kPad;  // dy tile [l][p] and x tile [s][p], type T
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  constexpr int TILES = dcb_tiles(Q, BLOCK_M, BLOCK_N);
+  constexpr int SIDE = BLOCK_M + 2 * BLOCK_N;  // A rows | A columns | Δ columns, fp32
+  static_assert(P % BKP == 0, "min(BLOCK_K, headdim) must divide headdim");
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+  static_assert(2 * MI * NJ * 4 <= 128, "two fp32 warp tiles (head + group) over 128 registers per thread");
+  static_assert(dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+                "shared memory over 48 KiB: lower BLOCK_K or the tile");
+  static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * STAGES * SIDE +
+                        (HAS_SEQ_IDX ? 4 * (BLOCK_M + BLOCK_N) : 0) ==
+                    dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX),
+                "shared layout out of sync with bwd_geom::dcb_smem_bytes");
+
+  __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
+  __shared__ __align__(16) float s_side[STAGES][SIDE];
+  __shared__ int s_seq[HAS_SEQ_IDX ? BLOCK_M + BLOCK_N : 1];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* xg = static_cast<const T*>(p.x);
+  const T* dyg = static_cast<const T*>(p.dy);
+  const bool vec_x = aligned16(xg) && p.x_stride_p == 1 && ((p.x_stride_b | p.x_stride_l | p.x_stride_h) & 7) == 0;
+  const bool vec_dy =
+      aligned16(dyg) && p.dy_stride_p == 1 && ((p.dy_stride_b | p.dy_stride_l | p.dy_stride_h) & 7) == 0;
+  // A, Δ rows are unit-stride; tile offsets m0, n0 are multiples of 16 floats.
+  const bool vec_f = aligned16(p.dt) && aligned16(p.dA_cumsum) &&
+                     ((p.chunk_stride_b | p.chunk_stride_h | p.chunk_stride_c) & 3) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.dCB) & 3ull) == 0 &&
+                       ((p.dCB_stride_b | p.dCB_stride_c | p.dCB_stride_g | p.dCB_stride_l) & 1) == 0;
+  // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), ngroups = int(p.ngroups);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int grp = blockIdx.z; grp < ngroups; grp += gridDim.z) {
+    const int h0 = grp * HEADS_PER_GROUP;
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const T* safe_x = xg + b * p.x_stride_b;
+      const T* safe_dy = dyg + b * p.dy_stride_b;
+      const long long chunk_off = b * p.chunk_stride_b + c * p.chunk_stride_c;
+      T* out = static_cast<T*>(p.dCB) + b * p.dCB_stride_b + c * p.dCB_stride_c + grp * p.dCB_stride_g;
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        // Linear tile index -> (row tile mi, column tile ni) of the lower triangle (as bmm_chunk_fwd).
+        int mi = 0, ni = tile;
+        while (true) {
+          const int cnt = imin(Q / BLOCK_N, (mi * BLOCK_M + BLOCK_M - 1) / BLOCK_N + 1);
+          if (ni < cnt) break;
+          ni -= cnt;
+          ++mi;
+        }
+        const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
+        // Some (l, s) with s <= l <= λ in the tile iff m0 <= λ and n0 <= λ (n0 <= m0 + BM - 1 always).
+        const bool live = m0 < valid && n0 < valid;  // uniform over the block
+
+        FragC gacc[MI][NJ];  // group accumulator: Σ_i d^(i), from +0.0
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) warp::zero(gacc[i][j]);
+
+        if (live) {
+          if (HAS_SEQ_IDX) {  // visible after the first barrier of the loop below
+            for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
+              const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
+              s_seq[i] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+            }
+          }
+
+          const T* dyt = safe_dy + (t0 + m0) * p.dy_stride_l;
+          const T* xt = safe_x + (t0 + n0) * p.x_stride_l;
+          // Stage `step` = (head h0 + step / KP, p-step step % KP) into buffer buf.
+          auto load_stage = [&](int buf, int step) {
+            const int h = h0 + step / KP, kp = step % KP;
+            const long long k0 = (long long)kp * BKP;
+            T* sa = s_tiles[buf];
+            T* sb = sa + BLOCK_M * LD;
+            block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + h * p.dy_stride_h + k0 * p.dy_stride_p, p.dy_stride_l,
+                                                   p.dy_stride_p, vec_dy, safe_dy,
+                                                   [&](int r, int) { return m0 + r < valid; });
+            block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + h * p.x_stride_h + k0 * p.x_stride_p, p.x_stride_l,
+                                                   p.x_stride_p, vec_x, safe_x,
+                                                   [&](int r, int) { return n0 + r < valid; });
+            if (kp == KP - 1) {  // the head's epilogue runs on this stage: bring its A, Δ along
+              // (b, h, nchunks, Q) intermediates: all Q entries exist, padding values are masked out.
+              const long long off = chunk_off + h * p.chunk_stride_h;
+              float* sd = s_side[buf];
+              auto all = [](int, int) { return true; };
+              block::load_tile<NT, 1, BLOCK_M, BLOCK_M>(sd, p.dA_cumsum + off + m0, 0, 1, vec_f, p.dA_cumsum, all);
+              block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M, p.dA_cumsum + off + n0, 0, 1, vec_f,
+                                                        p.dA_cumsum, all);
+              block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M + BLOCK_N, p.dt + off + n0, 0, 1, vec_f, p.dt,
+                                                        all);
+            }
+          };
+
+          FragC hacc[MI][NJ];  // M^(i) of the current head, from 0
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) warp::zero(hacc[i][j]);
+
+          // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
+#pragma unroll
+          for (int st = 0; st < STAGES - 1; ++st) {
+            if (st < STEPS) load_stage(st, st);
+            ptx::cp_async_commit();
+          }
+#pragma unroll 1
+          for (int step = 0; step < STEPS; ++step) {
+            ptx::cp_async_wait<STAGES - 2>();
+            __syncthreads();  // step visible to all; everyone is done with step - 1 (and its side buffer)
+            const int nxt = step + STAGES - 1;
+            if (nxt < STEPS) load_stage(nxt % STAGES, nxt);
+            ptx::cp_async_commit();
+            const int buf = step % STAGES;
+            const T* sa = s_tiles[buf];
+            const T* sb = sa + BLOCK_M * LD;
+#pragma unroll
+            for (int kk = 0; kk < BKP; kk += 16) {
+              FragA a[MI];
+#pragma unroll
+              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
+#pragma unroll
+              for (int j = 0; j < NJ; j += 2) {  // B fragments one pair at a time (register pressure)
+                FragB b0, b1;
+                warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                  warp::mma<T>(hacc[i][j], a[i], b0);
+                  warp::mma<T>(hacc[i][j + 1], a[i], b1);
+                }
+              }
+            }
+            if (step % KP == KP - 1) {
+              // Head epilogue: gacc += d^(i) (select, then one rounded add), and restart M from 0.
+              const float* sd = s_side[buf];
+#pragma unroll
+              for (int i = 0; i < MI; ++i) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                  const int rl = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+                  const int l = m0 + rl;
+                  const float al = sd[rl];
+                  const bool row_ok = l < valid;
+                  const int q = HAS_SEQ_IDX ? s_seq[rl] : 0;
+#pragma unroll
+                  for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                      const int cl = wn0 + 8 * j + 2 * lt + e;  // column inside the tile
+                      bool keep = row_ok && n0 + cl <= l;
+                      if (HAS_SEQ_IDX) keep = keep && q == s_seq[BLOCK_M + cl];
+                      float& m = hacc[i][j].x[2 * half + e];
+                      const float d = keep ? detail::bwd_decay_product(m, al, sd[BLOCK_M + cl],
+                                                                       sd[BLOCK_M + BLOCK_N + cl])
+                                           : 0.f;
+                      gacc[i][j].x[2 * half + e] = __fadd_rn(gacc[i][j].x[2 * half + e], d);
+                      m = 0.f;
+                    }
+                  }
+                }
+              }
+            }
+          }
+          ptx::cp_async_wait<0>();
+        }
+
+        // Store the whole tile in T (pairs of columns, 4 bytes; each quad of lanes writes 16
+        // contiguous bytes of a row).
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int rl = wm0 + 16 * i + lg + 8 * half;
+            T* orow = out + (long long)(m0 + rl) * p.dCB_stride_l + n0;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              const int cl = wn0 + 8 * j + 2 * lt;
+              const float v0 = gacc[i][j].x[2 * half], v1 = gacc[i][j].x[2 * half + 1];
+              if (vec_out) {
+                *reinterpret_cast<unsigned*>(orow + cl) = ptx::pack2<T>(v0, v1);
+              } else {
+                orow[cl] = from_float<T>(v0);
+                orow[cl + 1] = from_float<T>(v1);
+              }
+            }
+          }
+        }
+        __syncthreads();  // shared tiles, side buffers and s_seq are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels

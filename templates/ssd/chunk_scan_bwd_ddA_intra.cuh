@@ -1,0 +1,281 @@
+// chunk_scan_bwd_ddA_intra (the intra term of math B-g): per (batch b, chunk c, head h), group
+// g = h / HEADS_PER_GROUP, positions l, s, k in [0, Q), λ = λ_c:
+//
+//   M(l, s) = Σ_p dy[b, cQ+l, h, p] · x[b, cQ+s, h, p]                  (mma chain over p, from 0)
+//   d(l, s) = (M · exp(min(A(l) − A(s), 0))) · Δ_s                      (bitwise as chunk_scan_bwd_dcb)
+//   W(l, s) = (s < l && l <= λ) ? CB[b, c, g, l, s] · d(l, s) : 0       (no σ: CB is 0 where σ = 0)
+//   S(l, k) = Σ_{s < k} W(l, s)                                         (s increasing from +0.0)
+//   T_r(k)  = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)               (l increasing from +0.0)
+//
+// Stored for every 64-row group r with 64r <= λ and every k < min(64r + 64, λ + 1), exactly those
+// slots: DETERMINISTIC in intra (b, h, nchunks, Q/64, Q) (chunk_scan_bwd_ddA sums r increasing);
+// otherwise atomically added into intra (b, h, nchunks, Q) (zeroed by the launcher).
+//
+// Canonical order (the same for every legal BLOCK_M / BLOCK_N / BLOCK_K and warp split):
+//   * M: one fp32 chain of mma.m16n8k16 over p = 0, 16, ... (P in min(BLOCK_K, P) stages);
+//   * d: detail::bwd_decay_product (__fsub_rn, fminf, __expf, __fmul_rn, __fmul_rn), W: __fmul_rn;
+//   * S(l, ·): one thread owns row l; a running sum carried in shared memory from +0.0 across the
+//     column tiles s0 = 0, BN, 2BN, ... in increasing order adds W(l, s) for s increasing with
+//     __fadd_rn, so S(l, k) is the same left-to-right sum for any BLOCK_N;
+//   * T_r(k): one thread per (r, k) adds S(l, k) for l = max(64r, k) .. min(64r+63, λ) increasing
+//     with __fadd_rn from +0.0. Row groups are 64 rows (kIntraRowGroup) whatever BLOCK_M is.
+// Each (r, k) slot is written by exactly one block (the row block holding group r) in exactly one
+// column tile (the one holding k): the column tiles cover [0, roundup(min(m0 + BM, λ + 1), BN)),
+// which contains [0, min(64r + 64, λ + 1)) for every group r of the block.
+//
+// CB is read straight into registers in the accumulator fragment layout (pairs (l, s..s+1), s
+// even), only when s <= l <= λ, i.e. inside a 4-float group (l, s0..s0+3) with s0 <= l, which
+// lies in a tile bmm_chunk_fwd wrote; other entries are never read (taken as 0).
+//
+// Pipeline: one flat cp.async loop over step = tile·KP + kp (dy tile rows m0.. and x tile rows
+// s0.. per p-step), prefetching across column tiles. At the last p-step of a tile the epilogue runs:
+// W -> shared [BM][BN+1]; barrier; row prefix; barrier; column sums + stores. The next tile's W
+// write comes after the next step's pipeline barrier, which orders it after these reads.
+//
+// Launch: block = bwd_geom::intra_threads(BLOCK_M, BLOCK_N) threads (warp grid of bmm_chunk_fwd);
+//         grid  = (bwd_geom::intra_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis
+//         grid-stride (x walked with the longest row blocks first); static shared memory
+//         bwd_geom::intra_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) <= 48 KiB.
+// Legal tiles: BLOCK_M in {64, 128} dividing Q; BLOCK_N in {16, 32, 64}; BLOCK_K in {16, 32, 64}
+//   with min(BLOCK_K, P) dividing P; shared memory within 48 KiB.
+#pragma once
+
+#include "ssd/backward_params.cuh"
+#include "ssd/chunk_scan_bwd_dcb.cuh"  // detail::bwd_decay_product: the one definition of d
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+template <int Q, int P, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool DETERMINISTIC>
+__device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
+  using namespace bwd_geom;
+  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_ddA_intra: element type must be bf16 or fp16");
+  static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
+  static_assert(BLOCK_M % kIntraRowGroup == 0 && BLOCK_M <= 128 && Q % BLOCK_M == 0,
+                "BLOCK_M must be 64 or 128 and divide the chunk");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 64 && Q % BLOCK_N == 0, "BLOCK_N in 16, 32, 64");
+  static_assert(BLOCK_K % 16 == 0 && P % 16 == 0, "BLOCK_K and headdim must be multiples of 16");
+  constexpr int WM = fwd_geom::warp_tile_m(BLOCK_M, BLOCK_N);
+  constexpr int WN = fwd_geom::warp_tile_n(BLOCK_M, BLOCK_N);
+  constexpr int WARPS_N = BLOCK_N / WN;
+  constexpr int NT = intra_threads(BLOCK_M, BLOCK_N);
+  constexpr int BKP = dcb_block_kp(P, BLOCK_K);  // p-step
+  constexpr int KP = P / BKP;                     // p-steps per column tile
+  constexpr int STAGES = intra_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int LD = BKP + kPad;       // dy tile [l][p] and x tile [s][p], type T
+  constexpr int LDW = BLOCK_N + 1;     // W / S tile [l][k], fp32 (odd stride: row walks conflict-free)
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  constexpr int TILES = intra_tiles(Q, BLOCK_M);
+  constexpr int GROUPS = BLOCK_M / kIntraRowGroup;  // 64-row groups per row block
+  static_assert(P % BKP == 0, "min(BLOCK_K, headdim) must divide headdim");
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+  static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
+  static_assert(intra_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) <= kMaxStaticSmem,
+                "shared memory over 48 KiB: lower BLOCK_K or BLOCK_N");
+  static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * (BLOCK_M * LDW + BLOCK_M) + 4 * 2 * Q ==
+                    intra_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K),
+                "shared layout out of sync with bwd_geom::intra_smem_bytes");
+
+  __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
+  __shared__ float s_w[BLOCK_M * LDW];  // W, then S, of the current column tile
+  __shared__ float s_carry[BLOCK_M];    // Σ_{s < s0} W(l, s) per row
+  __shared__ float s_A[Q];
+  __shared__ float s_dt[Q];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* xg = static_cast<const T*>(p.x);
+  const T* dyg = static_cast<const T*>(p.dy);
+  const bool vec_x = aligned16(xg) && p.x_stride_p == 1 && ((p.x_stride_b | p.x_stride_l | p.x_stride_h) & 7) == 0;
+  const bool vec_dy =
+      aligned16(dyg) && p.dy_stride_p == 1 && ((p.dy_stride_b | p.dy_stride_l | p.dy_stride_h) & 7) == 0;
+  const bool vec_cb = (reinterpret_cast<unsigned long long>(p.CB) & 7ull) == 0 &&
+                      ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 1) == 0;
+  // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const long long chunk_off = b * p.chunk_stride_b + h * p.chunk_stride_h + c * p.chunk_stride_c;
+      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
+      const T* safe_dy = dyg + b * p.dy_stride_b + h * p.dy_stride_h;
+      const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
+      const long long row_bhc = ((long long)b * nheads + h) * nchunks + c;  // (b, h, c) in the intra layouts
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        const int m0 = (TILES - 1 - tile) * BLOCK_M;  // longest row blocks (most column tiles) first
+        if (m0 >= valid) continue;  // no group r with 64r <= λ (uniform over the block; no shared memory touched)
+        const int kend = imin(m0 + BLOCK_M, valid);         // columns s < kend can be nonzero
+        const int steps = ((kend + BLOCK_N - 1) / BLOCK_N) * KP;
+
+        // Per-position data of the chunk and the row carries (visible after the loop's first barrier;
+        // the previous item's readers finished before its closing barrier). Each row's carry is
+        // initialised and later updated by the same thread (r = tid + i·NT).
+        for (int l = tid; l < Q; l += NT) {
+          s_A[l] = p.dA_cumsum[chunk_off + l];
+          s_dt[l] = p.dt[chunk_off + l];
+        }
+        for (int r = tid; r < BLOCK_M; r += NT) s_carry[r] = 0.f;
+
+        const T* dyt = safe_dy + (t0 + m0) * p.dy_stride_l;
+        const T* xt = safe_x + t0 * p.x_stride_l;
+        // Stage `step` = (column tile step / KP, p-step step % KP) into buffer buf.
+        auto load_stage = [&](int buf, int step) {
+          const int s0 = (step / KP) * BLOCK_N;
+          const long long k0 = (long long)(step % KP) * BKP;
+          T* sa = s_tiles[buf];
+          T* sb = sa + BLOCK_M * LD;
+          block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + k0 * p.dy_stride_p, p.dy_stride_l, p.dy_stride_p, vec_dy,
+                                                 safe_dy, [&](int r, int) { return m0 + r < valid; });
+          block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + s0 * p.x_stride_l + k0 * p.x_stride_p, p.x_stride_l,
+                                                 p.x_stride_p, vec_x, safe_x,
+                                                 [&](int r, int) { return s0 + r < valid; });
+        };
+
+        FragC acc[MI][NJ];  // M of the current column tile, from 0
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        float2 cbv[MI][2][NJ];  // CB(l, s..s+1) of this thread's fragment positions (0 where not read)
+
+        // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
+#pragma unroll
+        for (int st = 0; st < STAGES - 1; ++st) {
+          if (st < steps) load_stage(st, st);
+          ptx::cp_async_commit();
+        }
+#pragma unroll 1
+        for (int step = 0; step < steps; ++step) {
+          ptx::cp_async_wait<STAGES - 2>();
+          __syncthreads();  // step visible to all; everyone is done with step - 1 (and the last epilogue)
+          const int nxt = step + STAGES - 1;
+          if (nxt < steps) load_stage(nxt % STAGES, nxt);
+          ptx::cp_async_commit();
+          const int kp = step % KP;
+          const int s0 = (step / KP) * BLOCK_N;
+          if (kp == 0) {
+            // This tile's CB entries, read early so the loads overlap the p-steps.
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int l = m0 + wm0 + 16 * i + lg + 8 * half;
+                const float* cbr = cb_base + (long long)l * p.CB_stride_l;
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) {
+                  const int s = s0 + wn0 + 8 * j + 2 * lt;
+                  float2 v = make_float2(0.f, 0.f);
+                  if (s <= l && l < valid) {
+                    if (vec_cb) {
+                      v = *reinterpret_cast<const float2*>(cbr + s);
+                    } else {
+                      v.x = cbr[s];
+                      v.y = cbr[s + 1];
+                    }
+                  }
+                  cbv[i][half][j] = v;
+                }
+              }
+            }
+          }
+          const int buf = step % STAGES;
+          const T* sa = s_tiles[buf];
+          const T* sb = sa + BLOCK_M * LD;
+#pragma unroll
+          for (int kk = 0; kk < BKP; kk += 16) {
+            FragA a[MI];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
+#pragma unroll
+            for (int j = 0; j < NJ; j += 2) {
+              FragB b0, b1;
+              warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD);
+#pragma unroll
+              for (int i = 0; i < MI; ++i) {
+                warp::mma<T>(acc[i][j], a[i], b0);
+                warp::mma<T>(acc[i][j + 1], a[i], b1);
+              }
+            }
+          }
+          if (kp != KP - 1) continue;
+
+          // ---- Epilogue of column tile s0 ----
+          // 1. W(l, s) into the shared tile; M restarts from 0 for the next tile.
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the block
+              const int l = m0 + r;
+              const float al = s_A[l];
+              const bool row_ok = l < valid;
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int k = wn0 + 8 * j + 2 * lt;  // column inside the tile
+                const int s = s0 + k;
+                const float w0 = (row_ok && s < l)
+                                     ? __fmul_rn(cbv[i][half][j].x,
+                                                 detail::bwd_decay_product(acc[i][j].x[2 * half], al, s_A[s], s_dt[s]))
+                                     : 0.f;
+                const float w1 = (row_ok && s + 1 < l)
+                                     ? __fmul_rn(cbv[i][half][j].y, detail::bwd_decay_product(acc[i][j].x[2 * half + 1],
+                                                                                              al, s_A[s + 1], s_dt[s + 1]))
+                                     : 0.f;
+                s_w[r * LDW + k] = w0;
+                s_w[r * LDW + k + 1] = w1;
+                acc[i][j].x[2 * half] = 0.f;
+                acc[i][j].x[2 * half + 1] = 0.f;
+              }
+            }
+          }
+          __syncthreads();
+          // 2. Row l: exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to right.
+          for (int r = tid; r < BLOCK_M; r += NT) {
+            float carry = s_carry[r];
+            float* row = s_w + r * LDW;
+#pragma unroll 8
+            for (int k = 0; k < BLOCK_N; ++k) {
+              const float wv = row[k];
+              row[k] = carry;
+              carry = __fadd_rn(carry, wv);
+            }
+            s_carry[r] = carry;
+          }
+          __syncthreads();
+          // 3. Column k of group r: T_r(k) = Σ_{l = max(64r, k)}^{min(64r + 63, λ)} S(l, k), l increasing.
+          for (int idx = tid; idx < GROUPS * BLOCK_N; idx += NT) {
+            const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
+            const int kg = s0 + k;
+            const int lo = m0 + rg * kIntraRowGroup;  // first row of the group (chunk position)
+            const int hi = imin(lo + kIntraRowGroup, valid);  // rows l < hi
+            if (lo >= valid || kg >= hi) continue;  // slot not in the stored set
+            float t = 0.f;
+            for (int l = kg > lo ? kg : lo; l < hi; ++l) t = __fadd_rn(t, s_w[(l - m0) * LDW + k]);
+            const int rglob = lo / kIntraRowGroup;
+            if (DETERMINISTIC) {
+              p.intra[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
+            } else {
+              atomicAdd(p.intra + row_bhc * Q + kg, t);
+            }
+          }
+          // (the next W write follows the next step's barrier)
+        }
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // shared tiles, W, carries and per-position arrays are reused by the next item
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels
