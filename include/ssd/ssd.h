@@ -315,6 +315,46 @@ SSD_API ssd_status ssd_forward_workspace_layout(const ssd_forward_args* args, ss
 SSD_API ssd_status ssd_forward(ssd_runtime* runtime, const ssd_forward_args* args,
                                const ssd_launch_options* options, ssd_cuda_stream stream);
 
+/* ---- the SSD backward ------------------------------------------------------------------- */
+
+/* Every gradient of ssd_forward (math §3), given dout = d loss / d out and optionally dfinal_states.
+ * The forward's intermediates are recomputed (bitwise as ssd_forward computes them); the forward
+ * inputs follow ssd_forward's rules. In deterministic mode every gradient is summed in the
+ * canonical order of docs/determinism.md (the same bits for any tile, grid, batch composition);
+ * fast mode uses atomics for the dD, dA, ddt_bias, rho and ddA-intra sums. */
+typedef struct ssd_backward_args {
+  size_t struct_size;
+  int32_t chunk_size;       /* as in the forward */
+  int32_t dt_softplus;
+  float dt_limit_lo;
+  float dt_limit_hi;
+  int32_t mode;             /* -1 (default): the runtime's mode; else an ssd_mode */
+  /* the forward's inputs */
+  ssd_tensor x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx;
+  ssd_tensor out_x;         /* (b, L, h, p) x's dtype: the forward's y before gating; required iff z */
+  ssd_tensor dout;          /* (b, L, h, p) x's dtype */
+  ssd_tensor dfinal_states; /* (b, h, p, n) fp32 (unit n-stride, p-stride n), or data == NULL (= 0) */
+  /* the gradients (written) */
+  ssd_tensor dx;            /* (b, L, h, p) x's dtype */
+  ssd_tensor ddt;           /* (b, L, h) dt's dtype */
+  ssd_tensor dA;            /* (h) fp32 */
+  ssd_tensor dB, dC;        /* (b, L, g, n) x's dtype */
+  ssd_tensor dD;            /* D's shape, fp32; required iff D (else data == NULL) */
+  ssd_tensor dz;            /* (b, L, h, p) x's dtype; required iff z */
+  ssd_tensor ddt_bias;      /* (h) fp32; required iff dt_bias */
+  ssd_tensor dinitial_states; /* (b, h, p, n) fp32 (unit n-stride, p-stride n); required iff initial_states */
+} ssd_backward_args;
+
+SSD_API void ssd_backward_args_init(ssd_backward_args* args);
+/* Bytes of workspace ssd_backward needs for these arguments in args->mode (with mode -1: in
+ * deterministic mode, which needs at least as much as fast mode). */
+SSD_API ssd_status ssd_backward_workspace_size(const ssd_backward_args* args, size_t* bytes);
+/* workspace: NULL (allocated and freed by the call, stream-ordered, warned once) or at least
+ * ssd_backward_workspace_size bytes, 256-byte aligned, owned by the caller until the stream has
+ * passed the call. Nothing is launched unless every kernel is available. */
+SSD_API ssd_status ssd_backward(ssd_runtime* runtime, const ssd_backward_args* args, void* workspace,
+                                size_t workspace_bytes, ssd_cuda_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

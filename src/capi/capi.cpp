@@ -6,6 +6,7 @@
 #include "common/struct_io.h"
 #include "config/config.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/ssd_backward.h"
 #include "ops/ssd_forward.h"
 #include "runtime/runtime.h"
 
@@ -219,6 +220,28 @@ SSD_API ssd_status ssd_forward(ssd_runtime* runtime, const ssd_forward_args* arg
   return guarded([&]() -> ssd::Status {
     if (!runtime) return null_arg("runtime");
     return ssd::ssd_forward(*runtime, args, options, reinterpret_cast<CUstream>(stream));
+  });
+}
+
+SSD_API void ssd_backward_args_init(ssd_backward_args* args) {
+  if (args) *args = ssd::default_backward_args();
+}
+
+SSD_API ssd_status ssd_backward_workspace_size(const ssd_backward_args* args, size_t* bytes) {
+  return guarded([&]() -> ssd::Status {
+    if (!bytes) return null_arg("bytes");
+    auto l = ssd::backward_layout(args, -1);
+    if (!l.ok()) return l.status();
+    *bytes = l->total;
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API ssd_status ssd_backward(ssd_runtime* runtime, const ssd_backward_args* args, void* workspace,
+                                size_t workspace_bytes, ssd_cuda_stream stream) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    return ssd::ssd_backward(*runtime, args, workspace, workspace_bytes, reinterpret_cast<CUstream>(stream));
   });
 }
 

@@ -1,8 +1,12 @@
-// Launchers of the SSD backward's kernels (issue 4 in progress; the public ssd_backward comes with
-// the rest of the stages). Internal API, used by the GPU tests.
+// The SSD backward: the gate stage's launcher (gate_backward) and the whole backward (ssd_backward),
+// with the test/benchmark knobs the C API does not expose.
 #pragma once
 
+#include <functional>
+#include <vector>
+
 #include "common/status.h"
+#include "ops/ssd_forward.h"
 #include "runtime/runtime.h"
 
 namespace ssd {
@@ -19,5 +23,39 @@ Result<size_t> gate_backward_workspace(const GateBwdTensors& t, ssd_mode mode);
 // `workspace` may be null (allocated stream-ordered). `max_blocks` > 0 caps the grids (D4 tests).
 Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, void* workspace, int32_t max_blocks,
                      CUstream stream);
+
+// ---- the whole backward (ssd_backward) ----------------------------------------------------------
+
+ssd_backward_args default_backward_args();
+
+// Per-kernel tile overrides (zeros = default) and a grid cap, for the D2/D4 tests and `ssdgen bench
+// bwd`; not in the C API.
+struct BackwardTuning {
+  ForwardTiles forward{};  // the recompute: bmm, state, passing (scan unused)
+  ssd_tile dstates{}, passing{}, dx{}, dcb{}, intra{}, db{}, dc{}, dda{}, cumsum{}, reduce{};
+  int32_t max_blocks = 0;  // > 0: every grid axis capped (persistent-style grid-stride)
+};
+
+// Stage ids passed to `after_stage` (the benchmark records events there).
+enum BackwardStage {
+  kBwdRecompute = 0, kBwdGate, kBwdDstates, kBwdPassing, kBwdDx, kBwdDcb, kBwdIntra, kBwdDb, kBwdDc, kBwdDdA,
+  kBwdCumsum, kBwdStageCount
+};
+const char* backward_stage_name(int stage);
+
+// Byte offsets of the intermediates in the workspace (each 256-byte aligned).
+struct BackwardLayout {
+  size_t dt_out, dA_cumsum, CB, states, dy, dP, ds, rho, ddt_x, w, v, ddA, dCB, intra, gate, cumsum, total;
+};
+// mode: the mode the call will run in (-1: deterministic, the larger).
+Result<BackwardLayout> backward_layout(const ssd_backward_args* args, int32_t mode);
+
+Status ssd_backward(ssd_runtime& runtime, const ssd_backward_args* args, void* workspace, size_t workspace_bytes,
+                    CUstream stream, const BackwardTuning* tuning = nullptr,
+                    const std::function<void(int)>& after_stage = {});
+
+// Every kernel specialization the call uses, in launch order (precompiling, benchmarks).
+Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backward_args* args, ssd_arch arch,
+                                                              ssd_mode mode, const BackwardTuning* tuning = nullptr);
 
 }  // namespace ssd
