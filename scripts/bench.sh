@@ -9,6 +9,9 @@ status=0
 for L in 2048 4096 16384; do
   "$root/build-gpu/ssdgen" bench fwd --preset nemotronh-56b --batch 4 --seqlen $L --iters 100 | tee -a "$out/bench.txt" || status=1
 done
+for L in 2048 4096 16384; do
+  "$root/build-gpu/ssdgen" bench bwd --preset nemotronh-56b --batch 4 --seqlen $L --iters 50 | tee -a "$out/bench.txt" || status=1
+done
 "$root/build-gpu/ssdgen" check --preset nemotronh-56b --batch 1 --seqlen 512 | tee -a "$out/bench.txt" || status=1
 if [ -d "$root/.peer/mamba/mamba_ssm" ]; then
   PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_bench.py" --lib "$root/build-gpu/libssdgen.so" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Side-by-side forward: ssdgen's ssd_forward (through libssdgen.so via ctypes) and mamba_ssm's
-Triton mamba_chunk_scan_combined, on the same bf16 tensors, on the same GPU, in one process.
+"""Side-by-side forward and backward: ssdgen's ssd_forward / ssd_backward (through libssdgen.so via
+ctypes) and mamba_ssm's Triton mamba_chunk_scan_combined (and its autograd backward), on the same
+bf16 tensors, on the same GPU, in one process.
 
 Speed: CUDA events, warm-up, median of many runs. Accuracy: relative L2 of each against a float64
 evaluation of the same inputs (reference_fp64 below: the chunked algorithm in float64 torch).
@@ -33,6 +34,14 @@ class ForwardArgs(C.Structure):
         (n, Tensor) for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx",
                               "out", "out_x", "final_states")] + [
         ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
+
+
+class BackwardArgs(C.Structure):
+    _fields_ = [("struct_size", C.c_size_t), ("chunk_size", C.c_int32), ("dt_softplus", C.c_int32),
+                ("dt_limit_lo", C.c_float), ("dt_limit_hi", C.c_float), ("mode", C.c_int32)] + [
+        (n, Tensor) for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx",
+                              "out_x", "dout", "dfinal_states", "dx", "ddt", "dA", "dB", "dC", "dD", "dz",
+                              "ddt_bias", "dinitial_states")]
 
 
 class Layout(C.Structure):
@@ -84,6 +93,26 @@ class Ssdgen:
     def forward(self, args):
         stream = C.c_void_p(torch.cuda.current_stream().cuda_stream)
         self.check(self.lib.ssd_forward(self.rt, C.byref(args), None, stream), "ssd_forward")
+
+    def prepare_backward(self, x, dt, A, B, Cm, chunk, D, dt_bias, dout, grads, mode):
+        a = BackwardArgs()
+        self.lib.ssd_backward_args_init(C.byref(a))
+        a.chunk_size = chunk
+        a.dt_softplus = 1
+        a.mode = mode
+        a.x, a.dt, a.A, a.B, a.C = tensor(x), tensor(dt), tensor(A), tensor(B), tensor(Cm)
+        a.D, a.dt_bias, a.dout = tensor(D), tensor(dt_bias), tensor(dout)
+        for name in ("dx", "ddt", "dA", "dB", "dC", "dD", "ddt_bias"):
+            setattr(a, name, tensor(grads[name]))
+        size = C.c_size_t()
+        self.check(self.lib.ssd_backward_workspace_size(C.byref(a), C.byref(size)), "ssd_backward_workspace_size")
+        ws = torch.empty(size.value, dtype=torch.uint8, device="cuda")
+        return a, ws
+
+    def backward(self, args, ws):
+        stream = C.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.lib.ssd_backward(self.rt, C.byref(args), C.c_void_p(ws.data_ptr()), C.c_size_t(ws.numel()),
+                                         stream), "ssd_backward")
 
 
 def median_ms(fn, iters, warmup):
@@ -139,6 +168,60 @@ def reference_fp64(x, dt, A, B, Cm, D, dt_bias, Q):
     y = M @ xc + torch.exp(cs)[..., None] * (Cc @ P.transpose(-1, -2))
     y = y.permute(0, 1, 3, 2, 4).reshape(b, L, h, p) + D.view(1, 1, h, 1) * x
     return y, S
+
+
+def grad_buffers(x, dt, A, B, Cm, D, dt_bias):
+    nan = float("nan")
+    return {"dx": torch.full_like(x, nan), "ddt": torch.full_like(dt, nan), "dA": torch.full_like(A, nan),
+            "dB": torch.full_like(B, nan), "dC": torch.full_like(Cm, nan), "dD": torch.full_like(D, nan),
+            "ddt_bias": torch.full_like(dt_bias, nan)}
+
+
+def backward_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, h, p, g, n, Q):
+    """Accuracy of every gradient against float64 autograd of reference_fp64 (b=1, L=2048), then the
+    speed of the whole backward at b=4 for L = 2048, 4096, 16384: ssdgen deterministic and fast,
+    mamba_ssm's default (atomics) backward with the forward graph retained."""
+    res = {"accuracy": {}, "speed": []}
+    b, L = 1, 2048
+    x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
+    dout = torch.randn(b, L, h, p, device="cuda", generator=gen).to(torch.bfloat16)
+    leaves = [t.detach().double().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
+    y, _ = reference_fp64(*leaves, Q)
+    ref = torch.autograd.grad(y, leaves, dout.double())
+    names = ("dx", "ddt", "dA", "dB", "dC", "dD", "ddt_bias")
+    del y, leaves
+    torch.cuda.empty_cache()
+    peer_in = [t.detach().clone().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
+    out = mamba_chunk_scan_combined(*peer_in[:5], Q, D=peer_in[5], z=None, dt_bias=peer_in[6], dt_softplus=True)
+    peer = torch.autograd.grad(out, peer_in, dout)
+    grads = grad_buffers(x, dt, A, B, Cm, D, dt_bias)
+    a, ws = ours.prepare_backward(x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, 0)
+    ours.backward(a, ws)
+    torch.cuda.synchronize()
+    for i, name in enumerate(names):
+        res["accuracy"][name] = {"ssdgen": rel_l2(grads[name], ref[i]), "mamba_ssm": rel_l2(peer[i], ref[i]),
+                                 "ssdgen_unwritten": int(torch.isnan(grads[name]).sum())}
+    del ref, peer, out, peer_in, grads, ws, x, dt, B, Cm, dout
+    torch.cuda.empty_cache()
+    for L in (2048, 4096, 16384):
+        b = 4
+        x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
+        dout = torch.randn(b, L, h, p, device="cuda", generator=gen).to(torch.bfloat16)
+        grads = grad_buffers(x, dt, A, B, Cm, D, dt_bias)
+        row = {"batch": b, "seqlen": L}
+        for mode, key in ((0, "ssdgen_det_ms"), (1, "ssdgen_fast_ms")):
+            a, ws = ours.prepare_backward(x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, mode)
+            row[key] = median_ms(lambda: ours.backward(a, ws), iters, warmup)
+            row[key.replace("_ms", "_workspace_mib")] = ws.numel() / 2**20
+            del ws
+        peer_in = [t.detach().clone().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
+        out = mamba_chunk_scan_combined(*peer_in[:5], Q, D=peer_in[5], z=None, dt_bias=peer_in[6], dt_softplus=True)
+        row["mamba_ssm_ms"] = median_ms(lambda: torch.autograd.grad(out, peer_in, dout, retain_graph=True),
+                                        iters, warmup)
+        res["speed"].append(row)
+        del x, dt, B, Cm, dout, grads, peer_in, out
+        torch.cuda.empty_cache()
+    return res
 
 
 def rel_l2(a, ref):
@@ -205,6 +288,17 @@ def main():
     for r in results["speed"]:
         print(f"{r['batch']:>3} {r['seqlen']:>6} {r['ssdgen_ms']:>10.3f} {r['mamba_ssm_ms']:>13.3f} "
               f"{r['mamba_ssm_ms'] / r['ssdgen_ms']:>7.2f}x")
+
+    bwd = backward_section(ours, mamba_chunk_scan_combined, gen, max(args.iters // 2, 20), args.warmup, h, p, g, n, Q)
+    results["backward"] = bwd
+    print(f"backward, {results['preset']}, bf16, D, dt_bias, softplus: rel L2 vs float64 autograd (b=1 L=2048)")
+    print(f"{'grad':>9} {'ssdgen':>10} {'mamba_ssm':>10} {'unwritten':>9}")
+    for name, r in bwd["accuracy"].items():
+        print(f"{name:>9} {r['ssdgen']:>10.3e} {r['mamba_ssm']:>10.3e} {r['ssdgen_unwritten']:>9}")
+    print(f"{'b':>3} {'L':>6} {'ssdgen det ms':>14} {'ssdgen fast ms':>15} {'mamba_ssm ms':>13} {'det speedup':>12}")
+    for r in bwd["speed"]:
+        print(f"{r['batch']:>3} {r['seqlen']:>6} {r['ssdgen_det_ms']:>14.3f} {r['ssdgen_fast_ms']:>15.3f} "
+              f"{r['mamba_ssm_ms']:>13.3f} {r['mamba_ssm_ms'] / r['ssdgen_det_ms']:>11.2f}x")
     with open(os.path.join(args.out, "peer_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -484,3 +484,105 @@ TEST_CASE("ssd_backward: bad arguments are refused by name, nothing written" * d
   for (const Guarded* g : prob.outputs())
     for (uint8_t byte : download_bytes(g->buf)) REQUIRE(byte == 0xFF);
 }
+
+TEST_CASE("ssd_backward stage by stage: the workspace intermediates against the oracle's" *
+          doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  for (const BwdCase& c : {kBwdCases[0], kBwdCases[2], kBwdCases[5]}) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    prob.run(rt.rt);
+    ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
+    auto layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
+    REQUIRE(layout.ok());
+    const ssd::BackwardLayout& L = layout.value();
+    const ssd::ref::SsdGradients ref = ssd::ref::backward(prob.oracle_problem(), prob.dout.values.data(),
+                                                          c.dfinal ? prob.dfinal.values.data() : nullptr);
+    const std::vector<uint8_t> ws = download_bytes(prob.d_ws);
+    auto region = [&](size_t offset, size_t count, ssd_dtype dt) {
+      std::vector<double> v(count);
+      for (size_t i = 0; i < count; ++i) {
+        if (dt == SSD_DTYPE_FP32) {
+          float f;
+          std::memcpy(&f, ws.data() + offset + 4 * i, 4);
+          v[i] = f;
+        } else {
+          uint16_t u;
+          std::memcpy(&u, ws.data() + offset + 2 * i, 2);
+          v[i] = dt == SSD_DTYPE_BF16 ? bf16_to_float(u) : fp16_to_float(u);
+        }
+      }
+      return v;
+    };
+    const size_t nc = size_t(prob.nc), nst = size_t(c.b) * nc * size_t(c.h * c.p * c.n);
+    const size_t nch = size_t(c.b * c.h) * nc * size_t(c.Q), ncb = size_t(c.b) * nc * size_t(c.g * c.Q * c.Q);
+    std::vector<double> dP = region(L.dP, nst, SSD_DTYPE_FP32), ds = region(L.ds, nst, c.dtype);
+    std::vector<double> ddt_x = region(L.ddt_x, nch, SSD_DTYPE_FP32), ddA = region(L.ddA, nch, SSD_DTYPE_FP32);
+    std::vector<double> w = region(L.w, nch, SSD_DTYPE_FP32), v = region(L.v, nch, SSD_DTYPE_FP32);
+    std::vector<double> dCB = region(L.dCB, ncb, c.dtype), dCB_ref = ref.inter.dCB;
+    std::vector<double> intra(nch, 0.0);
+    const size_t R = size_t(c.Q / 64);
+    std::vector<double> parts = region(L.intra, nch * R, SSD_DTYPE_FP32);
+    // Host views that depend only on valid slots: padding positions are compared as 0.
+    std::vector<double> next(nch, 0.0), prev(nch, 0.0), ref_next = ref.inter.ddA_next, ref_prev = ref.inter.ddA_prev;
+    std::vector<double> ref_intra = ref.inter.ddA_intra, ref_dda = ref.inter.ddA, ref_ddtx = ref.inter.ddt_x;
+    for (size_t bhc = 0; bhc < size_t(c.b * c.h) * nc; ++bhc) {
+      const int64_t cc = int64_t(bhc % nc);
+      const int valid = int(std::min<int64_t>(c.Q, c.L - cc * c.Q));
+      double acc = 0;
+      for (int l = 0; l < valid; ++l) {
+        next[bhc * c.Q + l] = acc;
+        acc += w[bhc * c.Q + l];
+      }
+      acc = 0;
+      for (int l = valid - 1; l >= 0; --l) {
+        acc += v[bhc * c.Q + l];
+        prev[bhc * c.Q + l] = acc;  // without ρ
+      }
+      for (int k = 0; k < valid; ++k) {
+        for (int r = k / 64; r * 64 < valid; ++r) intra[bhc * c.Q + k] += parts[(bhc * R + size_t(r)) * c.Q + k];
+        ref_prev[bhc * c.Q + k] -= ref.inter.rho[bhc];
+      }
+      for (int k = valid; k < c.Q; ++k)
+        ref_next[bhc * c.Q + k] = ref_prev[bhc * c.Q + k] = ref_intra[bhc * c.Q + k] = ref_dda[bhc * c.Q + k] =
+            ref_ddtx[bhc * c.Q + k] = 0;
+    }
+    for (size_t blk = 0; blk < size_t(c.b) * nc * size_t(c.g); ++blk)
+      for (int l = 0; l < c.Q; ++l)
+        for (int s = l + 1; s < c.Q; ++s) dCB[blk * c.Q * c.Q + l * c.Q + s] = dCB_ref[blk * c.Q * c.Q + l * c.Q + s] = 0;
+    auto e = [](const std::vector<double>& a, const std::vector<double>& b) {
+      return ssd::ref::rel_l2(a.data(), b.data(), std::min(a.size(), b.size()));
+    };
+    const double e_dP = e(dP, ref.inter.dP), e_ds = e(ds, ref.inter.ds), e_ddtx = e(ddt_x, ref_ddtx);
+    const double e_dcb = e(dCB, dCB_ref), e_intra = e(intra, ref_intra), e_next = e(next, ref_next);
+    const double e_prev = e(prev, ref_prev), e_dda = e(ddA, ref_dda);
+    MESSAGE("bwd stages " << describe(c) << ": rel_l2 dP " << e_dP << " ds " << e_ds << " ddt_x " << e_ddtx << " dCB "
+                          << e_dcb << " intra " << e_intra << " next " << e_next << " prev-rho " << e_prev << " ddA "
+                          << e_dda);
+    const double tol = tolerance(c.dtype);
+    CHECK(e_dP < tol);
+    CHECK(e_ds < tol);
+    CHECK(e_ddtx < tol);
+    CHECK(e_dcb < tol);
+    CHECK(e_intra < tol);
+    CHECK(e_next < tol);
+    CHECK(e_prev < tol);
+    CHECK(e_dda < tol);
+  }
+}
+
+TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, both modes" *
+          doctest::skip(!gpu_available())) {
+  // The case scripts/gpu-test.sh --sanitize runs under compute-sanitizer memcheck and racecheck.
+  RuntimeHolder rt;
+  const BwdCase c{2, 150, 4, 32, 2, 16, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
+  BwdProblem prob(c);
+  prob.run(rt.rt);
+  const GradErrors e = compare_with_oracle(prob);
+  for (auto& [name, v] : e.e) {
+    CAPTURE(name);
+    CHECK(v < tolerance(c.dtype));
+  }
+  prob.run(rt.rt, SSD_MODE_FAST);
+  MESSAGE("bwd sanitizer shape " << describe(c) << ": rel_l2" << e.text());
+}

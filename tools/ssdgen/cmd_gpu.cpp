@@ -17,6 +17,7 @@
 #include "ops/tensor_check.h"
 #include "ops/ssd_forward.h"
 #include "reference/metrics.h"
+#include "ops/ssd_backward.h"
 #include "reference/ssd_reference.h"
 #include "runtime/runtime.h"
 
@@ -229,6 +230,91 @@ double median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
+int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session) {
+  const Driver& drv = *session.drv;
+  const ssd::ModelPreset& m = session.preset;
+  const Problem& pr = session.in.pr;
+  const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p), nbc = size_t(pr.b * pr.L * pr.g * pr.n);
+  std::mt19937_64 rng(std::random_device{}());
+  DeviceMemory dout, dx, ddt, dA, dB, dC, dD, dbias, ws;
+  if (ssd::Status st = fill_bf16(drv, dout, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
+  for (auto [mem, bytes] : {std::pair<DeviceMemory*, size_t>{&dx, nx * 2}, {&ddt, size_t(pr.b * pr.L * pr.h) * 2},
+                            {&dA, size_t(pr.h) * 4}, {&dB, nbc * 2}, {&dC, nbc * 2}, {&dD, size_t(pr.h) * 4},
+                            {&dbias, size_t(pr.h) * 4}})
+    if (ssd::Status st = alloc(drv, *mem, bytes); !st.ok()) return fail(ctx, st);
+  const ssd_forward_args& f = session.args;
+  ssd_backward_args a;
+  ssd_backward_args_init(&a);
+  a.chunk_size = f.chunk_size;
+  a.dt_softplus = f.dt_softplus;
+  a.x = f.x; a.dt = f.dt; a.A = f.A; a.B = f.B; a.C = f.C; a.D = f.D; a.dt_bias = f.dt_bias;
+  a.dout = ssd::contiguous_tensor(dout.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  a.dx = ssd::contiguous_tensor(dx.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  a.ddt = ssd::contiguous_tensor(ddt.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h});
+  a.dA = ssd::contiguous_tensor(dA.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  a.dB = ssd::contiguous_tensor(dB.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
+  a.dC = ssd::contiguous_tensor(dC.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
+  a.dD = ssd::contiguous_tensor(dD.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  a.ddt_bias = ssd::contiguous_tensor(dbias.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  size_t ws_bytes = 0;
+  {
+    auto l = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
+    if (!l.ok()) return fail(ctx, l.status());
+    ws_bytes = l->total;
+  }
+  if (ssd::Status st = alloc(drv, ws, ws_bytes); !st.ok()) return fail(ctx, st);
+  char dev_name[256] = {0};
+  CUdevice dev;
+  drv.cuCtxGetDevice(&dev);
+  drv.cuDeviceGetName(dev_name, sizeof(dev_name), dev);
+  CUstream stream;
+  drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  constexpr int kStages = ssd::kBwdStageCount;
+  std::vector<CUevent> ev(kStages + 1);
+  for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
+  nlohmann::json out_json{{"what", "bwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L},
+                          {"iters", ga.iters}, {"device", dev_name}};
+  for (ssd_mode mode : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST}) {
+    a.mode = mode;
+    auto l = ssd::backward_layout(&a, mode);
+    if (!l.ok()) return fail(ctx, l.status());
+    std::vector<float> total;
+    std::vector<std::vector<float>> stage(kStages);
+    for (int it = 0; it < ga.warmup + ga.iters; ++it) {
+      drv.cuEventRecord(ev[0], stream);
+      ssd::Status s = ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, nullptr,
+                                        [&](int i) { drv.cuEventRecord(ev[i + 1], stream); });
+      if (!s.ok()) return fail(ctx, s);
+      if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
+        return fail(ctx, sync);
+      if (it < ga.warmup) continue;
+      float ms = 0;
+      drv.cuEventElapsedTime(&ms, ev[0], ev[kStages]);
+      total.push_back(ms);
+      for (int i = 0; i < kStages; ++i) {
+        drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
+        stage[i].push_back(ms);
+      }
+    }
+    const char* mname = mode == SSD_MODE_DETERMINISTIC ? "deterministic" : "fast";
+    if (ctx.json) {
+      nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total}};
+      for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
+      out_json[mname] = j;
+    } else {
+      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up)\n",
+                 m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup);
+      for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
+      fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
+    }
+  }
+  for (CUevent& e : ev) drv.cuEventDestroy(e);
+  drv.cuStreamDestroy(stream);
+  if (ctx.json) print_json(out_json);
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
@@ -236,7 +322,14 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   ga.batch = 4;
   ga.seqlen = 2048;
   if (int rc = parse_gpu_args(ctx, args, true, ga); rc >= 0) return rc;
-  if (ga.what != "fwd") return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward)");
+  if (ga.what != "fwd" && ga.what != "bwd")
+    return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward) or 'bwd' (the SSD backward)");
+  if (ga.what == "bwd") {
+    if (!ga.tiles.empty()) return usage_error(ctx, "bench bwd: --tiles applies to 'fwd' only");
+    GpuSession session;
+    if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
+    return bench_backward(ctx, ga, session);
+  }
   ssd::ForwardTiles tiles;
   if (!ga.tiles.empty()) {
     auto t = parse_tiles(ga.tiles);

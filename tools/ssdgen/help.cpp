@@ -26,7 +26,7 @@ Commands:
   ptx       print the PTX that NVRTC generates for a CONFIG
   cache     disk cache maintenance: path, ls, verify, prune, clear, index --rebuild
   presets   list the model presets and how many kernels each expands to
-  bench     (GPU) time the SSD forward: bench fwd [--preset P --batch B --seqlen L --iters N]
+  bench     (GPU) time the SSD forward or backward: bench fwd|bwd [--preset P --batch B --seqlen L --iters N]
   check     (GPU) the SSD forward against the float64 oracle: check [--preset P --batch B --seqlen L]
   help      'ssdgen help COMMAND' describes one command
 
@@ -125,13 +125,16 @@ Lists the model presets of 'ssdgen compile --preset' and how many kernels each e
 given arch (default sm_90a) and mode (default both). --json also lists the configs.
 )";
 
-constexpr const char* kBench = R"(Usage: ssdgen bench fwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
+constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
                         [--tiles scan=MxNxK,state=MxNxK,bmm=MxN,passing=M]
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
-measuring candidates; the library's defaults do not change). Exit 6 without a driver or device.
+measuring candidates; the library's defaults do not change; fwd only).
+`bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
+the total, in deterministic then fast mode, with the workspace each mode needs.
+Exit 6 without a driver or device.
 )";
 
 constexpr const char* kCheck = R"(Usage: ssdgen check [--preset NAME] [--batch B] [--seqlen L]
