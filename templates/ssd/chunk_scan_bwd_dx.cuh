@@ -1,0 +1,505 @@
+// chunk_scan_bwd_dx (math B-d, and the per-position w_l, v_l of B-g): per (batch b, chunk c, head h),
+// group g = h / HEADS_PER_GROUP, chunk rows l (t = cQ + l), λ = λ_c = valid - 1, A = dA_cumsum, Δ = dt:
+//
+//   v_l     = e_l · Σ_p dy_lp · (C_l P_cᵀ)_p                 e_l    = η_c(l) ? exp(A(l)) : 0
+//   Rst_l   = eend_l · (B_l ds_cᵀ)                           eend_l = ξ_c(l) ? exp(min(A(Q-1) − A(l), 0)) : 0
+//   w_l     = Δ_l · Σ_p x_lp · Rst_lp
+//   R_l     = Rst_l + Σ_m Wt(l, m) · dy_m
+//             Wt(l, m) = (l <= m && m <= λ) ? CB(m, l) · exp(min(A(m) − A(l), 0)) : 0
+//   dx_l    = fma(dy_l, D, Δ_l · R_l)   (Δ_l · R_l without D)   stored in T, rows l <= λ only
+//   dΔˣ_l   = Σ_p x_lp · R_lp
+// with η_c(l) = [seq_idx(t) == seq_idx(cQ-1)] (seq_idx(-1) := 0) and ξ_c(l) = [seq_idx(t) == seq_idx(cQ+λ)]
+// (both 1 without seq_idx, both 0 for l > λ). D is per head (D[h]) or per (head, p). ddt_x (dΔˣ), w
+// and v are (b, h, nchunks, Q) fp32; every one of their Q slots is written exactly once (0 past λ),
+// by the block owning the row; dx rows past λ are never written.
+//
+// Operand precision (as chunk_scan_fwd): P_c comes in fp32 and is rounded to T before the mma; ds
+// is already T; Wt is formed in fp32, selected (masked entries are exact zeros, never multiplied by
+// a mask), then rounded to T; the dy tile is the T input. All contractions accumulate in fp32 on
+// the tensor cores; the row scales and the epilogue are fp32 with __fmul_rn / __fmaf_rn, exp is
+// __expf. CB (fp32, row m, unit stride along l) is read transposed, as 16-byte groups (m, l0..l0+3)
+// only when l0 <= m and m <= λ: such a group always lies in a tile bmm_chunk_fwd wrote.
+//
+// Canonical order, per row l (one fp32 accumulator per (l, p), one thread owns it):
+//   1. acc = 0; K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of mma K=16 in
+//      increasing n (C_l · P_c);  dot_l = Σ_p over p = 0..P-1 increasing, from +0.0, of
+//      fma(float(dy_lp), acc_lp, dot) (one thread walks the row);  v_l = __fmul_rn(e_l, dot_l).
+//   2. acc = 0; same n loop (B_l · ds_c);  acc = __fmul_rn(acc, eend_l) (this is Rst);
+//      dotx_l = Σ_p (p increasing, from +0.0, fma) float(x_lp) · Rst_lp;  w_l = __fmul_rn(Δ_l, dotx_l).
+//   3. acc += K loop over m from the BLOCK_K step containing the tile's first row m0 to the step
+//      containing λ, increasing m, each a chain of BLOCK_K/16 mma K=16 in increasing m (Wt · dy).
+//   4. R = acc;  dx_lp as above (one thread per element);  dΔˣ_l = Σ_p (p increasing, from +0.0, fma)
+//      float(x_lp) · R_lp.
+// Why it does not depend on the tile: BLOCK_K only groups the same K=16 mma steps into fewer
+// shared-memory stages; the n chains always start at n = 0; in step 3 a row l's nonzero terms are
+// m in [l, λ], and BLOCK_M / BLOCK_K only change how many all-zero K=16 steps (m < l, or m > λ) are
+// added around them (adding exact zeros changes nothing but the sign of a zero result). The warp
+// split and the grid only move whole rows. The p sums are sequential loops of one thread.
+//
+// Launch: block = bwd_geom::dx_threads() = 128 threads (4 warps; warp w owns rows
+//         [w·BLOCK_M/4, (w+1)·BLOCK_M/4) of the tile and all P columns);
+//         grid = (bwd_geom::dx_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis grid-stride
+//         (x is walked with the longest m-ranges, i.e. the smallest m0, first); static shared memory
+//         bwd_geom::dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX) <= 48 KiB, no dynamic.
+// Tiles: BLOCK_M in {64, 128} dividing Q, BLOCK_M · P <= 8192 (accumulator registers), BLOCK_K in
+//        {16, 32, 64} dividing Q, min(BLOCK_K, N) dividing N, and the shared memory bound (the
+//        host checks bwd_geom::dx_smem_bytes; e.g. BLOCK_K = 64 fits only for small P).
+#pragma once
+
+#include "ssd/backward_params.cuh"
+#include "ssd/chunk_scan.cuh"  // detail::load8 / store8 / vec16_bhlp
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+namespace detail {
+
+// K loop over n shared by phases A2 and A1 of chunk_scan_bwd_dx: acc += RowTile(l, n) · KTile(p, n)ᵀ,
+// min(BLOCK_K, N) = BKN per step in increasing n, each step a chain of BKN/16 mma K=16 in increasing
+// n. Stage buf holds the row tile [BLOCK_M][LDA] then the K tile [P][LDA] (type T). load_stage(buf,
+// ks) issues the copies of step ks into buffer buf (the row tile and, for a T K operand, the K
+// tile); fetch(ks) / store(buf) stage an fp32 K operand through registers (loaded before the
+// compute of a step, converted to T and stored after it, as chunk_scan_fwd does with P).
+template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int BLOCK_M, int MI, int NJ, class T,
+          class LoadStage, class Fetch, class Store>
+__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, LoadStage& load_stage,
+                                          Fetch& fetch, Store& store) {
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < KA) {
+      load_stage(st, st);
+      fetch(st);
+      store(st);
+    }
+    ptx::cp_async_commit();
+  }
+  for (int ks = 0; ks < KA; ++ks) {
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int kn = ks + STAGES - 1;
+    if (kn < KA) {
+      load_stage(kn % STAGES, kn);
+      fetch(kn);
+    }
+    ptx::cp_async_commit();
+    const T* sr = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE_A);
+    const T* sk = sr + BLOCK_M * LDA;
+#pragma unroll
+    for (int kk = 0; kk < BKN; kk += 16) {
+      FragA a[MI];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) warp::load_a(a[i], sr + (wm0 + 16 * i) * LDA + kk, LDA);
+#pragma unroll
+      for (int j = 0; j < NJ; j += 2) {
+        FragB b0, b1;
+        warp::load_b2(b0, b1, sk + (8 * j) * LDA + kk, LDA);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          warp::mma<T>(acc[i][j], a[i], b0);
+          warp::mma<T>(acc[i][j + 1], a[i], b1);
+        }
+      }
+    }
+    if (kn < KA) store(kn % STAGES);  // buffer kn % STAGES is not read in this step
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // the stage buffers are reused by the staging tile
+}
+
+// out[l] = finish(l, Σ_p float(src_lp) · so_lp) for every row l = m0 + r of the tile, 0 past λ
+// (valid rows only read). One thread per row walks p = 0 .. P-1 in increasing order from +0.0 with
+// fma. so: the staged fp32 tile [BLOCK_M][LDO]; src points at (b, t = 0, h, p = 0) of a
+// (b, L, h, p) tensor.
+template <int P, int LDO, int BLOCK_M, int NT, class T, class Finish>
+__device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, long long t0, const T* src,
+                                            long long stride_l, long long stride_p, bool vec, float* out,
+                                            const Finish& finish) {
+  for (int r = threadIdx.x; r < BLOCK_M; r += NT) {
+    const int l = m0 + r;
+    float res = 0.f;
+    if (l < valid) {
+      const float* sr = so + r * LDO;
+      const long long off = (t0 + l) * stride_l;
+      float dot = 0.f;
+#pragma unroll 4
+      for (int cc = 0; cc < P; cc += 8) {
+        float e[8];
+        load8<T>(src, off + cc * stride_p, stride_p, vec, e);
+        const float4 r0 = *reinterpret_cast<const float4*>(sr + cc);
+        const float4 r1 = *reinterpret_cast<const float4*>(sr + cc + 4);
+        dot = __fmaf_rn(e[0], r0.x, dot);
+        dot = __fmaf_rn(e[1], r0.y, dot);
+        dot = __fmaf_rn(e[2], r0.z, dot);
+        dot = __fmaf_rn(e[3], r0.w, dot);
+        dot = __fmaf_rn(e[4], r1.x, dot);
+        dot = __fmaf_rn(e[5], r1.y, dot);
+        dot = __fmaf_rn(e[6], r1.z, dot);
+        dot = __fmaf_rn(e[7], r1.w, dot);
+      }
+      res = finish(l, dot);
+    }
+    out[l] = res;
+  }
+}
+
+}  // namespace detail
+
+template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_K, class T, bool HAS_D, bool D_PER_HEADDIM,
+          bool HAS_SEQ_IDX>
+__device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
+  using namespace bwd_geom;
+  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dx: element type must be bf16 or fp16");
+  static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128 (4 warps of 16 or 32 rows)");
+  static_assert(BLOCK_K == 16 || BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 16, 32 or 64");
+  static_assert(Q % BLOCK_M == 0 && Q % BLOCK_K == 0, "BLOCK_M and BLOCK_K must divide the chunk");
+  static_assert(P % 16 == 0 && N % 16 == 0, "headdim and dstate must be multiples of 16");
+  static_assert(BLOCK_M * P <= 8192, "accumulator over 64 registers per thread: lower BLOCK_M");
+  constexpr int NT = dx_threads();
+  constexpr int WM = BLOCK_M / 4;
+  constexpr int MI = WM / 16, NJ = P / 8;
+  static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
+  constexpr int BKN = dx_block_kn(N, BLOCK_K);
+  static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
+  constexpr int STAGES = dx_stages(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int LDA = BKN + kPad;     // row tile (C | B) [l][n] and K tile (P | ds) [p][n], type T
+  constexpr int LDCB = BLOCK_M + 4;   // CB tile [m][l], fp32 (row stride = 4 mod 32 words: the
+                                      // (m = 2t.., l = g) reads of a warp hit 32 distinct banks)
+  constexpr int LDY = P + kPad;       // dy tile [m][p], type T
+  constexpr int LDO = P + 4;          // staging tile [l][p], fp32 (row-per-thread float4 reads are
+                                      // conflict free)
+  constexpr int STAGE_A = dx_stage_a_bytes(P, N, BLOCK_M, BLOCK_K);
+  constexpr int STAGE_B = dx_stage_b_bytes(P, BLOCK_M, BLOCK_K);
+  constexpr int BODY = dx_body_bytes(STAGES, P, N, BLOCK_M, BLOCK_K);
+  constexpr int TILES = dx_tiles(Q, BLOCK_M);
+  constexpr int KA = N / BKN;
+  static_assert(STAGE_A == (BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
+                    dx_epilogue_bytes(P, BLOCK_M) == BLOCK_M * LDO * 4,
+                "bwd_geom::dx_* must describe this layout");
+  static_assert(dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+                "shared memory over 48 KiB: lower BLOCK_K or BLOCK_M");
+  static_assert(STAGE_A % 16 == 0 && STAGE_B % 16 == 0 && (BLOCK_K * LDCB * 4) % 16 == 0, "stage alignment");
+
+  __shared__ __align__(16) unsigned char s_body[BODY];
+  __shared__ __align__(16) float s_dA[Q];
+  __shared__ __align__(16) float s_dt[Q];
+  __shared__ int s_seq[HAS_SEQ_IDX ? Q : 1];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = warp * WM;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* xg = static_cast<const T*>(p.x);
+  const T* dyg = static_cast<const T*>(p.dy);
+  const T* Bg = static_cast<const T*>(p.B);
+  const T* Cg = static_cast<const T*>(p.C);
+  const T* dsg = static_cast<const T*>(p.ds);
+  const bool vec_x = detail::vec16_bhlp(xg, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
+  const bool vec_dy = detail::vec16_bhlp(dyg, p.dy_stride_b, p.dy_stride_l, p.dy_stride_h, p.dy_stride_p);
+  const bool vec_b = detail::vec16_bhlp(Bg, p.B_stride_b, p.B_stride_l, p.B_stride_g, p.B_stride_n);
+  const bool vec_c = detail::vec16_bhlp(Cg, p.C_stride_b, p.C_stride_l, p.C_stride_g, p.C_stride_n);
+  const bool vec_ds = aligned16(dsg) && ((p.ds_stride_b | p.ds_stride_c | p.ds_stride_h | p.ds_stride_p) & 7) == 0;
+  const bool vec_p = aligned16(p.states) &&
+                     ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & 3) == 0;
+  const bool vec_cb = aligned16(p.CB) && ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 3) == 0;
+  const bool vec_dx = detail::vec16_bhlp(p.dx, p.dx_stride_b, p.dx_stride_l, p.dx_stride_h, p.dx_stride_p);
+  // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), nheads = int(p.nheads);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    float d_head = 0.f;
+    if (HAS_D && !D_PER_HEADDIM) d_head = p.D[h * p.D_stride_h];
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const long long chunk_off = b * p.chunk_stride_b + h * p.chunk_stride_h + c * p.chunk_stride_c;
+      const float* dA = p.dA_cumsum + chunk_off;
+      const float* dt = p.dt + chunk_off;
+      float* ddt_x_out = p.ddt_x + chunk_off;
+      float* w_out = p.w + chunk_off;
+      float* v_out = p.v + chunk_off;
+      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
+      const T* safe_dy = dyg + b * p.dy_stride_b + h * p.dy_stride_h;
+      const T* safe_b = Bg + b * p.B_stride_b + g * p.B_stride_g;
+      const T* safe_c = Cg + b * p.C_stride_b + g * p.C_stride_g;
+      const T* ds_c = dsg + b * p.ds_stride_b + c * p.ds_stride_c + h * p.ds_stride_h;
+      const float* P_c = p.states + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h;
+      const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
+      int q_prev = 0;
+      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        const int m0 = tile * BLOCK_M;  // smallest m0 first: its m-range (m0 .. λ) is the longest
+        if (m0 >= valid) {
+          // Rows all padding (uniform over the block; no shared memory touched): only the zeros
+          // of this tile's slots of the (b, h, c, Q) vectors.
+          for (int r = tid; r < BLOCK_M; r += NT) {
+            ddt_x_out[m0 + r] = 0.f;
+            w_out[m0 + r] = 0.f;
+            v_out[m0 + r] = 0.f;
+          }
+          continue;
+        }
+
+        // Per-position fp32 data of the whole chunk (visible after the first barrier of phase A2).
+        for (int l = tid; l < Q; l += NT) {
+          s_dA[l] = dA[l];
+          s_dt[l] = dt[l];
+          if (HAS_SEQ_IDX)
+            s_seq[l] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+        }
+
+        FragC acc[MI][NJ];
+        auto zero_acc = [&]() {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        };
+
+        // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n].
+        auto sRow = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
+        auto sK = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
+        auto no_fetch = [](int) {};
+        auto no_store = [](int) {};
+
+        // ---- Staging of acc through the shared fp32 tile [l][p], and the per-row p sums ----
+        float* so = reinterpret_cast<float*>(s_body);
+        auto stage_acc = [&]() {
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int r = wm0 + 16 * i + lg + 8 * half;
+#pragma unroll
+              for (int j = 0; j < NJ; ++j)
+                *reinterpret_cast<float2*>(so + r * LDO + 8 * j + 2 * lt) =
+                    make_float2(acc[i][j].x[2 * half], acc[i][j].x[2 * half + 1]);
+            }
+          }
+          __syncthreads();
+        };
+        // ---------------- Phase A2: acc = C_tile · P_cᵀ (contraction over n), then v ----------------
+        zero_acc();
+        {
+          const T* ct = safe_c + (t0 + m0) * p.C_stride_l;
+          constexpr int PCH = P * BKN / 4;  // 16-byte fp32 chunks per P tile
+          constexpr int PIT = (PCH + NT - 1) / NT;
+          float4 preg[PIT];
+          auto p_fetch = [&](int ks) {
+            const float* src = P_c + ks * BKN;
+#pragma unroll
+            for (int it = 0; it < PIT; ++it) {
+              const int i = it * NT + tid;
+              if (PCH % NT == 0 || i < PCH) {
+                const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
+                const float* q = src + (long long)r * p.states_stride_p + cc;
+                if (vec_p) {
+                  preg[it] = *reinterpret_cast<const float4*>(q);
+                } else {
+                  preg[it] = make_float4(q[0], q[1], q[2], q[3]);
+                }
+              }
+            }
+          };
+          auto p_store = [&](int buf) {
+            T* dst = sK(buf);
+#pragma unroll
+            for (int it = 0; it < PIT; ++it) {
+              const int i = it * NT + tid;
+              if (PCH % NT == 0 || i < PCH) {
+                const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
+                uint2 u;
+                u.x = ptx::pack2<T>(preg[it].x, preg[it].y);
+                u.y = ptx::pack2<T>(preg[it].z, preg[it].w);
+                *reinterpret_cast<uint2*>(dst + r * LDA + cc) = u;
+              }
+            }
+          };
+          auto load_stage = [&](int buf, int ks) {
+            const int k0 = ks * BKN;
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n,
+                                                    vec_c, safe_c, [&](int r, int) { return m0 + r < valid; });
+          };
+          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, load_stage,
+                                                                                   p_fetch, p_store);
+        }
+        stage_acc();
+        auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
+          bool keep = true;
+          if (HAS_SEQ_IDX) keep = s_seq[l] == q_prev;
+          const float e = keep ? __expf(s_dA[l]) : 0.f;
+          return __fmul_rn(e, dot);
+        };
+        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_dy, p.dy_stride_l, p.dy_stride_p, vec_dy,
+                                                v_out, finish_v);
+        __syncthreads();  // the staging tile is reused by phase A1's stages
+
+        // ---------------- Phase A1: acc = B_tile · ds_cᵀ (over n), row scale eend, then w ----------------
+        zero_acc();
+        {
+          const T* bt = safe_b + (t0 + m0) * p.B_stride_l;
+          auto load_stage = [&](int buf, int ks) {
+            const int k0 = ks * BKN;
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), bt + k0 * p.B_stride_n, p.B_stride_l, p.B_stride_n,
+                                                    vec_b, safe_b, [&](int r, int) { return m0 + r < valid; });
+            block::load_tile<NT, P, BKN, LDA>(sK(buf), ds_c + k0, p.ds_stride_p, 1, vec_ds, ds_c,
+                                              [&](int, int) { return true; });
+          };
+          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, load_stage,
+                                                                                   no_fetch, no_store);
+        }
+        // Row scale eend_l (Rst), and the rows' A(l) for phase B.
+        float a_row[MI][2];
+        {
+          const float a_last = s_dA[Q - 1];
+          const int q_last = HAS_SEQ_IDX ? s_seq[valid - 1] : 0;
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int l = m0 + wm0 + 16 * i + lg + 8 * half;
+              const float al = s_dA[l];
+              a_row[i][half] = al;
+              bool keep = l < valid;
+              if (HAS_SEQ_IDX) keep = keep && s_seq[l] == q_last;
+              const float eend = keep ? __expf(fminf(a_last - al, 0.f)) : 0.f;
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                acc[i][j].x[2 * half] = __fmul_rn(acc[i][j].x[2 * half], eend);
+                acc[i][j].x[2 * half + 1] = __fmul_rn(acc[i][j].x[2 * half + 1], eend);
+              }
+            }
+          }
+        }
+        stage_acc();
+        auto finish_w = [&](int l, float dot) { return __fmul_rn(s_dt[l], dot); };  // w_l = Δ_l · dotx_l
+        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x_stride_l, p.x_stride_p, vec_x, w_out,
+                                                finish_w);
+        __syncthreads();  // the staging tile is reused by phase B's stages
+
+        // ---------------- Phase B: acc += Wt · dY (contraction over m) ----------------
+        {
+          const int kb0 = m0 / BLOCK_K;                     // the step containing m0 (m < m0 <= l: zeros)
+          const int kb1 = (valid + BLOCK_K - 1) / BLOCK_K;  // steps past λ hold zeros only
+          const int nk = kb1 - kb0;
+          const T* dyt = safe_dy + t0 * p.dy_stride_l;
+          auto sCB = [&](int buf) { return reinterpret_cast<float*>(s_body + buf * STAGE_B); };
+          auto sDY = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_B + BLOCK_K * LDCB * 4); };
+          auto load_stage = [&](int buf, int ks) {  // ks: absolute step index
+            const int k0 = ks * BLOCK_K;
+            // CB rows m = k0 + r, columns l = m0 + c0 .. +3: only groups with l0 <= m <= λ.
+            block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + (long long)k0 * p.CB_stride_l + m0,
+                                                         p.CB_stride_l, 1, vec_cb, cb_base, [&](int r, int c0) {
+                                                           return m0 + c0 <= k0 + r && k0 + r < valid;
+                                                         });
+            block::load_tile<NT, BLOCK_K, P, LDY>(sDY(buf), dyt + k0 * p.dy_stride_l, p.dy_stride_l, p.dy_stride_p,
+                                                  vec_dy, safe_dy, [&](int r, int) { return k0 + r < valid; });
+          };
+
+#pragma unroll
+          for (int st = 0; st < STAGES - 1; ++st) {
+            if (st < nk) load_stage(st, kb0 + st);
+            ptx::cp_async_commit();
+          }
+          for (int ks = 0; ks < nk; ++ks) {
+            ptx::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int kn = ks + STAGES - 1;
+            if (kn < nk) load_stage(kn % STAGES, kb0 + kn);
+            ptx::cp_async_commit();
+            const float* scb = sCB(ks % STAGES);
+            const T* sdy = sDY(ks % STAGES);
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_K; kk += 16) {
+              const int mk = kk + 2 * lt;                 // step-local m of columns 2t, 2t+1 (+8, +9)
+              const int m01 = (kb0 + ks) * BLOCK_K + mk;  // chunk positions
+              const float2 am01 = *reinterpret_cast<const float2*>(s_dA + m01);
+              const float2 am89 = *reinterpret_cast<const float2*>(s_dA + m01 + 8);
+              FragA a[MI];
+#pragma unroll
+              for (int i = 0; i < MI; ++i) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                  const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+                  const int l = m0 + r;
+                  const float al = a_row[i][half];
+                  const float* cbc = scb + mk * LDCB + r;  // CB(m01, l): Wt(l, m01) before the decay
+                  const float c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
+                  const float w0 =
+                      (l <= m01 && m01 < valid) ? __fmul_rn(c0, __expf(fminf(am01.x - al, 0.f))) : 0.f;
+                  const float w1 =
+                      (l <= m01 + 1 && m01 + 1 < valid) ? __fmul_rn(c1, __expf(fminf(am01.y - al, 0.f))) : 0.f;
+                  const float w8 =
+                      (l <= m01 + 8 && m01 + 8 < valid) ? __fmul_rn(c8, __expf(fminf(am89.x - al, 0.f))) : 0.f;
+                  const float w9 =
+                      (l <= m01 + 9 && m01 + 9 < valid) ? __fmul_rn(c9, __expf(fminf(am89.y - al, 0.f))) : 0.f;
+                  a[i].x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+                  a[i].x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+                }
+              }
+#pragma unroll
+              for (int j = 0; j < NJ; j += 2) {
+                FragB b0, b1;
+                warp::load_b2_trans(b0, b1, sdy + kk * LDY + 8 * j, LDY);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                  warp::mma<T>(acc[i][j], a[i], b0);
+                  warp::mma<T>(acc[i][j + 1], a[i], b1);
+                }
+              }
+            }
+          }
+          ptx::cp_async_wait<0>();
+          __syncthreads();  // phase-B buffers are reused by the staging tile
+        }
+
+        // ---------------- Epilogue: R = acc; dx (rows <= λ), dΔˣ (every row) ----------------
+        stage_acc();
+        {
+          constexpr int CPR = P / 8;
+          constexpr int TOTAL = BLOCK_M * CPR;
+          T* dxg = static_cast<T*>(p.dx);
+          for (int i = tid; i < TOTAL; i += NT) {
+            const int r = i / CPR, cc = (i % CPR) * 8;
+            const int l = m0 + r;
+            if (l >= valid) continue;
+            const long long t = t0 + l;
+            const float dl = s_dt[l];
+            float y[8];
+            {
+              const float4 y0 = *reinterpret_cast<const float4*>(so + r * LDO + cc);
+              const float4 y1 = *reinterpret_cast<const float4*>(so + r * LDO + cc + 4);
+              y[0] = __fmul_rn(dl, y0.x), y[1] = __fmul_rn(dl, y0.y), y[2] = __fmul_rn(dl, y0.z);
+              y[3] = __fmul_rn(dl, y0.w), y[4] = __fmul_rn(dl, y1.x), y[5] = __fmul_rn(dl, y1.y);
+              y[6] = __fmul_rn(dl, y1.z), y[7] = __fmul_rn(dl, y1.w);
+            }
+            if (HAS_D) {
+              float dyv[8];
+              detail::load8<T>(safe_dy, t * p.dy_stride_l + cc * p.dy_stride_p, p.dy_stride_p, vec_dy, dyv);
+#pragma unroll
+              for (int v = 0; v < 8; ++v) {
+                const float d = D_PER_HEADDIM ? p.D[h * p.D_stride_h + (cc + v) * p.D_stride_p] : d_head;
+                y[v] = __fmaf_rn(dyv[v], d, y[v]);
+              }
+            }
+            detail::store8<T>(dxg, b * p.dx_stride_b + t * p.dx_stride_l + h * p.dx_stride_h + cc * p.dx_stride_p,
+                              p.dx_stride_p, vec_dx, y);
+          }
+        }
+        auto finish_ddt = [](int, float dot) { return dot; };
+        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x_stride_l, p.x_stride_p, vec_x,
+                                                ddt_x_out, finish_ddt);
+        __syncthreads();  // the staging tile and the per-position arrays are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels
