@@ -207,6 +207,7 @@ std::string forward_tile_problem(const ssd_kernel_config& c) {
         return "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64";
       if (!divides(t.m, Q) || !divides(t.n, N) || !divides(t.k, Q)) return "m | chunk_size, n | dstate, k | chunk_size";
       if (P % bc_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
+      if (bc_threads(t.m, t.n) > bc_max_threads()) return "m x n too large (two live accumulator tiles)";
       if (bc_smem_bytes(Q, P, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
         return "the tiles' shared memory must fit in 48 KiB";
       return "";

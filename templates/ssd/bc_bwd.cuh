@@ -1,0 +1,416 @@
+// chunk_state_bwd_db (IS_DC false) and chunk_scan_bwd_dc (IS_DC true), math B-f: per (batch b,
+// chunk c, group g), heads i = g·R .. g·R + R − 1 (R = HEADS_PER_GROUP), rows = chunk positions,
+// columns = dstate n, t = cQ + position, λ = λ_c:
+//
+//   dB[b, cQ+s, g, n] = Σ_i fma(u_i(s), Σ_p x^(i)[s, p] · ds^(i)_c[p, n], ·)  +  Σ_{l=s}^{λ} dCB(l, s) · C[cQ+l, n]
+//   dC[b, cQ+l, g, n] = Σ_i fma(e_i(l), Σ_p dy^(i)[l, p] · P^(i)_c[p, n], ·)  +  Σ_{s=0}^{l} dCB(l, s) · B[cQ+s, n]
+//
+//   u_i(s) = ξ(s) ? exp(min(A_i(Q−1) − A_i(s), 0)) · Δ_i(s) : 0,   ξ(s) = [seq_idx(cQ+s) == seq_idx(cQ+λ)]
+//   e_i(l) = η(l) ? exp(A_i(l)) : 0,                              η(l) = [seq_idx(cQ+l) == seq_idx(cQ−1)],
+//                                                                  seq_idx(−1) := 0
+// (A_i = dA_cumsum, Δ_i = dt of head i; ξ, η are 1 without seq_idx; u, e are 0 past λ; selects, not
+// multiplies). Rows past λ (padding) are never stored. "other" of the params is C for dB, B for dC.
+//
+// Operand precision: x, dy, ds (the dB state, already T), dCB, B, C are T; the dC state P (fp32) is
+// rounded to T on its way into shared memory (as upstream's cast); all mma accumulate in fp32; the
+// row scales are fp32 (__expf = ex2.approx, like tl.exp; __fmul_rn); one rounding to T at the store.
+//
+// Reduction order of every output (pos, n), one thread, one fp32 accumulator acc = +0.0:
+//   1. heads i = g·R .. g·R+R−1 in increasing order:
+//        chain = mma chain over p = 0 .. P−1 in K=16 steps, increasing p, from 0 (a per-head tile);
+//        acc   = __fmaf_rn(scale_i(pos), chain, acc)                     (scale = u_i for dB, e_i for dC)
+//   2. the dCB term continues the same accumulator as one mma chain in increasing K=16 steps:
+//        dB: over l-blocks from m0 (the tile's first row) up to λ;  dC: over s-blocks from 0 up to
+//        min(m0 + BLOCK_M, λ + 1) − 1.
+//   3. out = rn_T(acc).
+// Why it is the same for every legal tile: a head chain is a K=16 chain over p from 0, whatever the
+// p step min(BLOCK_K, P) is; the fma sequence over heads is fixed; the dCB K blocks are 16-aligned
+// (m0 and BLOCK_K are multiples of 16) and walked in increasing order, and the tile only decides
+// how many all-zero blocks join the chain (dB: l-blocks entirely below s, where dCB(l, s) is
+// zero-filled; dC: s-blocks entirely above l) — adding exact zeros leaves acc unchanged except
+// possibly the sign of a zero result. The block staging (BLOCK_K groupings, stages) only moves data.
+//
+// Reads: a dCB 16-byte group (l, s0..s0+7) is read only when s0 <= l and l <= λ (it then lies in a
+// tile chunk_scan_bwd_dcb wrote; any other entry may be unwritten); x|dy rows and C|B rows past λ
+// are zero-filled, never read.
+//
+// Pipeline: one cp.async ring of STAGES buffers over the flat step sequence (head 0 p-steps, head 1
+// p-steps, ..., head R−1 p-steps, then the dCB K steps), so loads run ahead across head and phase
+// boundaries. A head's row scales are staged in shared memory (two buffers; head i+1's are written
+// while head i runs, separated from their use by at least one pipeline barrier).
+//
+// Launch: block = bwd_geom::bc_threads(BLOCK_M, BLOCK_N) threads (<= bc_max_threads(); warp grid of
+//         fwd_geom::warp_tile_m x warp_tile_n tiles as chunk_state.cuh);
+//         grid = (bwd_geom::bc_tiles(Q, N, BLOCK_M, BLOCK_N), batch * nchunks, ngroups), each axis
+//         grid-stride; static shared memory bwd_geom::bc_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K,
+//         HAS_SEQ_IDX) <= 48 KiB, no dynamic shared memory.
+#pragma once
+
+#include "ssd/backward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool IS_DC,
+          bool HAS_SEQ_IDX>
+__device__ void bc_bwd(const BcBwdParams& p) {
+  using namespace bwd_geom;
+  static_assert(is_16bit_float<T>::value, "bc_bwd: element type must be bf16 or fp16");
+  static_assert(Q % BLOCK_M == 0 && N % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide Q, N, Q");
+  static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_K % 16 == 0 && P % 16 == 0,
+                "tiles and headdim must be multiples of 16");
+  static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
+  constexpr int R = HEADS_PER_GROUP;
+  constexpr int WM = fwd_geom::warp_tile_m(BLOCK_M, BLOCK_N);
+  constexpr int WN = fwd_geom::warp_tile_n(BLOCK_M, BLOCK_N);
+  constexpr int WARPS_N = BLOCK_N / WN;
+  constexpr int NT = bc_threads(BLOCK_M, BLOCK_N);
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+  static_assert(MI * NJ * 4 <= 64, "accumulator tile over 64 registers per thread");
+  static_assert(NT <= bc_max_threads(), "two live accumulator tiles need <= 256 threads: lower BLOCK_M * BLOCK_N");
+  constexpr int BKP = bc_block_kp(P, BLOCK_K);  // p step of the head phase
+  static_assert(P % BKP == 0, "BLOCK_K must divide headdim (or exceed it)");
+  constexpr int KP = P / BKP;  // p steps per head
+  constexpr int KH = R * KP;   // steps of the head phase
+  constexpr int STAGES = bc_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int STAGE = bc_stage_bytes(P, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int LDXY = BKP + kPad;      // x|dy tile [pos][p]
+  constexpr int LDST = BLOCK_N + kPad;  // ds|P tile [p][n]
+  constexpr int LDO = BLOCK_N + kPad;   // C|B tile [pos][n]
+  // dCB tile [l][s]: dC: BLOCK_M rows l x BLOCK_K columns s; dB: BLOCK_K rows l x BLOCK_M columns s.
+  constexpr int D_ROWS = IS_DC ? BLOCK_M : BLOCK_K;
+  constexpr int LDD = (IS_DC ? BLOCK_K : BLOCK_M) + kPad;
+  constexpr int TILES_N = N / BLOCK_N;
+  constexpr int TILES_M = Q / BLOCK_M;
+  constexpr int TILES = bc_tiles(Q, N, BLOCK_M, BLOCK_N);
+  constexpr int KR = (BLOCK_M + NT - 1) / NT;  // scale rows per thread
+  static_assert(bc_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+                "shared memory over 48 KiB: lower BLOCK_K or the tile");
+  static_assert(BLOCK_M * LDXY * 2 + BKP * LDST * 2 <= STAGE && D_ROWS * LDD * 2 + BLOCK_K * LDO * 2 <= STAGE,
+                "stage layout exceeds bc_stage_bytes");
+  static_assert(STAGE % 16 == 0 && (BLOCK_M * LDXY * 2) % 16 == 0 && (D_ROWS * LDD * 2) % 16 == 0,
+                "stage alignment");
+
+  __shared__ __align__(16) unsigned char s_stage[STAGES * STAGE];
+  __shared__ __align__(16) float s_scale[2][BLOCK_M];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  const int lg = lane >> 2, lt = lane & 3;
+
+  const T* xyg = static_cast<const T*>(p.xy);
+  const T* dcbg = static_cast<const T*>(p.dCB);
+  const T* og = static_cast<const T*>(p.other);
+  const T* st_t = static_cast<const T*>(p.state);      // dB: ds
+  const float* st_f = static_cast<const float*>(p.state);  // dC: P
+  const bool vec_xy = aligned16(xyg) && p.xy_stride_p == 1 && ((p.xy_stride_b | p.xy_stride_l | p.xy_stride_h) & 7) == 0;
+  const bool vec_st = aligned16(p.state) &&
+                      ((p.state_stride_b | p.state_stride_c | p.state_stride_h | p.state_stride_p) & (IS_DC ? 3 : 7)) == 0;
+  const bool vec_dcb = aligned16(dcbg) && ((p.dCB_stride_b | p.dCB_stride_c | p.dCB_stride_g | p.dCB_stride_l) & 7) == 0;
+  const bool vec_o = aligned16(og) && p.other_stride_n == 1 &&
+                     ((p.other_stride_b | p.other_stride_l | p.other_stride_g) & 7) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.out) & 3ull) == 0 && p.out_stride_n == 1 &&
+                       ((p.out_stride_b | p.out_stride_l | p.out_stride_g) & 1) == 0;
+  // Work indices are 32-bit (batch * nchunks and ngroups < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), ngroups = int(p.ngroups);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int g = blockIdx.z; g < ngroups; g += gridDim.z) {
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      const int b = bc % batch, c = bc / batch;
+      const long long t0 = (long long)c * Q;
+      const long long rem_len = p.seqlen - t0;
+      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ = valid - 1
+      int q_ref = 0;  // dB: seq_idx(cQ + λ); dC: seq_idx(cQ - 1), 0 for the first chunk
+      if (HAS_SEQ_IDX) {
+        const int* sq = p.seq_idx + b * p.seq_idx_stride_b;
+        if (IS_DC) {
+          q_ref = c > 0 ? sq[(t0 - 1) * p.seq_idx_stride_l] : 0;
+        } else {
+          q_ref = sq[(t0 + valid - 1) * p.seq_idx_stride_l];
+        }
+      }
+      const T* safe_xy = xyg + b * p.xy_stride_b;
+      const T* dcb = dcbg + b * p.dCB_stride_b + c * p.dCB_stride_c + g * p.dCB_stride_g;
+      const T* safe_o = og + b * p.other_stride_b + g * p.other_stride_g;
+      const long long chunk_bc = b * p.chunk_stride_b + c * p.chunk_stride_c;
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        // Longest dCB chains first: dB rows near the chunk start, dC rows near its end.
+        const int mt = IS_DC ? TILES_M - 1 - tile / TILES_N : tile / TILES_N;
+        const int m0 = mt * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
+        if (m0 >= valid) continue;  // rows all padding (uniform over the block; no shared memory touched)
+        // dCB K steps: dB over l in [m0, valid), dC over s in [0, min(m0 + BLOCK_M, valid)).
+        const int kd = IS_DC ? ((m0 + BLOCK_M < valid ? m0 + BLOCK_M : valid) + BLOCK_K - 1) / BLOCK_K
+                             : (valid - m0 + BLOCK_K - 1) / BLOCK_K;
+        const int ksteps = KH + kd;
+        const T* ot = safe_o + t0 * p.other_stride_l + n0 * p.other_stride_n;
+
+        // ---- Per-head row scales: this thread owns rows r = tid + rr * NT of the tile. ----
+        bool keep[KR];
+#pragma unroll
+        for (int rr = 0; rr < KR; ++rr) {
+          const int r = tid + rr * NT;
+          bool k = r < BLOCK_M && m0 + r < valid;
+          if (HAS_SEQ_IDX && k) k = p.seq_idx[b * p.seq_idx_stride_b + (t0 + m0 + r) * p.seq_idx_stride_l] == q_ref;
+          keep[rr] = k;
+        }
+        float sc_a[KR], sc_d[KR], sc_last = 0.f;
+        auto scale_fetch = [&](int i) {
+          const long long off = chunk_bc + (long long)(g * R + i) * p.chunk_stride_h;
+          const float* dA = p.dA_cumsum + off;
+          if (!IS_DC) sc_last = dA[Q - 1];
+#pragma unroll
+          for (int rr = 0; rr < KR; ++rr) {
+            sc_a[rr] = 0.f;
+            sc_d[rr] = 0.f;
+            if (keep[rr]) {
+              const int pos = m0 + tid + rr * NT;
+              sc_a[rr] = dA[pos];
+              if (!IS_DC) sc_d[rr] = p.dt[off + pos];
+            }
+          }
+        };
+        auto scale_store = [&](int buf) {
+#pragma unroll
+          for (int rr = 0; rr < KR; ++rr) {
+            const int r = tid + rr * NT;
+            if (KR * NT == BLOCK_M || r < BLOCK_M) {
+              float v = 0.f;
+              if (keep[rr]) {
+                v = IS_DC ? __expf(sc_a[rr]) : __fmul_rn(__expf(fminf(__fsub_rn(sc_last, sc_a[rr]), 0.f)), sc_d[rr]);
+              }
+              s_scale[buf][r] = v;
+            }
+          }
+        };
+
+        // ---- Stage buffers (one layout per phase, in the same ring). ----
+        auto sXY = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE); };
+        auto sST = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE) + BLOCK_M * LDXY; };
+        auto sD = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE); };
+        auto sO = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE) + D_ROWS * LDD; };
+
+        auto head_load = [&](int buf, int k) {
+          const int h = g * R + k / KP;
+          const int pk0 = (k % KP) * BKP;
+          const T* xt = xyg + b * p.xy_stride_b + (t0 + m0) * p.xy_stride_l + h * p.xy_stride_h + pk0 * p.xy_stride_p;
+          block::load_tile<NT, BLOCK_M, BKP, LDXY>(sXY(buf), xt, p.xy_stride_l, p.xy_stride_p, vec_xy, safe_xy,
+                                                   [&](int r, int) { return m0 + r < valid; });
+          if constexpr (!IS_DC) {
+            const T* st = st_t + b * p.state_stride_b + c * p.state_stride_c + h * p.state_stride_h +
+                          pk0 * p.state_stride_p + n0;
+            block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state_stride_p, 1, vec_st, st_t,
+                                                     [](int, int) { return true; });
+          }
+        };
+        // dC: P (fp32) is register-staged: loaded before a step's mma, converted and stored after it.
+        constexpr int PCH = BKP * BLOCK_N / 4;  // 16-byte fp32 chunks of one P tile
+        constexpr int PIT = (PCH + NT - 1) / NT;
+        float4 preg[IS_DC ? PIT : 1];
+        auto p_fetch = [&](int k) {
+          if constexpr (IS_DC) {
+            const int h = g * R + k / KP;
+            const int pk0 = (k % KP) * BKP;
+            const float* src = st_f + b * p.state_stride_b + c * p.state_stride_c + h * p.state_stride_h +
+                               pk0 * p.state_stride_p + n0;
+#pragma unroll
+            for (int it = 0; it < PIT; ++it) {
+              const int idx = it * NT + tid;
+              if (PCH % NT == 0 || idx < PCH) {
+                const int r = idx / (BLOCK_N / 4), cc = (idx % (BLOCK_N / 4)) * 4;
+                const float* q = src + r * p.state_stride_p + cc;
+                if (vec_st) {
+                  preg[it] = *reinterpret_cast<const float4*>(q);
+                } else {
+                  preg[it] = make_float4(q[0], q[1], q[2], q[3]);
+                }
+              }
+            }
+          }
+        };
+        auto p_store = [&](int buf) {
+          if constexpr (IS_DC) {
+            T* dst = sST(buf);
+#pragma unroll
+            for (int it = 0; it < PIT; ++it) {
+              const int idx = it * NT + tid;
+              if (PCH % NT == 0 || idx < PCH) {
+                const int r = idx / (BLOCK_N / 4), cc = (idx % (BLOCK_N / 4)) * 4;
+                uint2 u;
+                u.x = ptx::pack2<T>(preg[it].x, preg[it].y);
+                u.y = ptx::pack2<T>(preg[it].z, preg[it].w);
+                *reinterpret_cast<uint2*>(dst + r * LDST + cc) = u;
+              }
+            }
+          }
+        };
+        auto dcb_load = [&](int buf, int j) {
+          // k0: first position of the K step (l for dB, s for dC); 16-aligned.
+          const int k0 = IS_DC ? j * BLOCK_K : m0 + j * BLOCK_K;
+          if constexpr (IS_DC) {
+            // rows l = m0 + r, columns s = k0 + cc
+            block::load_tile<NT, BLOCK_M, BLOCK_K, LDD>(
+                sD(buf), dcb + (long long)m0 * p.dCB_stride_l + k0, p.dCB_stride_l, 1, vec_dcb, dcb,
+                [&](int r, int c0) { return k0 + c0 <= m0 + r && m0 + r < valid; });
+          } else {
+            // rows l = k0 + r, columns s = m0 + cc
+            block::load_tile<NT, BLOCK_K, BLOCK_M, LDD>(
+                sD(buf), dcb + (long long)k0 * p.dCB_stride_l + m0, p.dCB_stride_l, 1, vec_dcb, dcb,
+                [&](int r, int c0) { return m0 + c0 <= k0 + r && k0 + r < valid; });
+          }
+          block::load_tile<NT, BLOCK_K, BLOCK_N, LDO>(sO(buf), ot + k0 * p.other_stride_l, p.other_stride_l,
+                                                      p.other_stride_n, vec_o, safe_o,
+                                                      [&](int r, int) { return k0 + r < valid; });
+        };
+        auto load_stage = [&](int buf, int k) {
+          if (k < KH) {
+            head_load(buf, k);
+          } else {
+            dcb_load(buf, k - KH);
+          }
+        };
+
+        FragC chain[MI][NJ], acc[MI][NJ];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            warp::zero(chain[i][j]);
+            warp::zero(acc[i][j]);
+          }
+
+        scale_fetch(0);
+        scale_store(0);  // visible after the first barrier of the loop
+
+        // cp.async ring, STAGES buffers: step k lives in buffer k % STAGES.
+#pragma unroll
+        for (int st = 0; st < STAGES - 1; ++st) {
+          if (st < ksteps) {
+            load_stage(st, st);
+            if (IS_DC && st < KH) {
+              p_fetch(st);
+              p_store(st);
+            }
+          }
+          ptx::cp_async_commit();
+        }
+        // Start of step k: wait for its data, barrier, issue step k + STAGES - 1.
+        auto step_begin = [&](int k) {
+          ptx::cp_async_wait<STAGES - 2>();
+          __syncthreads();  // step k visible to all; everyone is done with step k - 1 (and its buffer)
+          const int kn = k + STAGES - 1;
+          if (kn < ksteps) {
+            load_stage(kn % STAGES, kn);
+            if (IS_DC && kn < KH) p_fetch(kn);
+          }
+          ptx::cp_async_commit();
+        };
+
+        // ---- Head phase: per head, chain = xy · state over p; acc = fma(scale, chain, acc) ----
+        for (int hi = 0; hi < R; ++hi) {
+#pragma unroll
+          for (int pk = 0; pk < KP; ++pk) {
+            const int k = hi * KP + pk;
+            step_begin(k);
+            // Head hi+1's scales go to buffer (hi+1)&1 now: head hi-1 read it before this step's
+            // barrier, head hi+1 reads it at its last step, after at least one more barrier.
+            const bool next_scale = pk == 0 && hi + 1 < R;
+            if (next_scale) scale_fetch(hi + 1);
+            const T* sx = sXY(k % STAGES);
+            const T* ss = sST(k % STAGES);
+#pragma unroll
+            for (int kk = 0; kk < BKP; kk += 16) {
+              FragA a[MI];
+              FragB bf[NJ];
+#pragma unroll
+              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sx + (wm0 + 16 * i) * LDXY + kk, LDXY);
+#pragma unroll
+              for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], ss + kk * LDST + wn0 + 8 * j, LDST);
+#pragma unroll
+              for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) warp::mma<T>(chain[i][j], a[i], bf[j]);
+            }
+            if (next_scale) scale_store((hi + 1) & 1);
+            const int kn = k + STAGES - 1;
+            if (IS_DC && kn < KH) p_store(kn % STAGES);  // buffer kn % STAGES is not read in this step
+          }
+          // acc = fma(scale_hi(pos), chain, acc); the next head's chain starts from 0.
+          const float* scl = s_scale[hi & 1];
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const float sc = scl[wm0 + 16 * i + lg + 8 * half];
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                acc[i][j].x[2 * half] = __fmaf_rn(sc, chain[i][j].x[2 * half], acc[i][j].x[2 * half]);
+                acc[i][j].x[2 * half + 1] = __fmaf_rn(sc, chain[i][j].x[2 * half + 1], acc[i][j].x[2 * half + 1]);
+                chain[i][j].x[2 * half] = 0.f;
+                chain[i][j].x[2 * half + 1] = 0.f;
+              }
+            }
+          }
+        }
+
+        // ---- dCB phase: acc += dCB-operand · (C | B), K steps in increasing position ----
+        for (int k = KH; k < ksteps; ++k) {
+          step_begin(k);
+          const T* sd = sD(k % STAGES);
+          const T* so = sO(k % STAGES);
+#pragma unroll
+          for (int kk = 0; kk < BLOCK_K; kk += 16) {
+            FragA a[MI];
+            FragB bf[NJ];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+              if constexpr (IS_DC) {
+                warp::load_a(a[i], sd + (wm0 + 16 * i) * LDD + kk, LDD);  // [l][s] row-major
+              } else {
+                warp::load_a_trans(a[i], sd + kk * LDD + wm0 + 16 * i, LDD);  // [l][s] = [k][m]: dCBᵀ
+              }
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], so + kk * LDO + wn0 + 8 * j, LDO);
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+          }
+        }
+        ptx::cp_async_wait<0>();
+
+        // ---- Store rows pos <= λ, rounded to T (pairs of columns per 32-bit store when aligned). ----
+        T* out = static_cast<T*>(p.out) + b * p.out_stride_b + g * p.out_stride_g;
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int pos = m0 + wm0 + 16 * i + lg + 8 * half;
+            if (pos < valid) {
+              T* orow = out + (t0 + pos) * p.out_stride_l;
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int col = n0 + wn0 + 8 * j + 2 * lt;
+                const float v0 = acc[i][j].x[2 * half], v1 = acc[i][j].x[2 * half + 1];
+                if (vec_out) {
+                  *reinterpret_cast<unsigned*>(orow + col) = ptx::pack2<T>(v0, v1);
+                } else {
+                  orow[col * p.out_stride_n] = from_float<T>(v0);
+                  orow[(col + 1) * p.out_stride_n] = from_float<T>(v1);
+                }
+              }
+            }
+          }
+        }
+        __syncthreads();  // the stage ring and the scale buffers are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels
