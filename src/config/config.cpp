@@ -427,24 +427,26 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
     t.m = std::min(64, c.headdim);
     t.n = std::min(128, c.dstate);
     t.k = 32;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX) {
-    t.m = 64;
-    t.k = 32;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB) {
-    t.m = 64;
-    t.n = 64;
-    t.k = 32;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA) {
-    t.m = 64;
-    t.n = 32;
-    t.k = 32;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_STATE_BWD_DB || c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DC) {
-    t.m = 64;
-    t.n = std::min(64, c.dstate);
-    t.k = 32;
+  } else if (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DX && c.kernel <= SSD_KERNEL_CHUNK_SCAN_BWD_DC) {
+    // The backward's tensor-core kernels: the fastest of the candidates measured at the
+    // nemotronh-56b shape (scripts/tile_sweep.sh, docs/perf.md), else the fallback that is legal for
+    // every shape. Every legal tile gives the same bits (D2), so this is only about speed.
+    ssd_tile best{}, fallback{};
+    switch (c.kernel) {
+      case SSD_KERNEL_CHUNK_SCAN_BWD_DX: best = {128, 0, 32, 0, 0}; fallback = {64, 0, 32, 0, 0}; break;
+      case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: best = {32, 64, 64, 0, 0}; fallback = {64, 64, 32, 0, 0}; break;
+      case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: best = {64, 32, 64, 0, 0}; fallback = {64, 32, 32, 0, 0}; break;
+      case SSD_KERNEL_CHUNK_STATE_BWD_DB: best = {64, std::min(128, c.dstate), 32, 0, 0}; fallback = {64, std::min(64, c.dstate), 32, 0, 0}; break;
+      default: best = {std::min(128, c.chunk_size), std::min(64, c.dstate), 32, 0, 0}; fallback = {64, std::min(64, c.dstate), 32, 0, 0}; break;
+    }
+    ssd_kernel_config probe = c;
+    probe.tile = best;
+    t = forward_tile_problem(probe).empty() ? best : fallback;
   } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
     t.m = 128;
-  } else {  // state_passing_fwd, state_passing_bwd
+  } else if (c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
+    t.m = 128;  // 0.72 vs 0.77 ms for 256 at the preset (docs/perf.md)
+  } else {  // state_passing_fwd
     t.m = 256;
   }
   return t;

@@ -306,6 +306,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.dy = take(a.z.data ? size_t(d.b * d.L * d.h * d.p) * T : 0);
   l.dP = take(states * 4);
   l.ds = take(states * T);
+  l.states_t = take(states * T);
   l.rho = take(det ? bhc * size_t(d.p * d.n / 32) * 4 : bhc * 4);
   l.ddt_x = take(chunked);
   l.w = take(chunked);
@@ -509,6 +510,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   float* P = f32(L.states);
   float* dP = f32(L.dP);
   void* ds = base + L.ds;
+  void* P_t = base + L.states_t;
   float* rho = f32(L.rho);
   float* ddt_x = f32(L.ddt_x);
   float* w = f32(L.w);
@@ -557,6 +559,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     p.states = P; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h;
     p.dstates = dP; p.dstates_stride_b = st_b; p.dstates_stride_c = st_c; p.dstates_stride_h = st_h;
     p.ds = ds; p.ds_stride_b = st_b; p.ds_stride_c = st_c; p.ds_stride_h = st_h;
+    p.states_t = P_t;
     p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = ch_b; p.dA_cumsum_stride_h = ch_h; p.dA_cumsum_stride_c = ch_c;
     p.dfinal_states = static_cast<const float*>(a.dfinal_states.data);
     p.dfinal_stride_b = a.dfinal_states.data ? a.dfinal_states.strides[0] : 0;
@@ -585,7 +588,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     p.C = a.C.data;
     p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
     p.ds = ds; p.ds_stride_b = st_b; p.ds_stride_c = st_c; p.ds_stride_h = st_h; p.ds_stride_p = st_p;
-    p.states = P; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
+    p.states = P_t; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
     p.D = static_cast<const float*>(a.D.data);
     p.D_stride_h = a.D.data ? a.D.strides[0] : 0;
     p.D_stride_p = a.D.data && a.D.ndim == 2 ? a.D.strides[1] : 0;
@@ -636,7 +639,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     const ssd_tensor& xy = is_dc ? dy : a.x;
     p.xy = xy.data;
     p.xy_stride_b = xy.strides[0]; p.xy_stride_l = xy.strides[1]; p.xy_stride_h = xy.strides[2]; p.xy_stride_p = xy.strides[3];
-    p.state = is_dc ? static_cast<const void*>(P) : ds;
+    p.state = is_dc ? P_t : ds;
     p.state_stride_b = st_b; p.state_stride_c = st_c; p.state_stride_h = st_h; p.state_stride_p = st_p;
     p.dCB = dCB; p.dCB_stride_b = cb_b; p.dCB_stride_c = cb_c; p.dCB_stride_g = cb_g; p.dCB_stride_l = cb_l;
     const ssd_tensor& other = is_dc ? a.B : a.C;

@@ -37,6 +37,7 @@ struct StatePassingBwdParams {
   long long dstates_stride_b, dstates_stride_c, dstates_stride_h;
   void* ds;  // (b, nchunks, h, p*n), element type T
   long long ds_stride_b, ds_stride_c, ds_stride_h;
+  void* states_t;  // rn_T(P) (b, nchunks, h, p*n), element type T, strides of ds: the mma operand of dx and dC
   const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
   long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
   const float* dfinal_states;  // (b, h, p*n) fp32 or null (= 0)
@@ -76,7 +77,7 @@ struct ChunkScanBwdDxParams {
   long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
   const void* ds;  // (b, nchunks, h, p, n) element type T, unit n-stride
   long long ds_stride_b, ds_stride_c, ds_stride_h, ds_stride_p;
-  const float* states;  // P (b, nchunks, h, p, n) fp32, unit n-stride
+  const void* states;  // rn_T(P) (b, nchunks, h, p, n) element type T (state_passing_bwd's copy), unit n-stride
   long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
   const float* D;  // (h) or (h, p), or null without D
   long long D_stride_h, D_stride_p;
@@ -144,7 +145,7 @@ struct ChunkScanBwdDdaIntraParams {
 struct BcBwdParams {
   const void* xy;  // dB: x, dC: dy   (b, L, h, p)
   long long xy_stride_b, xy_stride_l, xy_stride_h, xy_stride_p;
-  const void* state;  // dB: ds (b, nchunks, h, p, n) in T; dC: P (b, nchunks, h, p, n) fp32; unit n-stride
+  const void* state;  // dB: ds, dC: rn_T(P); (b, nchunks, h, p, n) in T, unit n-stride
   long long state_stride_b, state_stride_c, state_stride_h, state_stride_p;
   const void* dCB;  // (b, nchunks, g, Q, Q) element type T, unit s-stride
   long long dCB_stride_b, dCB_stride_c, dCB_stride_g, dCB_stride_l;

@@ -11,8 +11,8 @@
 // (A_i = dA_cumsum, Δ_i = dt of head i; ξ, η are 1 without seq_idx; u, e are 0 past λ; selects, not
 // multiplies). Rows past λ (padding) are never stored. "other" of the params is C for dB, B for dC.
 //
-// Operand precision: x, dy, ds (the dB state, already T), dCB, B, C are T; the dC state P (fp32) is
-// rounded to T on its way into shared memory (as upstream's cast); all mma accumulate in fp32; the
+// Operand precision: x, dy, dCB, B, C and both states are T (ds as state_passing_bwd stores it; P as
+// its rn_T copy of the fp32 entering states, upstream's cast); all mma accumulate in fp32; the
 // row scales are fp32 (__expf = ex2.approx, like tl.exp; __fmul_rn); one rounding to T at the store.
 //
 // Reduction order of every output (pos, n), one thread, one fp32 accumulator acc = +0.0:
@@ -104,11 +104,10 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   const T* xyg = static_cast<const T*>(p.xy);
   const T* dcbg = static_cast<const T*>(p.dCB);
   const T* og = static_cast<const T*>(p.other);
-  const T* st_t = static_cast<const T*>(p.state);      // dB: ds
-  const float* st_f = static_cast<const float*>(p.state);  // dC: P
+  const T* st_t = static_cast<const T*>(p.state);  // dB: ds, dC: P (both T)
   const bool vec_xy = aligned16(xyg) && p.xy_stride_p == 1 && ((p.xy_stride_b | p.xy_stride_l | p.xy_stride_h) & 7) == 0;
   const bool vec_st = aligned16(p.state) &&
-                      ((p.state_stride_b | p.state_stride_c | p.state_stride_h | p.state_stride_p) & (IS_DC ? 3 : 7)) == 0;
+                      ((p.state_stride_b | p.state_stride_c | p.state_stride_h | p.state_stride_p) & 7) == 0;
   const bool vec_dcb = aligned16(dcbg) && ((p.dCB_stride_b | p.dCB_stride_c | p.dCB_stride_g | p.dCB_stride_l) & 7) == 0;
   const bool vec_o = aligned16(og) && p.other_stride_n == 1 &&
                      ((p.other_stride_b | p.other_stride_l | p.other_stride_g) & 7) == 0;
@@ -200,53 +199,10 @@ __device__ void bc_bwd(const BcBwdParams& p) {
           const T* xt = xyg + b * p.xy_stride_b + (t0 + m0) * p.xy_stride_l + h * p.xy_stride_h + pk0 * p.xy_stride_p;
           block::load_tile<NT, BLOCK_M, BKP, LDXY>(sXY(buf), xt, p.xy_stride_l, p.xy_stride_p, vec_xy, safe_xy,
                                                    [&](int r, int) { return m0 + r < valid; });
-          if constexpr (!IS_DC) {
-            const T* st = st_t + b * p.state_stride_b + c * p.state_stride_c + h * p.state_stride_h +
-                          pk0 * p.state_stride_p + n0;
-            block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state_stride_p, 1, vec_st, st_t,
-                                                     [](int, int) { return true; });
-          }
-        };
-        // dC: P (fp32) is register-staged: loaded before a step's mma, converted and stored after it.
-        constexpr int PCH = BKP * BLOCK_N / 4;  // 16-byte fp32 chunks of one P tile
-        constexpr int PIT = (PCH + NT - 1) / NT;
-        float4 preg[IS_DC ? PIT : 1];
-        auto p_fetch = [&](int k) {
-          if constexpr (IS_DC) {
-            const int h = g * R + k / KP;
-            const int pk0 = (k % KP) * BKP;
-            const float* src = st_f + b * p.state_stride_b + c * p.state_stride_c + h * p.state_stride_h +
-                               pk0 * p.state_stride_p + n0;
-#pragma unroll
-            for (int it = 0; it < PIT; ++it) {
-              const int idx = it * NT + tid;
-              if (PCH % NT == 0 || idx < PCH) {
-                const int r = idx / (BLOCK_N / 4), cc = (idx % (BLOCK_N / 4)) * 4;
-                const float* q = src + r * p.state_stride_p + cc;
-                if (vec_st) {
-                  preg[it] = *reinterpret_cast<const float4*>(q);
-                } else {
-                  preg[it] = make_float4(q[0], q[1], q[2], q[3]);
-                }
-              }
-            }
-          }
-        };
-        auto p_store = [&](int buf) {
-          if constexpr (IS_DC) {
-            T* dst = sST(buf);
-#pragma unroll
-            for (int it = 0; it < PIT; ++it) {
-              const int idx = it * NT + tid;
-              if (PCH % NT == 0 || idx < PCH) {
-                const int r = idx / (BLOCK_N / 4), cc = (idx % (BLOCK_N / 4)) * 4;
-                uint2 u;
-                u.x = ptx::pack2<T>(preg[it].x, preg[it].y);
-                u.y = ptx::pack2<T>(preg[it].z, preg[it].w);
-                *reinterpret_cast<uint2*>(dst + r * LDST + cc) = u;
-              }
-            }
-          }
+          const T* st = st_t + b * p.state_stride_b + c * p.state_stride_c + h * p.state_stride_h +
+                        pk0 * p.state_stride_p + n0;
+          block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state_stride_p, 1, vec_st, st_t,
+                                                   [](int, int) { return true; });
         };
         auto dcb_load = [&](int buf, int j) {
           // k0: first position of the K step (l for dB, s for dC); 16-aligned.
@@ -289,13 +245,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         // cp.async ring, STAGES buffers: step k lives in buffer k % STAGES.
 #pragma unroll
         for (int st = 0; st < STAGES - 1; ++st) {
-          if (st < ksteps) {
-            load_stage(st, st);
-            if (IS_DC && st < KH) {
-              p_fetch(st);
-              p_store(st);
-            }
-          }
+          if (st < ksteps) load_stage(st, st);
           ptx::cp_async_commit();
         }
         // Start of step k: wait for its data, barrier, issue step k + STAGES - 1.
@@ -303,10 +253,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
           ptx::cp_async_wait<STAGES - 2>();
           __syncthreads();  // step k visible to all; everyone is done with step k - 1 (and its buffer)
           const int kn = k + STAGES - 1;
-          if (kn < ksteps) {
-            load_stage(kn % STAGES, kn);
-            if (IS_DC && kn < KH) p_fetch(kn);
-          }
+          if (kn < ksteps) load_stage(kn % STAGES, kn);
           ptx::cp_async_commit();
         };
 
@@ -336,8 +283,6 @@ __device__ void bc_bwd(const BcBwdParams& p) {
                 for (int j = 0; j < NJ; ++j) warp::mma<T>(chain[i][j], a[i], bf[j]);
             }
             if (next_scale) scale_store((hi + 1) & 1);
-            const int kn = k + STAGES - 1;
-            if (IS_DC && kn < KH) p_store(kn % STAGES);  // buffer kn % STAGES is not read in this step
           }
           // acc = fma(scale_hi(pos), chain, acc); the next head's chain starts from 0.
           const float* scl = s_scale[hi & 1];

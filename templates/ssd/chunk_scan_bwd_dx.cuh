@@ -13,8 +13,8 @@
 // and v are (b, h, nchunks, Q) fp32; every one of their Q slots is written exactly once (0 past λ),
 // by the block owning the row; dx rows past λ are never written.
 //
-// Operand precision (as chunk_scan_fwd): P_c comes in fp32 and is rounded to T before the mma; ds
-// is already T; Wt is formed in fp32, selected (masked entries are exact zeros, never multiplied by
+// Operand precision (as chunk_scan_fwd): P_c is the rn_T copy of the fp32 entering states that
+// state_passing_bwd writes (the same bits chunk_scan_fwd's in-register rounding gives); ds is T; Wt is formed in fp32, selected (masked entries are exact zeros, never multiplied by
 // a mask), then rounded to T; the dy tile is the T input. All contractions accumulate in fp32 on
 // the tensor cores; the row scales and the epilogue are fp32 with __fmul_rn / __fmaf_rn, exp is
 // __expf. CB (fp32, row m, unit stride along l) is read transposed, as 16-byte groups (m, l0..l0+3)
@@ -202,7 +202,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   const bool vec_c = detail::vec16_bhlp(Cg, p.C_stride_b, p.C_stride_l, p.C_stride_g, p.C_stride_n);
   const bool vec_ds = aligned16(dsg) && ((p.ds_stride_b | p.ds_stride_c | p.ds_stride_h | p.ds_stride_p) & 7) == 0;
   const bool vec_p = aligned16(p.states) &&
-                     ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & 3) == 0;
+                     ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & 7) == 0;
   const bool vec_cb = aligned16(p.CB) && ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 3) == 0;
   const bool vec_dx = detail::vec16_bhlp(p.dx, p.dx_stride_b, p.dx_stride_l, p.dx_stride_h, p.dx_stride_p);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
@@ -229,7 +229,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
       const T* safe_b = Bg + b * p.B_stride_b + g * p.B_stride_g;
       const T* safe_c = Cg + b * p.C_stride_b + g * p.C_stride_g;
       const T* ds_c = dsg + b * p.ds_stride_b + c * p.ds_stride_c + h * p.ds_stride_h;
-      const float* P_c = p.states + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h;
+      const T* P_c = static_cast<const T*>(p.states) + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h;
       const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
       int q_prev = 0;
       if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
@@ -289,46 +289,15 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         zero_acc();
         {
           const T* ct = safe_c + (t0 + m0) * p.C_stride_l;
-          constexpr int PCH = P * BKN / 4;  // 16-byte fp32 chunks per P tile
-          constexpr int PIT = (PCH + NT - 1) / NT;
-          float4 preg[PIT];
-          auto p_fetch = [&](int ks) {
-            const float* src = P_c + ks * BKN;
-#pragma unroll
-            for (int it = 0; it < PIT; ++it) {
-              const int i = it * NT + tid;
-              if (PCH % NT == 0 || i < PCH) {
-                const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
-                const float* q = src + (long long)r * p.states_stride_p + cc;
-                if (vec_p) {
-                  preg[it] = *reinterpret_cast<const float4*>(q);
-                } else {
-                  preg[it] = make_float4(q[0], q[1], q[2], q[3]);
-                }
-              }
-            }
-          };
-          auto p_store = [&](int buf) {
-            T* dst = sK(buf);
-#pragma unroll
-            for (int it = 0; it < PIT; ++it) {
-              const int i = it * NT + tid;
-              if (PCH % NT == 0 || i < PCH) {
-                const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
-                uint2 u;
-                u.x = ptx::pack2<T>(preg[it].x, preg[it].y);
-                u.y = ptx::pack2<T>(preg[it].z, preg[it].w);
-                *reinterpret_cast<uint2*>(dst + r * LDA + cc) = u;
-              }
-            }
-          };
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BKN;
             block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n,
                                                     vec_c, safe_c, [&](int r, int) { return m0 + r < valid; });
+            block::load_tile<NT, P, BKN, LDA>(sK(buf), P_c + k0, p.states_stride_p, 1, vec_p, P_c,
+                                              [&](int, int) { return true; });
           };
           detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, load_stage,
-                                                                                   p_fetch, p_store);
+                                                                                   no_fetch, no_store);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)

@@ -6,6 +6,7 @@
 //     ρ-part(c, e)   = P_c[e] · dS                           (one fp32 multiply)
 //     dS             = fma(θ_c · exp(dA_cumsum_c(λ_c)), dS, dP_c[e])   (one rounding, __fmaf_rn)
 //   dinit[e] = dS                                           (= dS_{-1}, when dinit is given)
+//   states_t[c][e] = rn_T(P_c[e])   (the mma operand copy chunk_scan_bwd_dx and _dc read)
 //   θ_c = [seq_idx(cQ + λ_c) == seq_idx(cQ - 1)], seq_idx(-1) := 0; θ_c = 1 without seq_idx
 //   (the same carry as state_passing_fwd, so the adjoint uses the forward's bits).
 //
@@ -43,6 +44,7 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
     const float* Pb = p.states + b * p.states_stride_b + h * p.states_stride_h + e;
     const float* dPb = p.dstates + b * p.dstates_stride_b + h * p.dstates_stride_h + e;
     T* dsb = static_cast<T*>(p.ds) + b * p.ds_stride_b + h * p.ds_stride_h + e;
+    T* ptb = static_cast<T*>(p.states_t) + b * p.ds_stride_b + h * p.ds_stride_h + e;
     const float* cs = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h;
     const long long rho_row = (b * p.nheads + h) * p.nchunks;
     // kGroup chunks per step, loads issued before the dependent chain (as state_passing_fwd).
@@ -70,6 +72,7 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
         const long long c = c0 - j;
         if (c >= 0) {
           dsb[c * p.ds_stride_c] = from_float<T>(dS);
+          ptb[c * p.ds_stride_c] = from_float<T>(P_in[j]);
           float part = __fmul_rn(P_in[j], dS);
 #pragma unroll
           for (int off = 16; off >= 1; off >>= 1) part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, off));

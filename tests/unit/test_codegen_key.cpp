@@ -97,7 +97,7 @@ TEST_CASE("the key covers the toolchain, the options and the generated text") {
 }
 
 TEST_CASE("NVRTC compiles every preset kernel for sm_80 and sm_90a; deterministic PTX has no atomics") {
-  int with_report = 0;
+  int with_report = 0, logs_with_report = 0;
   for (const ModelPreset& p : model_presets())
     for (ssd_arch a : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
       for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
@@ -112,6 +112,7 @@ TEST_CASE("NVRTC compiles every preset kernel for sm_80 and sm_90a; deterministi
           // the resource figures are then unknown (-1), never made up.
           CHECK((cubin->registers > 0 || cubin->registers == -1));
           with_report += cubin->registers > 0;
+          logs_with_report += cubin->log.find("registers") != std::string::npos;
           if (a == SSD_ARCH_SM90A) CHECK(cubin->spill_bytes == 0);  // sm_80 chunk_scan spills a little
           auto ptx = compile_ptx(u, a);
           REQUIRE(ptx.ok());
@@ -119,7 +120,8 @@ TEST_CASE("NVRTC compiles every preset kernel for sm_80 and sm_90a; deterministi
           if (m == SSD_MODE_DETERMINISTIC) CHECK_FALSE(atomics);
           if (m == SSD_MODE_FAST && c.kernel == SSD_KERNEL_CHUNK_CUMSUM_BWD) CHECK(atomics);
         }
-  CHECK(with_report > 0);
+  // Every ptxas report NVRTC gave is parsed (some NVRTC builds give none: the device machine's).
+  CHECK(with_report == logs_with_report);
 }
 
 TEST_CASE("a compile error comes back with the NVRTC log") {

@@ -206,3 +206,63 @@ TEST_CASE("legal tiles all validate") {
     }
   }
 }
+
+TEST_CASE("backward kernels: defaults are legal for every shape; fields they do not read must be 0") {
+  const ssd_kernel_id kernels[] = {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD,
+                                   SSD_KERNEL_CHUNK_SCAN_BWD_DX,      SSD_KERNEL_CHUNK_SCAN_BWD_DCB,
+                                   SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, SSD_KERNEL_CHUNK_STATE_BWD_DB,
+                                   SSD_KERNEL_CHUNK_SCAN_BWD_DC,      SSD_KERNEL_CHUNK_SCAN_BWD_DDA};
+  int checked = 0;
+  for (int32_t Q : {64, 128, 256})
+    for (int32_t P : {32, 64, 128})
+      for (int32_t N : {16, 64, 256})
+        for (const ssd_kernel_config& c : backward_configs({Q, P, N, 8, SSD_DTYPE_BF16},
+                                                           SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_Z, SSD_MODE_DETERMINISTIC,
+                                                           SSD_ARCH_SM90A)) {
+          CAPTURE(config_label(c));
+          REQUIRE(validate_config(c).ok());
+          auto n = normalize_config(c);
+          REQUIRE(n.ok());
+          ssd_kernel_config explicit_tile = c;
+          explicit_tile.tile = n->tile;  // the default tile, given explicitly, passes the tile rules
+          CHECK(validate_config(explicit_tile).ok());
+          const std::vector<ssd_tile> tiles = legal_tiles(c);
+          CHECK(!tiles.empty());
+          for (const ssd_tile& t : tiles) {
+            ssd_kernel_config l = c;
+            l.tile = t;
+            CHECK(validate_config(l).ok());
+          }
+          ++checked;
+        }
+  CHECK(checked == 27 * 9);  // gate_bwd + the eight kernels per shape
+  for (ssd_kernel_id k : kernels) {
+    ssd_kernel_config c = default_config(k);
+    CAPTURE(kernel_name(k));
+    CHECK(validate_config(c).ok());
+    c.partials = 1;
+    CHECK(contains(error_of(c), "partials"));
+  }
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DCB);
+  c.dstate = 64;  // dcb contracts over headdim only
+  CHECK(contains(error_of(c), "dstate"));
+  c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
+  c.tile = {64, 32, 32, 0, 0};  // dx holds all of headdim: n must be 0
+  CHECK(contains(error_of(c), "tile"));
+  c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
+  c.headdim = 128;
+  c.tile = {128, 0, 32, 0, 0};  // 128 x 128 accumulators per block is over the register budget
+  CHECK(contains(error_of(c), "m * headdim <= 8192"));
+  c = default_config(SSD_KERNEL_STATE_PASSING_BWD);
+  c.dtype = SSD_DTYPE_FP32;  // ds is stored in the input dtype
+  CHECK(contains(error_of(c), "dtype"));
+  c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
+  c.flags = SSD_FLAG_Z;  // z is gate_bwd's business
+  CHECK(contains(error_of(c), "flags"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.flags = SSD_FLAG_DDA_INCREMENTS;  // only the backward cumsum reads it
+  CHECK(contains(error_of(c), "flags"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
+  c.flags = SSD_FLAG_DDA_INCREMENTS;
+  CHECK(validate_config(c).ok());
+}

@@ -186,6 +186,36 @@ ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
   return t;
 }
 
+// "dx=64x0x32,dcb=64x64x32,...": per-kernel tile overrides of the backward.
+ssd::Result<ssd::BackwardTuning> parse_bwd_tiles(const std::string& text) {
+  ssd::BackwardTuning t;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    int m = 0, n = 0, k = 0;
+    if (eq == std::string::npos || std::sscanf(item.c_str() + eq + 1, "%dx%dx%d", &m, &n, &k) < 1)
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: expected KERNEL=MxNxK items, got '" + item + "'");
+    const ssd_tile tile{m, n, k, 0, 0};
+    const std::string kernel = item.substr(0, eq);
+    if (kernel == "dstates") t.dstates = tile;
+    else if (kernel == "passing") t.passing = tile;
+    else if (kernel == "dx") t.dx = tile;
+    else if (kernel == "dcb") t.dcb = tile;
+    else if (kernel == "intra") t.intra = tile;
+    else if (kernel == "db") t.db = tile;
+    else if (kernel == "dc") t.dc = tile;
+    else if (kernel == "dda") t.dda = tile;
+    else
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: kernel '" + kernel +
+                                                             "' (legal for bwd: dstates, passing, dx, dcb, intra, db, dc, dda)");
+    start = end + 1;
+  }
+  return t;
+}
+
 // What bench and check share: driver, context, a deterministic runtime, the preset's inputs
 // (random bf16, the Mamba2 layer's options) and a workspace.
 struct GpuSession {
@@ -231,7 +261,7 @@ double median(std::vector<float> v) {
 }
 
 // `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
-int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session) {
+int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const ssd::BackwardTuning& tuning) {
   const Driver& drv = *session.drv;
   const ssd::ModelPreset& m = session.preset;
   const Problem& pr = session.in.pr;
@@ -283,7 +313,7 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session) {
     std::vector<std::vector<float>> stage(kStages);
     for (int it = 0; it < ga.warmup + ga.iters; ++it) {
       drv.cuEventRecord(ev[0], stream);
-      ssd::Status s = ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, nullptr,
+      ssd::Status s = ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tuning,
                                         [&](int i) { drv.cuEventRecord(ev[i + 1], stream); });
       if (!s.ok()) return fail(ctx, s);
       if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
@@ -303,8 +333,8 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session) {
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
-      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up)\n",
-                 m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup);
+      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}\n",
+                 m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles);
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
     }
@@ -325,10 +355,15 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (ga.what != "fwd" && ga.what != "bwd")
     return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward) or 'bwd' (the SSD backward)");
   if (ga.what == "bwd") {
-    if (!ga.tiles.empty()) return usage_error(ctx, "bench bwd: --tiles applies to 'fwd' only");
+    ssd::BackwardTuning tuning;
+    if (!ga.tiles.empty()) {
+      auto t = parse_bwd_tiles(ga.tiles);
+      if (!t.ok()) return fail(ctx, t.status());
+      tuning = t.value();
+    }
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
-    return bench_backward(ctx, ga, session);
+    return bench_backward(ctx, ga, session, tuning);
   }
   ssd::ForwardTiles tiles;
   if (!ga.tiles.empty()) {
