@@ -272,13 +272,17 @@ GeneratedUnit backward_unit(const ssd_kernel_config& c) {
       call = "chunk_scan_bwd_ddA<kChunk, kBlock, kSeqIdx, kDeterministic>";
       break;
   }
+  // chunk_scan_bwd_dx: two blocks of 256 threads per SM caps registers at 128; left alone, ptxas
+  // keeps ~200 (hoisted 64-bit address offsets of its eight tile loads) and one block fits.
+  const std::string bounds = c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX ? fmt::format("{}, 2", u.block_threads)
+                                                                        : std::to_string(u.block_threads);
   u.source = preamble(c) + fmt::format(
       "#include \"{}\"\n\nnamespace {{\n{}}}  // namespace\n\n"
       "extern \"C\" __global__ void __launch_bounds__({})\n"
       "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
       "  ssd_kernels::{}(params);\n"
       "}}\n",
-      header, constants, u.block_threads, u.symbol, params, call);
+      header, constants, bounds, u.symbol, params, call);
   return u;
 }
 

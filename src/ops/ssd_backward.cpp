@@ -113,24 +113,26 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     owned = true;
   }
   ssd_kernels::GateBwdParams p{};
-  auto set4 = [](const ssd_tensor& s, const void*& ptr, long long& sb, long long& sl, long long& sh, long long& sp) {
-    ptr = s.data;
+  // (b, L, h, p) strides of a 4-D tensor.
+  auto strides4 = [](const ssd_tensor& s, long long& sb, long long& sl, long long& sh, long long& sp) {
     sb = s.strides[0];
     sl = s.strides[1];
     sh = s.strides[2];
     sp = s.strides[3];
   };
-  set4(t.dout, p.dout, p.dout_stride_b, p.dout_stride_l, p.dout_stride_h, p.dout_stride_p);
-  set4(t.x, p.x, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
+  p.dout = t.dout.data;
+  strides4(t.dout, p.dout_stride_b, p.dout_stride_l, p.dout_stride_h, p.dout_stride_p);
+  p.x = t.x.data;
+  strides4(t.x, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
   if (z) {
-    set4(t.z, p.z, p.z_stride_b, p.z_stride_l, p.z_stride_h, p.z_stride_p);
-    set4(t.out_x, p.out_x, p.out_x_stride_b, p.out_x_stride_l, p.out_x_stride_h, p.out_x_stride_p);
-    const void* dy = nullptr;
-    const void* dz = nullptr;
-    set4(t.dy, dy, p.dy_stride_b, p.dy_stride_l, p.dy_stride_h, p.dy_stride_p);
-    set4(t.dz, dz, p.dz_stride_b, p.dz_stride_l, p.dz_stride_h, p.dz_stride_p);
+    p.z = t.z.data;
+    strides4(t.z, p.z_stride_b, p.z_stride_l, p.z_stride_h, p.z_stride_p);
+    p.out_x = t.out_x.data;
+    strides4(t.out_x, p.out_x_stride_b, p.out_x_stride_l, p.out_x_stride_h, p.out_x_stride_p);
     p.dy = t.dy.data;
+    strides4(t.dy, p.dy_stride_b, p.dy_stride_l, p.dy_stride_h, p.dy_stride_p);
     p.dz = t.dz.data;
+    strides4(t.dz, p.dz_stride_b, p.dz_stride_l, p.dz_stride_h, p.dz_stride_p);
   }
   p.partials = reinterpret_cast<float*>(ws);
   p.dD = static_cast<float*>(t.dD.data);

@@ -192,9 +192,12 @@ using fwd_geom::kMaxStaticSmem;
 using fwd_geom::kPad;
 
 // ---- chunk_scan_bwd_dx<Q, P, N, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_K, T, HAS_D, D_PER_HEADDIM, HAS_SEQ_IDX>
-// 4 warps; warp w owns rows [w·BM/4, (w+1)·BM/4) and all P columns. BLOCK_K is the step of the
-// contractions over n (min(BLOCK_K, N)) and over m (BLOCK_K).
-SSD_HOST_DEVICE constexpr int dx_threads() { return 128; }
+// 8 warps as 4 (rows) x 2 (P halves); warp w owns rows [(w/2)·BM/4, (w/2+1)·BM/4) and columns
+// [(w%2)·P/2, (w%2+1)·P/2). BLOCK_K is the step of the contractions over n (min(BLOCK_K, N)) and
+// over m (BLOCK_K).
+// 256, not 128: splitting P over 2 warp columns halves the accumulators per thread (<= 128
+// registers), so 2 blocks = 16 warps fit per SM instead of 8 (the kernel is latency-bound).
+SSD_HOST_DEVICE constexpr int dx_threads() { return 256; }
 SSD_HOST_DEVICE constexpr int dx_tiles(int q, int bm) { return q / bm; }
 SSD_HOST_DEVICE constexpr int dx_block_kn(int n, int bk) { return imin(n, bk); }
 SSD_HOST_DEVICE constexpr int dx_stage_a_bytes(int p, int n, int bm, int bk) {

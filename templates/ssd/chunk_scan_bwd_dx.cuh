@@ -34,14 +34,19 @@
 // shared-memory stages; the n chains always start at n = 0; in step 3 a row l's nonzero terms are
 // m in [l, λ], and BLOCK_M / BLOCK_K only change how many all-zero K=16 steps (m < l, or m > λ) are
 // added around them (adding exact zeros changes nothing but the sign of a zero result). The warp
-// split and the grid only move whole rows. The p sums are sequential loops of one thread.
+// split and the grid only move whole rows or whole (row, p) outputs. The p sums are sequential
+// loops of one thread over the staged tile, whichever warp produced each column.
 //
-// Launch: block = bwd_geom::dx_threads() = 128 threads (4 warps; warp w owns rows
-//         [w·BLOCK_M/4, (w+1)·BLOCK_M/4) of the tile and all P columns);
+// Launch: block = bwd_geom::dx_threads() = 256 threads = 8 warps as a 4 (rows) x 2 (P halves)
+//         grid: warp w owns rows [(w/2)·BLOCK_M/4, (w/2+1)·BLOCK_M/4) of the tile and columns
+//         p in [(w%2)·P/2, (w%2+1)·P/2). Both column warps of a row band load (C | B) and form Wt
+//         for the same rows (the A operands); each reads only its half of the B operands (P, ds,
+//         dy) and stages only its half of acc;
 //         grid = (bwd_geom::dx_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis grid-stride
 //         (x is walked with the longest m-ranges, i.e. the smallest m0, first); static shared memory
 //         bwd_geom::dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX) <= 48 KiB, no dynamic.
-// Tiles: BLOCK_M in {64, 128} dividing Q, BLOCK_M · P <= 8192 (accumulator registers), BLOCK_K in
+// Tiles: BLOCK_M in {64, 128} dividing Q, BLOCK_M · P <= 8192 (the 128-thread bound of the
+//        accumulators, kept: now at most 32 fp32 per thread), BLOCK_K in
 //        {16, 32, 64} dividing Q, min(BLOCK_K, N) dividing N, and the shared memory bound (the
 //        host checks bwd_geom::dx_smem_bytes; e.g. BLOCK_K = 64 fits only for small P).
 #pragma once
@@ -57,13 +62,14 @@ namespace detail {
 
 // K loop over n shared by phases A2 and A1 of chunk_scan_bwd_dx: acc += RowTile(l, n) · KTile(p, n)ᵀ,
 // min(BLOCK_K, N) = BKN per step in increasing n, each step a chain of BKN/16 mma K=16 in increasing
-// n. Stage buf holds the row tile [BLOCK_M][LDA] then the K tile [P][LDA] (type T). load_stage(buf,
+// n. Stage buf holds the row tile [BLOCK_M][LDA] then the K tile [P][LDA] (type T); the warp reads
+// rows [wm0, wm0 + 16·MI) of the row tile and rows [wn0, wn0 + 8·NJ) of the K tile. load_stage(buf,
 // ks) issues the copies of step ks into buffer buf (the row tile and, for a T K operand, the K
 // tile); fetch(ks) / store(buf) stage an fp32 K operand through registers (loaded before the
 // compute of a step, converted to T and stored after it, as chunk_scan_fwd does with P).
 template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int BLOCK_M, int MI, int NJ, class T,
           class LoadStage, class Fetch, class Store>
-__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, LoadStage& load_stage,
+__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, int wn0, LoadStage& load_stage,
                                           Fetch& fetch, Store& store) {
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
@@ -93,7 +99,7 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s
 #pragma unroll
       for (int j = 0; j < NJ; j += 2) {
         FragB b0, b1;
-        warp::load_b2(b0, b1, sk + (8 * j) * LDA + kk, LDA);
+        warp::load_b2(b0, b1, sk + (wn0 + 8 * j) * LDA + kk, LDA);
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
           warp::mma<T>(acc[i][j], a[i], b0);
@@ -151,14 +157,18 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   using namespace bwd_geom;
   static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dx: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
-  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128 (4 warps of 16 or 32 rows)");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128 (4 row warps of 16 or 32 rows)");
   static_assert(BLOCK_K == 16 || BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 16, 32 or 64");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_K == 0, "BLOCK_M and BLOCK_K must divide the chunk");
-  static_assert(P % 16 == 0 && N % 16 == 0, "headdim and dstate must be multiples of 16");
+  static_assert(P % 32 == 0 && N % 16 == 0, "headdim must be a multiple of 32 (2 column warps of whole "
+                                          "load_b2 pairs), dstate of 16");
   static_assert(BLOCK_M * P <= 8192, "accumulator over 64 registers per thread: lower BLOCK_M");
   constexpr int NT = dx_threads();
-  constexpr int WM = BLOCK_M / 4;
-  constexpr int MI = WM / 16, NJ = P / 8;
+  static_assert(NT == 256, "warp grid is 4 (rows) x 2 (P halves)");
+  constexpr int WM = BLOCK_M / 4;  // rows per warp
+  constexpr int WN = P / 2;        // columns per warp
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  static_assert(NJ % 2 == 0, "B fragments are loaded in pairs (load_b2)");
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
   constexpr int BKN = dx_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
@@ -188,7 +198,8 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = warp * WM;
+  const int wm0 = (warp >> 1) * WM;  // row band
+  const int wn0 = (warp & 1) * WN;   // column half
   const int lg = lane >> 2, lt = lane & 3;
 
   const T* xg = static_cast<const T*>(p.x);
@@ -279,7 +290,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
               const int r = wm0 + 16 * i + lg + 8 * half;
 #pragma unroll
               for (int j = 0; j < NJ; ++j)
-                *reinterpret_cast<float2*>(so + r * LDO + 8 * j + 2 * lt) =
+                *reinterpret_cast<float2*>(so + r * LDO + wn0 + 8 * j + 2 * lt) =
                     make_float2(acc[i][j].x[2 * half], acc[i][j].x[2 * half + 1]);
             }
           }
@@ -296,7 +307,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
             block::load_tile<NT, P, BKN, LDA>(sK(buf), P_c + k0, p.states_stride_p, 1, vec_p, P_c,
                                               [&](int, int) { return true; });
           };
-          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, load_stage,
+          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage,
                                                                                    no_fetch, no_store);
         }
         stage_acc();
@@ -321,7 +332,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
             block::load_tile<NT, P, BKN, LDA>(sK(buf), ds_c + k0, p.ds_stride_p, 1, vec_ds, ds_c,
                                               [&](int, int) { return true; });
           };
-          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, load_stage,
+          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage,
                                                                                    no_fetch, no_store);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
@@ -416,7 +427,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
 #pragma unroll
               for (int j = 0; j < NJ; j += 2) {
                 FragB b0, b1;
-                warp::load_b2_trans(b0, b1, sdy + kk * LDY + 8 * j, LDY);
+                warp::load_b2_trans(b0, b1, sdy + kk * LDY + wn0 + 8 * j, LDY);
 #pragma unroll
                 for (int i = 0; i < MI; ++i) {
                   warp::mma<T>(acc[i][j], a[i], b0);

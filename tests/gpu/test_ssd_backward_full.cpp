@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "config/config.h"
@@ -585,4 +586,57 @@ TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, bo
   }
   prob.run(rt.rt, SSD_MODE_FAST);
   MESSAGE("bwd sanitizer shape " << describe(c) << ": rel_l2" << e.text());
+}
+
+TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype, options on and off)" *
+          doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  // Every (p, n, Q, dtype), as the forward's matrix; ngroups and the options rotate so each is seen
+  // on and off; lengths are not multiples of the chunk half of the time.
+  std::vector<BwdCase> cases;
+  int i = 0;
+  for (int64_t p : {32, 64, 128})
+    for (int64_t n : {16, 64, 128, 256})
+      for (int32_t Q : {64, 128, 256})
+        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
+          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
+          cases.push_back(BwdCase{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt, i % 4 != 3,
+                                  i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2, i % 3 == 1});
+          ++i;
+        }
+  {  // compile everything the sweep needs in parallel first
+    std::vector<ssd_kernel_config> configs;
+    for (const BwdCase& c : cases) {
+      BwdCase probe = c;
+      probe.L = 1;  // the kernels depend on the options and sizes p, n, Q, r, not on L
+      BwdProblem shape(probe);
+      ssd_backward_args a = shape.args(SSD_MODE_DETERMINISTIC);
+      auto arch = ssd::runtime_arch(*rt.rt);
+      REQUIRE(arch.ok());
+      auto k = ssd::backward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
+      REQUIRE_MESSAGE(k.ok(), k.status().detail);
+      configs.insert(configs.end(), k->begin(), k->end());
+    }
+    precompile(rt.rt, configs);
+  }
+  std::map<std::string, double> worst_bf16, worst_fp16;
+  for (const BwdCase& c : cases) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    prob.run(rt.rt);
+    const GradErrors e = compare_with_oracle(prob);
+    for (auto& [name, v] : e.e) {
+      CAPTURE(name);
+      CHECK(v < tolerance(c.dtype));
+      double& w = (c.dtype == SSD_DTYPE_BF16 ? worst_bf16 : worst_fp16)[name];
+      w = std::max(w, v);
+    }
+  }
+  auto text = [](const std::map<std::string, double>& m) {
+    std::string t;
+    for (auto& [n, v] : m) t += " " + n + " " + std::to_string(v).substr(0, 8);
+    return t;
+  };
+  MESSAGE("bwd matrix: " << cases.size() << " cases, worst rel_l2 per gradient | bf16" << text(worst_bf16)
+                         << " | fp16" << text(worst_fp16));
 }
