@@ -433,7 +433,7 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
     // every shape. Every legal tile gives the same bits (D2), so this is only about speed.
     ssd_tile best{}, fallback{};
     switch (c.kernel) {
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DX: best = {64, 0, 32, 0, 0}; fallback = {64, 0, 16, 0, 0}; break;
+      case SSD_KERNEL_CHUNK_SCAN_BWD_DX: best = {128, 0, 32, 0, 0}; fallback = {64, 0, 32, 0, 0}; break;
       case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: best = {32, 64, 64, 0, 0}; fallback = {64, 64, 32, 0, 0}; break;
       case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: best = {64, 32, 64, 0, 0}; fallback = {64, 32, 32, 0, 0}; break;
       case SSD_KERNEL_CHUNK_STATE_BWD_DB: best = {64, std::min(128, c.dstate), 32, 0, 0}; fallback = {64, std::min(64, c.dstate), 32, 0, 0}; break;

@@ -113,7 +113,9 @@ TEST_CASE("NVRTC compiles every preset kernel for sm_80 and sm_90a; deterministi
           CHECK((cubin->registers > 0 || cubin->registers == -1));
           with_report += cubin->registers > 0;
           logs_with_report += cubin->log.find("registers") != std::string::npos;
-          if (a == SSD_ARCH_SM90A) CHECK(cubin->spill_bytes == 0);  // sm_80 chunk_scan spills a little
+          // sm_80 chunk_scan spills a little. The backward's measured-fastest default tiles (dx, dcb,
+          // dc) spill a few bytes on sm_90a outside their inner loops; more would be a regression.
+          if (a == SSD_ARCH_SM90A) CHECK(cubin->spill_bytes <= (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES ? 64 : 0));
           auto ptx = compile_ptx(u, a);
           REQUIRE(ptx.ok());
           const bool atomics = ptx->find("atom.") != std::string::npos || ptx->find("\tred.") != std::string::npos;
