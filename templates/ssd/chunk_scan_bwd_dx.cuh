@@ -64,30 +64,21 @@ namespace detail {
 // min(BLOCK_K, N) = BKN per step in increasing n, each step a chain of BKN/16 mma K=16 in increasing
 // n. Stage buf holds the row tile [BLOCK_M][LDA] then the K tile [P][LDA] (type T); the warp reads
 // rows [wm0, wm0 + 16·MI) of the row tile and rows [wn0, wn0 + 8·NJ) of the K tile. load_stage(buf,
-// ks) issues the copies of step ks into buffer buf (the row tile and, for a T K operand, the K
-// tile); fetch(ks) / store(buf) stage an fp32 K operand through registers (loaded before the
-// compute of a step, converted to T and stored after it, as chunk_scan_fwd does with P).
+// ks) issues the cp.async copies of step ks (row tile and K tile, both T) into buffer buf.
 template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int BLOCK_M, int MI, int NJ, class T,
-          class LoadStage, class Fetch, class Store>
-__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, int wn0, LoadStage& load_stage,
-                                          Fetch& fetch, Store& store) {
+          class LoadStage>
+__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, int wn0,
+                                          LoadStage& load_stage) {
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < KA) {
-      load_stage(st, st);
-      fetch(st);
-      store(st);
-    }
+    if (st < KA) load_stage(st, st);
     ptx::cp_async_commit();
   }
   for (int ks = 0; ks < KA; ++ks) {
     ptx::cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int kn = ks + STAGES - 1;
-    if (kn < KA) {
-      load_stage(kn % STAGES, kn);
-      fetch(kn);
-    }
+    if (kn < KA) load_stage(kn % STAGES, kn);
     ptx::cp_async_commit();
     const T* sr = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE_A);
     const T* sk = sr + BLOCK_M * LDA;
@@ -107,7 +98,6 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s
         }
       }
     }
-    if (kn < KA) store(kn % STAGES);  // buffer kn % STAGES is not read in this step
   }
   ptx::cp_async_wait<0>();
   __syncthreads();  // the stage buffers are reused by the staging tile
@@ -277,8 +267,6 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n].
         auto sRow = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
         auto sK = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
-        auto no_fetch = [](int) {};
-        auto no_store = [](int) {};
 
         // ---- Staging of acc through the shared fp32 tile [l][p], and the per-row p sums ----
         float* so = reinterpret_cast<float*>(s_body);
@@ -307,8 +295,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
             block::load_tile<NT, P, BKN, LDA>(sK(buf), P_c + k0, p.states_stride_p, 1, vec_p, P_c,
                                               [&](int, int) { return true; });
           };
-          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage,
-                                                                                   no_fetch, no_store);
+          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -332,8 +319,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
             block::load_tile<NT, P, BKN, LDA>(sK(buf), ds_c + k0, p.ds_stride_p, 1, vec_ds, ds_c,
                                               [&](int, int) { return true; });
           };
-          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage,
-                                                                                   no_fetch, no_store);
+          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];
