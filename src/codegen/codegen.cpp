@@ -99,6 +99,20 @@ std::string flag_constant(const char* name, bool value) {
   return fmt::format("constexpr bool {} = {};\n", name, boolean(value));
 }
 
+// The translation unit of a tensor-core kernel: the template header, the specialization's constants
+// in an anonymous namespace, and an extern "C" entry point that instantiates the template.
+std::string instantiation(const ssd_kernel_config& c, const std::string& header, const std::string& constants,
+                          const std::string& launch_bounds, const std::string& symbol, const std::string& params,
+                          const std::string& call) {
+  return preamble(c) + fmt::format(
+      "#include \"{}\"\n\nnamespace {{\n{}}}  // namespace\n\n"
+      "extern \"C\" __global__ void __launch_bounds__({})\n"
+      "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
+      "  ssd_kernels::{}(params);\n"
+      "}}\n",
+      header, constants, launch_bounds, symbol, params, call);
+}
+
 // bmm_chunk_fwd, chunk_state_fwd, state_passing_fwd, chunk_scan_fwd.
 GeneratedUnit forward_unit(const ssd_kernel_config& c) {
   using namespace ssd_kernels::fwd_geom;
@@ -154,13 +168,7 @@ GeneratedUnit forward_unit(const ssd_kernel_config& c) {
              "kDPerHeaddim, kZ, kSeqIdx>";
       break;
   }
-  u.source = preamble(c) + fmt::format(
-      "#include \"{}\"\n\nnamespace {{\n{}}}  // namespace\n\n"
-      "extern \"C\" __global__ void __launch_bounds__({})\n"
-      "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
-      "  ssd_kernels::{}(params);\n"
-      "}}\n",
-      header, constants, u.block_threads, u.symbol, params, call);
+  u.source = instantiation(c, header, constants, std::to_string(u.block_threads), u.symbol, params, call);
   return u;
 }
 
@@ -276,13 +284,7 @@ GeneratedUnit backward_unit(const ssd_kernel_config& c) {
   // keeps ~200 (hoisted 64-bit address offsets of its eight tile loads) and one block fits.
   const std::string bounds = c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX ? fmt::format("{}, 2", u.block_threads)
                                                                         : std::to_string(u.block_threads);
-  u.source = preamble(c) + fmt::format(
-      "#include \"{}\"\n\nnamespace {{\n{}}}  // namespace\n\n"
-      "extern \"C\" __global__ void __launch_bounds__({})\n"
-      "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
-      "  ssd_kernels::{}(params);\n"
-      "}}\n",
-      header, constants, bounds, u.symbol, params, call);
+  u.source = instantiation(c, header, constants, bounds, u.symbol, params, call);
   return u;
 }
 
