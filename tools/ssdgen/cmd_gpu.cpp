@@ -1,6 +1,7 @@
 // GPU subcommands: `bench` (CUDA-event timings, median of many runs) and `check` (the forward
 // against the float64 oracle). Both need a driver and a device: without them they exit 6.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -162,9 +163,19 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
   return -1;
 }
 
-// "scan=64x64x32,state=64x128x32,bmm=64x64,passing=256": per-stage tile overrides.
-ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
-  ssd::ForwardTiles t;
+// A named tile slot of --tiles ("dx" -> BackwardTuning::dx).
+struct TileSlot {
+  const char* name;
+  ssd_tile* tile;
+};
+
+// "NAME=MxNxK,NAME=MxN,NAME=M": fills the named slots. `noun` is what a name names (stage, kernel)
+// and `legal_label` introduces the list of names in the error.
+ssd::Status parse_tile_items(const std::string& text, const std::string& noun, const std::string& legal_label,
+                             const std::vector<TileSlot>& slots) {
+  std::string legal, upper = noun;
+  for (const TileSlot& slot : slots) legal += (legal.empty() ? "" : ", ") + std::string(slot.name);
+  for (char& ch : upper) ch = char(std::toupper(static_cast<unsigned char>(ch)));
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find(',', start);
@@ -173,46 +184,35 @@ ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
     const size_t eq = item.find('=');
     int m = 0, n = 0, k = 0;
     if (eq == std::string::npos || std::sscanf(item.c_str() + eq + 1, "%dx%dx%d", &m, &n, &k) < 1)
-      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: expected STAGE=MxNxK items, got '" + item + "'");
-    const std::string stage = item.substr(0, eq);
-    ssd_tile tile{m, n, k, 0, 0};
-    if (stage == "scan") t.scan = tile;
-    else if (stage == "state") t.state = tile;
-    else if (stage == "bmm") t.bmm = tile;
-    else if (stage == "passing") t.passing = tile;
-    else return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: stage '" + stage + "' (legal: scan, state, bmm, passing)");
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT,
+                             "--tiles: expected " + upper + "=MxNxK items, got '" + item + "'");
+    const std::string name = item.substr(0, eq);
+    ssd_tile* target = nullptr;
+    for (const TileSlot& slot : slots)
+      if (name == slot.name) target = slot.tile;
+    if (!target)
+      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT,
+                             "--tiles: " + noun + " '" + name + "' (" + legal_label + ": " + legal + ")");
+    *target = ssd_tile{m, n, k, 0, 0};
     start = end + 1;
   }
+  return ssd::Status::Ok();
+}
+
+// "scan=64x64x32,state=64x128x32,bmm=64x64,passing=256": per-stage tile overrides.
+ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
+  ssd::ForwardTiles t;
+  SSD_RETURN_IF_ERROR(parse_tile_items(text, "stage", "legal",
+                                       {{"scan", &t.scan}, {"state", &t.state}, {"bmm", &t.bmm}, {"passing", &t.passing}}));
   return t;
 }
 
 // "dx=64x0x32,dcb=64x64x32,...": per-kernel tile overrides of the backward.
 ssd::Result<ssd::BackwardTuning> parse_bwd_tiles(const std::string& text) {
   ssd::BackwardTuning t;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
-    const size_t eq = item.find('=');
-    int m = 0, n = 0, k = 0;
-    if (eq == std::string::npos || std::sscanf(item.c_str() + eq + 1, "%dx%dx%d", &m, &n, &k) < 1)
-      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: expected KERNEL=MxNxK items, got '" + item + "'");
-    const ssd_tile tile{m, n, k, 0, 0};
-    const std::string kernel = item.substr(0, eq);
-    if (kernel == "dstates") t.dstates = tile;
-    else if (kernel == "passing") t.passing = tile;
-    else if (kernel == "dx") t.dx = tile;
-    else if (kernel == "dcb") t.dcb = tile;
-    else if (kernel == "intra") t.intra = tile;
-    else if (kernel == "db") t.db = tile;
-    else if (kernel == "dc") t.dc = tile;
-    else if (kernel == "dda") t.dda = tile;
-    else
-      return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "--tiles: kernel '" + kernel +
-                                                             "' (legal for bwd: dstates, passing, dx, dcb, intra, db, dc, dda)");
-    start = end + 1;
-  }
+  SSD_RETURN_IF_ERROR(parse_tile_items(text, "kernel", "legal for bwd",
+                                       {{"dstates", &t.dstates}, {"passing", &t.passing}, {"dx", &t.dx}, {"dcb", &t.dcb},
+                                        {"intra", &t.intra}, {"db", &t.db}, {"dc", &t.dc}, {"dda", &t.dda}}));
   return t;
 }
 
