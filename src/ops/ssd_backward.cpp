@@ -339,27 +339,12 @@ ssd_kernel_config with_tile(ssd_kernel_config c, const ssd_tile& t) {
 
 std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
                                            ssd_mode mode, const BackwardTuning& tn) {
-  std::vector<ssd_kernel_config> out;
-  const bool seq = a.seq_idx.data != nullptr;
-  uint32_t flags = seq ? uint32_t(SSD_FLAG_SEQ_IDX) : 0u;
-  if (a.initial_states.data) flags |= SSD_FLAG_INITIAL_STATES;
-  if (a.D.data) flags |= SSD_FLAG_D | (a.D.ndim == 2 ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
-  if (a.z.data) flags |= SSD_FLAG_Z;
+  // The recompute: the forward's own configs, without chunk_scan (the backward does not need out).
+  const ssd_forward_args f = forward_inputs(a);
+  std::vector<ssd_kernel_config> out = forward_stage_configs(f, d, arch, mode, &tn.forward);
+  out.pop_back();
+  const uint32_t flags = specialization_flags(f);
   const ForwardShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
-  ssd_kernel_config cs = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  cs.chunk_size = d.Q;
-  cs.dtype = a.dt.dtype;
-  cs.flags = (a.dt_bias.data ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (a.dt_softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
-  cs.mode = mode;
-  cs.arch = arch;
-  out.push_back(cs);
-  for (const ssd_kernel_config& c : forward_configs(shape, flags, mode, arch)) {
-    if (c.kernel == SSD_KERNEL_CHUNK_SCAN_FWD) continue;
-    const ssd_tile& t = c.kernel == SSD_KERNEL_BMM_CHUNK_FWD     ? tn.forward.bmm
-                        : c.kernel == SSD_KERNEL_CHUNK_STATE_FWD ? tn.forward.state
-                                                                 : tn.forward.passing;
-    out.push_back(with_tile(c, t));
-  }
   for (const ssd_kernel_config& c : backward_configs(shape, flags, mode, arch)) {
     const ssd_tile* t = nullptr;
     switch (c.kernel) {
@@ -378,7 +363,7 @@ std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const For
   ssd_kernel_config cb = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   cb.chunk_size = d.Q;
   cb.dtype = a.dt.dtype;
-  cb.flags = cs.flags | SSD_FLAG_DDA_INCREMENTS;
+  cb.flags = out.front().flags | SSD_FLAG_DDA_INCREMENTS;  // chunk_cumsum_fwd's dt_bias, dt_softplus
   cb.tile = tn.cumsum;
   cb.mode = mode;
   cb.arch = arch;

@@ -93,35 +93,6 @@ ssd_forward_layout layout_for(const ForwardDims& d) {
 
 // The five specializations one call uses: chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing,
 // chunk_scan (in launch order).
-std::vector<ssd_kernel_config> kernel_configs(const ssd_forward_args& a, const ForwardDims& d, ssd_arch arch, ssd_mode mode,
-                                              const ForwardTiles* tiles) {
-  const bool seq = a.seq_idx.data != nullptr;
-  std::vector<ssd_kernel_config> out;
-  ssd_kernel_config cs = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  cs.chunk_size = d.Q;
-  cs.dtype = a.dt.dtype;
-  cs.flags = (a.dt_bias.data ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (a.dt_softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
-  cs.mode = mode;
-  cs.arch = arch;
-  out.push_back(cs);
-  uint32_t flags = 0;
-  if (seq) flags |= SSD_FLAG_SEQ_IDX;
-  if (a.initial_states.data) flags |= SSD_FLAG_INITIAL_STATES;
-  if (a.D.data) flags |= SSD_FLAG_D | (a.D.ndim == 2 ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
-  if (a.z.data) flags |= SSD_FLAG_Z;
-  const ForwardShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
-  for (ssd_kernel_config c : forward_configs(shape, flags, mode, arch)) {
-    if (tiles) {
-      c.tile = c.kernel == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
-               : c.kernel == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state
-               : c.kernel == SSD_KERNEL_STATE_PASSING_FWD ? tiles->passing
-                                                          : tiles->scan;
-    }
-    out.push_back(c);
-  }
-  return out;
-}
-
 unsigned grid_x(int64_t v, int32_t max_blocks) {
   const int64_t cap = max_blocks > 0 ? max_blocks : 0x7fffffff;
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
@@ -132,6 +103,38 @@ unsigned clamp_grid(int64_t v, int32_t max_blocks) {
 }
 
 }  // namespace
+
+uint32_t specialization_flags(const ssd_forward_args& a) {
+  uint32_t flags = 0;
+  if (a.seq_idx.data) flags |= SSD_FLAG_SEQ_IDX;
+  if (a.initial_states.data) flags |= SSD_FLAG_INITIAL_STATES;
+  if (a.D.data) flags |= SSD_FLAG_D | (a.D.ndim == 2 ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
+  if (a.z.data) flags |= SSD_FLAG_Z;
+  return flags;
+}
+
+std::vector<ssd_kernel_config> forward_stage_configs(const ssd_forward_args& a, const ForwardDims& d, ssd_arch arch,
+                                                     ssd_mode mode, const ForwardTiles* tiles) {
+  std::vector<ssd_kernel_config> out;
+  ssd_kernel_config cs = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  cs.chunk_size = d.Q;
+  cs.dtype = a.dt.dtype;
+  cs.flags = (a.dt_bias.data ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (a.dt_softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
+  cs.mode = mode;
+  cs.arch = arch;
+  out.push_back(cs);
+  const ForwardShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
+  for (ssd_kernel_config c : forward_configs(shape, specialization_flags(a), mode, arch)) {
+    if (tiles) {
+      c.tile = c.kernel == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
+               : c.kernel == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state
+               : c.kernel == SSD_KERNEL_STATE_PASSING_FWD ? tiles->passing
+                                                          : tiles->scan;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
 
 Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const ForwardDims& d, ssd_mode mode,
                              const ssd_kernel* const kernels[4], const ForwardBuffers& buffers, int32_t max_blocks,
@@ -272,7 +275,7 @@ Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_
   if (!args.ok()) return args.status();
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
-  return kernel_configs(args.value(), d, arch, mode, tiles);
+  return forward_stage_configs(args.value(), d, arch, mode, tiles);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
@@ -300,7 +303,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   if (!arch.ok()) return arch.status();
 
   // All kernels first: nothing is launched unless every one of them is available.
-  const std::vector<ssd_kernel_config> configs = kernel_configs(a, d, arch.value(), mode, tiles);
+  const std::vector<ssd_kernel_config> configs = forward_stage_configs(a, d, arch.value(), mode, tiles);
   const ssd_kernel* kernels[4];
   for (int i = 0; i < 4; ++i) {
     auto k = get_kernel(rt, configs[i + 1]);

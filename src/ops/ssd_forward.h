@@ -40,6 +40,13 @@ struct ForwardTiles {
   ssd_tile bmm{}, state{}, passing{}, scan{};
 };
 
+// SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D, _D_PER_HEADDIM, _Z as the arguments give them.
+uint32_t specialization_flags(const ssd_forward_args& args);
+// chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing, chunk_scan for these (validated) arguments,
+// with `tiles` (may be null; zero tiles = the defaults).
+std::vector<ssd_kernel_config> forward_stage_configs(const ssd_forward_args& args, const ForwardDims& d, ssd_arch arch,
+                                                     ssd_mode mode, const ForwardTiles* tiles);
+
 // `after_stage(i)` runs on the host after stage i (0 cumsum, 1 bmm, 2 chunk_state, 3 state_passing,
 // 4 chunk_scan) is enqueued: the benchmark records events there.
 Status ssd_forward(ssd_runtime& runtime, const ssd_forward_args* args, const ssd_launch_options* options,
