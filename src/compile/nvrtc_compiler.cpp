@@ -1,6 +1,6 @@
 #include "compile/nvrtc_compiler.h"
 
-#include <regex>
+#include <cctype>
 
 #include <fmt/format.h>
 #include <nvrtc.h>
@@ -52,10 +52,15 @@ class Program {
   std::string log_;
 };
 
-int parse_int(const std::string& log, const char* pattern) {
-  std::smatch m;
-  if (std::regex_search(log, m, std::regex(pattern))) return std::stoi(m[1].str());
-  return -1;
+// The integer just before `suffix` ("Used 96 registers" -> suffix " registers"), -1 if absent.
+// Plain scanning: std::regex crashes inside some host processes (issue 13).
+int number_before(const std::string& log, const char* suffix) {
+  const size_t at = log.find(suffix);
+  if (at == std::string::npos || at == 0) return -1;
+  size_t begin = at;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(log[begin - 1]))) --begin;
+  if (begin == at || at - begin > 9) return -1;
+  return std::stoi(log.substr(begin, at - begin));
 }
 
 }  // namespace
@@ -83,11 +88,11 @@ Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch) {
   r = nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.cubin.data()));
   if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetCUBIN: {}", nvrtcGetErrorString(r)));
   out.log = program.log();
-  out.registers = parse_int(out.log, R"(Used (\d+) registers)");
-  int smem = parse_int(out.log, R"((\d+) bytes smem)");
+  out.registers = number_before(out.log, " registers");
+  int smem = number_before(out.log, " bytes smem");
   out.shared_bytes = smem < 0 ? 0 : smem;
-  int spill_st = parse_int(out.log, R"((\d+) bytes spill stores)");
-  int spill_ld = parse_int(out.log, R"((\d+) bytes spill loads)");
+  int spill_st = number_before(out.log, " bytes spill stores");
+  int spill_ld = number_before(out.log, " bytes spill loads");
   out.spill_bytes = std::max(spill_st, 0) + std::max(spill_ld, 0);
   return out;
 }

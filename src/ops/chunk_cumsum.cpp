@@ -88,7 +88,7 @@ int64_t cumsum_work(const Dims& d, int32_t block_h) {
 constexpr size_t kWorkspaceAlign = 256;
 
 size_t partials_bytes(const Dims& d, bool bias) {
-  size_t bytes = size_t(d.batch) * size_t(d.nchunks) * size_t(d.nheads) * (bias ? 2 : 1) * sizeof(float);
+  size_t bytes = size_t(d.batch) * size_t(d.nchunks) * size_t(d.nheads) * (bias ? 2 : 1) * sizeof(double);  // fp64 partials
   return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
 }
 
@@ -261,7 +261,7 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   p.ddt_stride_b = a.ddt.strides[0];
   p.ddt_stride_l = a.ddt.strides[1];
   p.ddt_stride_h = a.ddt.strides[2];
-  p.partials = reinterpret_cast<float*>(workspace);
+  p.partials = reinterpret_cast<double*>(workspace);
   p.dA = static_cast<float*>(a.dA.data);
   p.dA_stride = a.dA.strides[0];
   p.ddt_bias = static_cast<float*>(a.ddt_bias.data);

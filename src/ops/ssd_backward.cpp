@@ -60,7 +60,7 @@ Status check_gate(const GateBwdTensors& t, GateDims& d) {
 
 size_t partial_bytes(const GateBwdTensors& t, const GateDims& d) {
   const size_t per = t.D.ndim == 2 ? size_t(d.p) : 1;
-  return size_t(d.b * d.nc * d.h) * per * sizeof(float);
+  return size_t(d.b * d.nc * d.h) * per * sizeof(double);  // fp64 partials
 }
 
 unsigned grid_for(int64_t work, int32_t max_blocks) {
@@ -134,7 +134,7 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     p.dz = t.dz.data;
     strides4(t.dz, p.dz_stride_b, p.dz_stride_l, p.dz_stride_h, p.dz_stride_p);
   }
-  p.partials = reinterpret_cast<float*>(ws);
+  p.partials = reinterpret_cast<double*>(ws);
   p.dD = static_cast<float*>(t.dD.data);
   p.batch = d.b;
   p.seqlen = d.L;
@@ -309,7 +309,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.dP = take(states * 4);
   l.ds = take(states * T);
   l.states_t = take(states * T);
-  l.rho = take(det ? bhc * size_t(d.p * d.n / 32) * 4 : bhc * 4);
+  l.rho = take(det ? bhc * size_t(d.p * d.n / 32) * sizeof(double) : bhc * 4);  // fp64 slots / fp32 sums
   l.ddt_x = take(chunked);
   l.w = take(chunked);
   l.v = take(chunked);
@@ -554,7 +554,8 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     p.dinit = static_cast<float*>(a.dinitial_states.data);
     p.dinit_stride_b = a.dinitial_states.data ? a.dinitial_states.strides[0] : 0;
     p.dinit_stride_h = a.dinitial_states.data ? a.dinitial_states.strides[1] : 0;
-    p.rho = rho;
+    if (det) p.rho_slots = reinterpret_cast<double*>(base + L.rho);
+    else p.rho = rho;
     p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
     p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
     const int block = tile_of(k_passing).m;
@@ -646,11 +647,14 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   }
   if (s.ok()) {  // B-g: ddA per position
     ssd_kernels::ChunkScanBwdDdaParams p{};
-    p.intra = intra; p.rho = rho; p.w = w; p.v = v; p.dA_cumsum = dA_cs;
+    p.intra = intra; p.w = w;
+    if (det) p.rho_slots = reinterpret_cast<const double*>(base + L.rho);
+    else p.rho = rho;
+    p.v = v; p.dA_cumsum = dA_cs;
     p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
     p.ddA = ddA;
     p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h; p.rho_slots = d.p * d.n / 32;
+    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h; p.rho_slots_per_chunk = d.p * d.n / 32;
     void* params[] = {&p};
     s = launch_kernel(*k_dda, grid_x(d.b * d.nc * d.h, mb), 1, 1, params, stream);
   }
