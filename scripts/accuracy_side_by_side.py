@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import torch
 
@@ -225,6 +226,7 @@ def main():
     rows, failures = [], 0
     for cfg in cases():
         t, o, dout, dfinal = make_case(cfg, gen)
+        t0 = time.time()
         leaves = {k: v.detach().double().requires_grad_(True) for k, v in t.items()
                   if k != "seq_idx" and v.is_floating_point()}
         ref_in = dict(t, **leaves)
@@ -232,8 +234,11 @@ def main():
         loss = (out * dout.double()).sum() + ((final * dfinal.double()).sum() if dfinal is not None else 0)
         keys = list(leaves)
         ref = dict(zip(keys, torch.autograd.grad(loss, [leaves[k] for k in keys])))
+        torch.cuda.synchronize()
+        t1 = time.time()
         _, out_x, _ = lib.forward(t, o)
         ours = lib.backward(t, o, out_x, dout, dfinal)
+        t2 = time.time()
         theirs = {}
         if peer is not None:
             pin = {k: v.detach().clone().requires_grad_(True) for k, v in t.items()
@@ -247,7 +252,10 @@ def main():
                 grads_in.append(dfinal)
             pk = list(pin)
             theirs = dict(zip(pk, torch.autograd.grad(outs, [pin[k] for k in pk], grads_in)))
-        row = {"case": describe(cfg), "grads": {}}
+        torch.cuda.synchronize()
+        t3 = time.time()
+        row = {"case": describe(cfg), "grads": {}, "seconds": {"reference": t1 - t0, "ssdgen": t2 - t1,
+                                                               "mamba_ssm": t3 - t2}}
         for gname, src in NAMES:
             if src not in ref:
                 continue
@@ -260,7 +268,8 @@ def main():
                                    "ok": ok}
         rows.append(row)
         mark = "ok  " if all(v["ok"] for v in row["grads"].values()) else "FAIL"
-        print(f"{mark} {row['case']}")
+        print(f"{mark} {row['case']}  (s: reference {t1 - t0:.1f}, ssdgen incl. JIT {t2 - t1:.1f}, "
+              f"mamba_ssm incl. autotune {t3 - t2:.1f})")
         print("     " + "  ".join(f"{k} {v['ssdgen']:.2e}/{v['mamba_ssm']:.2e}" if v["mamba_ssm"] is not None else
                                   f"{k} {v['ssdgen']:.2e}" for k, v in row["grads"].items()), flush=True)
         del ref, ours, theirs, leaves, ref_in, out, final
