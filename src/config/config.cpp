@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/struct_io.h"
 #include "common/text.h"
 #include "ssd/backward_params.cuh"
 #include "ssd/forward_params.cuh"
@@ -44,7 +45,7 @@ constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"},       {SSD_FLAG_DT_SO
                              {SSD_FLAG_INITIAL_STATES, "initial_states"}, {SSD_FLAG_DDA_INCREMENTS, "ddA_increments"}};
 
 template <size_t N>
-const char* name_of(const Named (&table)[N], int value) {
+const char* name_of(const Named (&table)[N], int64_t value) {
   for (const Named& n : table)
     if (n.value == value) return n.name;
   return "?";
@@ -65,8 +66,16 @@ Result<E> parse_named(const Named (&table)[N], std::string_view text, const char
                     fmt::format("{}: unknown value '{}' (legal: {})", what, printable(text), legal_names(table)));
 }
 
+// "1 bf16, 2 fp16, ..." for messages about numeric enum values.
 template <size_t N>
-bool is_named(const Named (&table)[N], int value) {
+std::string legal_values(const Named (&table)[N]) {
+  std::string s;
+  for (const Named& n : table) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", n.value, n.name);
+  return s;
+}
+
+template <size_t N>
+bool is_named(const Named (&table)[N], int64_t value) {
   return std::strcmp(name_of(table, value), "?") != 0;
 }
 
@@ -228,6 +237,8 @@ Result<ssd_kernel_id> parse_kernel_name(std::string_view name) {
   return parse_named<ssd_kernel_id>(kKernels, name, "kernel");
 }
 const char* dtype_name(ssd_dtype dtype) { return name_of(kDtypes, dtype); }
+bool is_kernel_value(int64_t value) { return is_named(kKernels, value); }
+bool is_dtype_value(int64_t value) { return is_named(kDtypes, value); }
 Result<ssd_dtype> parse_dtype(std::string_view name) { return parse_named<ssd_dtype>(kDtypes, name, "dtype"); }
 const char* mode_name(ssd_mode mode) { return name_of(kModes, mode); }
 Result<ssd_mode> parse_mode(std::string_view name) { return parse_named<ssd_mode>(kModes, name, "mode"); }
@@ -291,9 +302,23 @@ Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
                       fmt::format("config.struct_size: {} (set it to sizeof(ssd_kernel_config) = {})",
                                   user->struct_size, sizeof(ssd_kernel_config)));
-  ssd_kernel_config c = default_config(user->kernel);
+  // The enum fields are range-checked as integers before anything reads them as enums.
+  const int64_t kernel = enum_value(user->kernel);
+  if (!is_named(kKernels, kernel))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("kernel: unknown id {} (legal: {})", kernel, legal_values(kKernels)));
+  ssd_kernel_config c = default_config(static_cast<ssd_kernel_id>(kernel));
   std::memcpy(&c, user, std::min(user->struct_size, sizeof(ssd_kernel_config)));
   c.struct_size = sizeof(ssd_kernel_config);
+  if (!is_named(kDtypes, enum_value(c.dtype)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("dtype: unknown value {} (legal: {})",
+                                                            enum_value(c.dtype), legal_values(kDtypes)));
+  if (!is_named(kModes, enum_value(c.mode)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("mode: unknown value {} (legal: {})",
+                                                            enum_value(c.mode), legal_values(kModes)));
+  if (!is_named(kArchs, enum_value(c.arch)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("arch: unknown value {} (legal: {})",
+                                                            enum_value(c.arch), legal_values(kArchs)));
   return c;
 }
 

@@ -13,6 +13,9 @@
 namespace ssd {
 
 const char* kernel_name(ssd_kernel_id kernel);  // "chunk_cumsum_fwd"; "?" when unknown
+// Whether an integer from a caller is one of the enumerators (check before converting to the enum).
+bool is_kernel_value(int64_t value);
+bool is_dtype_value(int64_t value);
 Result<ssd_kernel_id> parse_kernel_name(std::string_view name);
 const char* dtype_name(ssd_dtype dtype);        // "bf16", "fp16", "fp32", "int32"
 Result<ssd_dtype> parse_dtype(std::string_view name);

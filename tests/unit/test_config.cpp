@@ -1,6 +1,7 @@
 // Specialization validation, defaults, JSON form, presets.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 
 #include "config/config.h"
@@ -156,6 +157,25 @@ TEST_CASE("read_config honours struct_size") {
   REQUIRE(old.ok());
   CHECK(old->partials == 0);
   CHECK(old->struct_size == sizeof(ssd_kernel_config));
+}
+
+TEST_CASE("read_config range-checks the enum fields as integers, naming the field") {
+  // A C caller can store any int in an enum field; loading it as the enum is undefined behaviour
+  // (UBSan: "load of value 12345, which is not a valid value for type 'ssd_arch'").
+  auto with_raw = [](size_t offset, int32_t raw) {
+    ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+    std::memcpy(reinterpret_cast<char*>(&c) + offset, &raw, sizeof raw);
+    auto r = read_config(&c);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code == SSD_ERROR_INVALID_CONFIG);
+    return r.status().detail;
+  };
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, kernel), 12345), "kernel: unknown id 12345 (legal: 1 chunk_cumsum_fwd"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, kernel), -1), "kernel: unknown id -1"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, dtype), 12345), "dtype: unknown value 12345 (legal: 1 bf16"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, mode), 2), "mode: unknown value 2 (legal: 0 deterministic, 1 fast)"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, arch), 12345), "arch: unknown value 12345 (legal: 80 sm_80"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, arch), int32_t(0x80000000u)), "arch: unknown value"));
 }
 
 TEST_CASE("JSON round trip and errors") {
