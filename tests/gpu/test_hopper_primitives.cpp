@@ -36,7 +36,7 @@ CUmodule hopper_module() {
   static CUmodule module = [] {
     ssd::GeneratedUnit u;
     u.file_name = "hopper_primitives_test.cu";
-    u.source = "#define SSD_MBARRIER_SPIN_LIMIT (1ll << 26)\n" + hopper_test::kernel_source();
+    u.source = "#define SSD_MBARRIER_SPIN_LIMIT (1ll << 22)\n" + hopper_test::kernel_source();
     u.symbol = hopper_test::kCopySw128;
     auto headers = ssd::template_closure(u.source);
     REQUIRE(headers.ok());

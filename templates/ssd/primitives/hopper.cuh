@@ -28,7 +28,7 @@
 #pragma once
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "ssd/primitives/hopper.cuh needs the sm_90a target (--gpu-architecture=sm_90a): wgmma and setmaxnreg exist only there"
+#error "ssd/primitives/hopper.cuh needs the sm_90a target (--gpu-architecture=sm_90a): wgmma, setmaxnreg"
 #endif
 
 #include "ssd/primitives/mma.cuh"
@@ -121,9 +121,8 @@ __device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
 // box size is always counted in the transaction bytes.
 __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, unsigned long long* bar, int c0, int c1) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+      ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
 // Same for a 3-D tensor map (c0 innermost).
@@ -264,7 +263,9 @@ struct WgAcc {
   float x[kRegs];
 
   // Row / column of register i for warpgroup thread t (0..127).
-  static __host__ __device__ constexpr int row_of(int t, int i) { return (t >> 5) * 16 + ((t & 31) >> 2) + 8 * ((i >> 1) & 1); }
+  static __host__ __device__ constexpr int row_of(int t, int i) {
+    return (t >> 5) * 16 + ((t & 31) >> 2) + 8 * ((i >> 1) & 1);
+  }
   static __host__ __device__ constexpr int col_of(int t, int i) { return (i >> 2) * 8 + (t & 3) * 2 + (i & 1); }
   // The same for the calling thread.
   static __device__ __forceinline__ int row(int i) { return row_of(int(threadIdx.x & 127), i); }
@@ -298,131 +299,70 @@ __device__ __forceinline__ void fence_operand(WgAcc<N>& acc) {
   for (int i = 0; i < WgAcc<N>::kRegs; ++i) asm volatile("" : "+f"(acc.x[i])::"memory");
 }
 
-// The asm operand lists of wgmma.mma_async, one per N (mechanical; the accumulators come first).
-// m64n32k16: 16 fp32 accumulators per thread, asm operands %0..%15.
-#define SSD_WGMMA_D32 \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
-  "}"
-#define SSD_WGMMA_D32_OUT \
+// The asm operand lists of wgmma.mma_async: the fp32 accumulators are asm operands %0..%(N/2-1),
+// built from blocks of 16 (SSD_WGMMA_Rk: the operand names, SSD_WGMMA_Ok: the constraints of
+// d[16k..16k+15]).
+#define SSD_WGMMA_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define SSD_WGMMA_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define SSD_WGMMA_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define SSD_WGMMA_R3 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define SSD_WGMMA_R4 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define SSD_WGMMA_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define SSD_WGMMA_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define SSD_WGMMA_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define SSD_WGMMA_O0 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-
-// m64n64k16: 32 fp32 accumulators per thread, asm operands %0..%31.
-#define SSD_WGMMA_D64 \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-  "}"
-#define SSD_WGMMA_D64_OUT \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+#define SSD_WGMMA_O1 \
   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-
-// m64n128k16: 64 fp32 accumulators per thread, asm operands %0..%63.
-#define SSD_WGMMA_D128 \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-  "}"
-#define SSD_WGMMA_D128_OUT \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+#define SSD_WGMMA_O2 \
   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define SSD_WGMMA_O3 \
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
-// m64n256k16: 128 fp32 accumulators per thread, asm operands %0..%127.
-#define SSD_WGMMA_D256 \
-  "{" \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-  "}"
-#define SSD_WGMMA_D256_OUT \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+#define SSD_WGMMA_O4 \
   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+#define SSD_WGMMA_O5 \
   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define SSD_WGMMA_O6 \
   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+#define SSD_WGMMA_O7 \
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define SSD_WGMMA_D32 "{" SSD_WGMMA_R0 "}"
+#define SSD_WGMMA_D32_OUT SSD_WGMMA_O0
+#define SSD_WGMMA_D64 "{" SSD_WGMMA_R0 ", " SSD_WGMMA_R1 "}"
+#define SSD_WGMMA_D64_OUT SSD_WGMMA_O0, SSD_WGMMA_O1
+#define SSD_WGMMA_D128 "{" SSD_WGMMA_R0 ", " SSD_WGMMA_R1 ", " SSD_WGMMA_R2 ", " SSD_WGMMA_R3 "}"
+#define SSD_WGMMA_D128_OUT SSD_WGMMA_O0, SSD_WGMMA_O1, SSD_WGMMA_O2, SSD_WGMMA_O3
+#define SSD_WGMMA_D256 "{" SSD_WGMMA_R0 ", " SSD_WGMMA_R1 ", " SSD_WGMMA_R2 ", " SSD_WGMMA_R3 ", " SSD_WGMMA_R4 ", " SSD_WGMMA_R5 ", " SSD_WGMMA_R6 ", " SSD_WGMMA_R7 "}"
+#define SSD_WGMMA_D256_OUT SSD_WGMMA_O0, SSD_WGMMA_O1, SSD_WGMMA_O2, SSD_WGMMA_O3, SSD_WGMMA_O4, SSD_WGMMA_O5, SSD_WGMMA_O6, SSD_WGMMA_O7
 
-#define SSD_WGMMA_SS_N32(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %18, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " SSD_WGMMA_D32 \
-               ", %16, %17, p, 1, 1, %19, %20; }\n" \
-               : SSD_WGMMA_D32_OUT \
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B) \
+#define SSD_WGMMA_STR2(x) #x
+#define SSD_WGMMA_STR(x) SSD_WGMMA_STR2(x)
+// One wgmma.mma_async m64nNk16 with fp32 accumulators %0..%(N/2-1), then the operands whose asm numbers
+// are given (the preprocessor cannot add): A and B descriptors, scale-d, transpose flags (SS); the
+// four A registers, the B descriptor, scale-d, B's transpose flag (RS).
+#define SSD_WGMMA_SS(N, TY, A, B, SCALE, TA, TB)                                                          \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %" SSD_WGMMA_STR(SCALE) ", 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n" SSD_WGMMA_STR(N) "k16.f32." TY "." TY " " SSD_WGMMA_D##N \
+               ", %" SSD_WGMMA_STR(A) ", %" SSD_WGMMA_STR(B) ", p, 1, 1, %" SSD_WGMMA_STR(TA) ", %"         \
+               SSD_WGMMA_STR(TB) "; }\n"                                                                  \
+               : SSD_WGMMA_D##N##_OUT                                                                     \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B)                       \
                : "memory")
-#define SSD_WGMMA_RS_N32(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %21, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " SSD_WGMMA_D32 \
-               ", {%16, %17, %18, %19}, %20, p, 1, 1, %22; }\n" \
-               : SSD_WGMMA_D32_OUT \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B) \
-               : "memory")
-#define SSD_WGMMA_SS_N64(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " SSD_WGMMA_D64 \
-               ", %32, %33, p, 1, 1, %35, %36; }\n" \
-               : SSD_WGMMA_D64_OUT \
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B) \
-               : "memory")
-#define SSD_WGMMA_RS_N64(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " SSD_WGMMA_D64 \
-               ", {%32, %33, %34, %35}, %36, p, 1, 1, %38; }\n" \
-               : SSD_WGMMA_D64_OUT \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B) \
-               : "memory")
-#define SSD_WGMMA_SS_N128(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " SSD_WGMMA_D128 \
-               ", %64, %65, p, 1, 1, %67, %68; }\n" \
-               : SSD_WGMMA_D128_OUT \
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B) \
-               : "memory")
-#define SSD_WGMMA_RS_N128(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " SSD_WGMMA_D128 \
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, %70; }\n" \
-               : SSD_WGMMA_D128_OUT \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B) \
-               : "memory")
-#define SSD_WGMMA_SS_N256(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " SSD_WGMMA_D256 \
-               ", %128, %129, p, 1, 1, %131, %132; }\n" \
-               : SSD_WGMMA_D256_OUT \
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B) \
-               : "memory")
-#define SSD_WGMMA_RS_N256(TY) \
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %133, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " SSD_WGMMA_D256 \
-               ", {%128, %129, %130, %131}, %132, p, 1, 1, %134; }\n" \
-               : SSD_WGMMA_D256_OUT \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B) \
+#define SSD_WGMMA_RS(N, TY, A0, A1, A2, A3, B, SCALE, TB)                                                 \
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %" SSD_WGMMA_STR(SCALE) ", 0;\n"                           \
+               "wgmma.mma_async.sync.aligned.m64n" SSD_WGMMA_STR(N) "k16.f32." TY "." TY " " SSD_WGMMA_D##N \
+               ", {%" SSD_WGMMA_STR(A0) ", %" SSD_WGMMA_STR(A1) ", %" SSD_WGMMA_STR(A2) ", %"               \
+               SSD_WGMMA_STR(A3) "}, %" SSD_WGMMA_STR(B) ", p, 1, 1, %" SSD_WGMMA_STR(TB) "; }\n"          \
+               : SSD_WGMMA_D##N##_OUT                                                                     \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B)      \
                : "memory")
 
 // acc (+)= A * B on the tensor cores, m64 nN k16, fp32 accumulate, T = bf16 or fp16; asynchronous:
@@ -439,14 +379,26 @@ __device__ __forceinline__ void mma_ss(WgAcc<N>& acc, unsigned long long desc_a,
   const int scale_d = accumulate ? 1 : 0;
   constexpr bool kBf16 = same_type<T, bf16>::value;
   if constexpr (N == 32) {
-    if constexpr (kBf16) SSD_WGMMA_SS_N32("bf16"); else SSD_WGMMA_SS_N32("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_SS(32, "bf16", 16, 17, 18, 19, 20);
+    else
+      SSD_WGMMA_SS(32, "f16", 16, 17, 18, 19, 20);
   } else if constexpr (N == 64) {
-    if constexpr (kBf16) SSD_WGMMA_SS_N64("bf16"); else SSD_WGMMA_SS_N64("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_SS(64, "bf16", 32, 33, 34, 35, 36);
+    else
+      SSD_WGMMA_SS(64, "f16", 32, 33, 34, 35, 36);
   } else if constexpr (N == 128) {
-    if constexpr (kBf16) SSD_WGMMA_SS_N128("bf16"); else SSD_WGMMA_SS_N128("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_SS(128, "bf16", 64, 65, 66, 67, 68);
+    else
+      SSD_WGMMA_SS(128, "f16", 64, 65, 66, 67, 68);
   } else {
     static_assert(N == 256, "wgmma wrappers exist for N = 32, 64, 128, 256");
-    if constexpr (kBf16) SSD_WGMMA_SS_N256("bf16"); else SSD_WGMMA_SS_N256("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_SS(256, "bf16", 128, 129, 130, 131, 132);
+    else
+      SSD_WGMMA_SS(256, "f16", 128, 129, 130, 131, 132);
   }
 }
 // The same with A from registers: warp w of the warpgroup passes rows 16w..16w+15 of the 64 x 16 A
@@ -460,17 +412,49 @@ __device__ __forceinline__ void mma_rs(WgAcc<N>& acc, const FragA& a_frag, unsig
   const int scale_d = accumulate ? 1 : 0;
   constexpr bool kBf16 = same_type<T, bf16>::value;
   if constexpr (N == 32) {
-    if constexpr (kBf16) SSD_WGMMA_RS_N32("bf16"); else SSD_WGMMA_RS_N32("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_RS(32, "bf16", 16, 17, 18, 19, 20, 21, 22);
+    else
+      SSD_WGMMA_RS(32, "f16", 16, 17, 18, 19, 20, 21, 22);
   } else if constexpr (N == 64) {
-    if constexpr (kBf16) SSD_WGMMA_RS_N64("bf16"); else SSD_WGMMA_RS_N64("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_RS(64, "bf16", 32, 33, 34, 35, 36, 37, 38);
+    else
+      SSD_WGMMA_RS(64, "f16", 32, 33, 34, 35, 36, 37, 38);
   } else if constexpr (N == 128) {
-    if constexpr (kBf16) SSD_WGMMA_RS_N128("bf16"); else SSD_WGMMA_RS_N128("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_RS(128, "bf16", 64, 65, 66, 67, 68, 69, 70);
+    else
+      SSD_WGMMA_RS(128, "f16", 64, 65, 66, 67, 68, 69, 70);
   } else {
     static_assert(N == 256, "wgmma wrappers exist for N = 32, 64, 128, 256");
-    if constexpr (kBf16) SSD_WGMMA_RS_N256("bf16"); else SSD_WGMMA_RS_N256("f16");
+    if constexpr (kBf16)
+      SSD_WGMMA_RS(256, "bf16", 128, 129, 130, 131, 132, 133, 134);
+    else
+      SSD_WGMMA_RS(256, "f16", 128, 129, 130, 131, 132, 133, 134);
   }
 }
 
+#undef SSD_WGMMA_STR2
+#undef SSD_WGMMA_STR
+#undef SSD_WGMMA_SS
+#undef SSD_WGMMA_RS
+#undef SSD_WGMMA_R0
+#undef SSD_WGMMA_O0
+#undef SSD_WGMMA_R1
+#undef SSD_WGMMA_O1
+#undef SSD_WGMMA_R2
+#undef SSD_WGMMA_O2
+#undef SSD_WGMMA_R3
+#undef SSD_WGMMA_O3
+#undef SSD_WGMMA_R4
+#undef SSD_WGMMA_O4
+#undef SSD_WGMMA_R5
+#undef SSD_WGMMA_O5
+#undef SSD_WGMMA_R6
+#undef SSD_WGMMA_O6
+#undef SSD_WGMMA_R7
+#undef SSD_WGMMA_O7
 #undef SSD_WGMMA_D32
 #undef SSD_WGMMA_D32_OUT
 #undef SSD_WGMMA_D64
@@ -538,7 +522,9 @@ struct Pipeline {
     return &full[st.index];
   }
   // Producer (ordinary stores): slot st.index is written.
-  __device__ __forceinline__ void producer_commit(const PipelineState<STAGES>& st) { ptx::mbarrier_arrive(&full[st.index]); }
+  __device__ __forceinline__ void producer_commit(const PipelineState<STAGES>& st) {
+    ptx::mbarrier_arrive(&full[st.index]);
+  }
   // Consumer: waits until slot st.index holds data.
   __device__ __forceinline__ void consumer_wait(const PipelineState<STAGES>& st) {
     ptx::mbarrier_wait(&full[st.index], st.phase);
