@@ -207,7 +207,10 @@ __device__ __forceinline__ void gemm(const TensorMap* map_a, const TensorMap* ma
       PipelineState<kStages> st;
       for (int kt = 0; kt < k_tiles; ++kt) {
         pipe.producer_acquire(st);
-        unsigned long long* bar = pipe.producer_expect_tx(st, kSlotBytes);
+        // LAYOUT 1 announces B's bytes apart (expect_tx, no arrival) before the arrival that carries A's:
+        // the phase cannot complete before both are counted.
+        if constexpr (LAYOUT == 1) ptx::mbarrier_expect_tx(&pipe.full[st.index], kBBytes);
+        unsigned long long* bar = pipe.producer_expect_tx(st, LAYOUT == 1 ? kABytes : kSlotBytes);
         unsigned char* a_s = slots + st.index * kSlotBytes;
         unsigned char* b_s = a_s + kABytes;
         ptx::tma_load_2d(a_s, map_a, bar, kt * kKT, 0);

@@ -42,7 +42,8 @@ TEST_CASE("hopper primitives: the test kernels compile for sm_90a and their PTX 
   REQUIRE_MESSAGE(ptx.ok(), ptx.status().detail);
   for (const char* instruction :
        {"mbarrier.init.shared::cta.b64", "fence.mbarrier_init.release.cluster", "mbarrier.arrive.shared::cta.b64",
-        "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
+        "mbarrier.arrive.expect_tx.shared::cta.b64",
+        "mbarrier.expect_tx.relaxed.cta.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
         "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group", "cp.async.bulk.shared::cluster.global",
