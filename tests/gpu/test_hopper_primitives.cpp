@@ -66,6 +66,15 @@ CUtensorMap encode(const ssd::cuda::TensorMapDesc& d) {
   return *map;
 }
 
+// "equal", or where two arrays of 16-bit values first differ (row, column of a matrix `cols` wide).
+std::string first_difference(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, int cols) {
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i])
+      return "first difference at row " + std::to_string(i / cols) + ", column " + std::to_string(i % cols) +
+             ": got " + std::to_string(got[i]) + ", want " + std::to_string(want[i]);
+  return "equal";
+}
+
 std::vector<uint16_t> random_bits(size_t n) {
   std::vector<uint16_t> v(n);
   for (uint16_t& x : v) x = uint16_t(rng()());
@@ -108,8 +117,8 @@ TEST_CASE("hopper: TMA tiles through the Pipeline copy a bf16 matrix bitwise (no
       launch(kernel, grid, hopper_test::kCopyThreads, hopper_test::kCopySharedBytes, {&in_map, &out_map, &out_ptr, &r, &c});
       std::vector<uint16_t> got_ld = out_ld.to_host<uint16_t>(host.size());
       std::vector<uint16_t> got_tma = out_tma.to_host<uint16_t>(host.size());
-      CHECK(std::memcmp(got_ld.data(), host.data(), bytes) == 0);
-      CHECK(std::memcmp(got_tma.data(), host.data(), bytes) == 0);
+      CHECK(first_difference(got_ld, host, cols) == "equal");
+      CHECK(first_difference(got_tma, host, cols) == "equal");
     }
 }
 
@@ -171,16 +180,24 @@ TEST_CASE("hopper: wgmma GEMMs (TMA + Pipeline + setmaxnreg) match a float64 GEM
     launch(name, 1, hopper_test::gemm_threads(v.consumers), hopper_test::gemm_shared_bytes(v.consumers, N),
            {&map_a, &map_b, &pa, &pb, &pd, &k});
     const std::vector<float> got = d_d.to_host<float>(size_t(M) * N);
-    double err = 0, norm = 0;
+    double err = 0, norm = 0, worst = -1;
+    size_t worst_at = 0;
     bool finite = true;
     for (size_t i = 0; i < got.size(); ++i) {
       finite &= std::isfinite(got[i]);
-      err += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+      const double e = std::fabs(double(got[i]) - ref[i]);
+      err += e * e;
       norm += ref[i] * ref[i];
+      if (!(e <= worst)) {  // NaN counts as the worst
+        worst = std::isnan(e) ? INFINITY : e;
+        worst_at = i;
+      }
     }
-    CHECK(finite);
     const double rel_l2 = std::sqrt(err / norm);
-    CAPTURE(rel_l2);
+    // Where it is worst (a layout or descriptor error shows as a pattern of rows or columns).
+    INFO("rel_l2 " << rel_l2 << "; worst at row " << worst_at / N << ", column " << worst_at % N << ": got "
+                   << got[worst_at] << ", want " << ref[worst_at]);
+    CHECK(finite);
     CHECK(rel_l2 < 1e-5);
   }
 }
