@@ -46,7 +46,8 @@ inline const GemmVariant kGemmVariants[] = {
     {"bf16", 64, 1, kKMajorSw128},      {"bf16", 128, 1, kKMajorSw128},     {"bf16", 256, 1, kKMajorSw128},
     {"bf16", 128, 2, kKMajorSw128},     {"fp16", 128, 1, kKMajorSw128},     {"bf16", 128, 1, kBMnMajorSw128},
     {"bf16", 64, 2, kBMnMajorSw128},    {"bf16", 128, 1, kKMajorInterleave}, {"fp16", 64, 2, kKMajorInterleave},
-    {"bf16", 128, 1, kARegisters},      {"fp16", 256, 2, kARegisters},
+    {"bf16", 128, 1, kARegisters},      {"fp16", 256, 2, kARegisters},       {"bf16", 32, 1, kKMajorSw128},
+    {"fp16", 32, 2, kARegisters},
 };
 
 inline std::string kernel_source() {

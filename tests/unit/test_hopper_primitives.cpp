@@ -56,7 +56,8 @@ TEST_CASE("hopper primitives: the test kernels compile for sm_90a and their PTX 
   }
   // One wgmma shape per instantiated (N, dtype); both operand sources.
   for (const char* shape : {"m64n64k16.f32.bf16.bf16", "m64n128k16.f32.bf16.bf16", "m64n256k16.f32.bf16.bf16",
-                            "m64n128k16.f32.f16.f16", "m64n64k16.f32.f16.f16", "m64n256k16.f32.f16.f16"}) {
+                            "m64n128k16.f32.f16.f16", "m64n64k16.f32.f16.f16", "m64n256k16.f32.f16.f16",
+                            "m64n32k16.f32.bf16.bf16", "m64n32k16.f32.f16.f16"}) {
     CAPTURE(shape);
     CHECK(ptx->find(std::string("wgmma.mma_async.sync.aligned.") + shape) != std::string::npos);
   }
@@ -64,6 +65,13 @@ TEST_CASE("hopper primitives: the test kernels compile for sm_90a and their PTX 
   for (const hopper_test::GemmVariant& v : hopper_test::kGemmVariants)
     CHECK(ptx->find(".entry " + hopper_test::gemm_name(v.dtype, v.n, v.consumers, v.layout)) != std::string::npos);
   CHECK(count(*ptx, "wgmma.mma_async") >= 4 * (std::size(hopper_test::kGemmVariants)));
+  // The register-A form: the accumulator list is followed by a list of four A registers.
+  bool register_a = false;
+  for (size_t at = ptx->find("wgmma.mma_async"); at != std::string::npos; at = ptx->find("wgmma.mma_async", at + 1)) {
+    const std::string line = ptx->substr(at, ptx->find('\n', at) - at);
+    register_a |= line.find("}, {%r") != std::string::npos;
+  }
+  CHECK(register_a);
 }
 
 TEST_CASE("hopper primitives: the cubin builds for sm_90a, setmaxnreg is honoured, nothing spills") {
