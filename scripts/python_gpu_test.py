@@ -362,6 +362,16 @@ def section_compile_and_graphs():
     except Exception as e:  # noqa: BLE001
         record("torch.compile(fullgraph=True)", False, f"{type(e).__name__}: {str(e)[:300]}")
     try:
+        torch._dynamo.reset()
+        overhead = torch.compile(f, fullgraph=True, mode="reduce-overhead")  # CUDA graphs (cudagraph trees)
+        for _ in range(3):  # warm-up, record, replay
+            out, fin = step(overhead)
+        ok_ro = same_bits(eager, snapshot(out, fin, leaves))
+        record("torch.compile(mode=\"reduce-overhead\")", ok_ro, "replayed graph bitwise equal to eager"
+               if ok_ro else "differs from eager")
+    except Exception as e:  # noqa: BLE001
+        record("torch.compile(mode=\"reduce-overhead\")", False, f"{type(e).__name__}: {str(e)[:300]}")
+    try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

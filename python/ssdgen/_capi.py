@@ -78,6 +78,16 @@ class BackwardArgs(ctypes.Structure):
                 + [(name, Tensor) for name in BACKWARD_TENSORS])
 
 
+class PrepareOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("arch", ctypes.c_int32), ("mode", ctypes.c_int32),
+                ("jobs", ctypes.c_int32)]
+
+
+class PrepareReport(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("kernels", ctypes.c_int32), ("compiled", ctypes.c_int32),
+                ("from_disk", ctypes.c_int32), ("from_memory", ctypes.c_int32), ("seconds", ctypes.c_double)]
+
+
 # The structs the bindings pass, by C name (the layout test walks this table).
 STRUCTS = {
     "ssd_tile": Tile,
@@ -87,6 +97,11 @@ STRUCTS = {
     "ssd_forward_args": ForwardArgs,
     "ssd_forward_layout": ForwardLayout,
     "ssd_backward_args": BackwardArgs,
+}
+# Declared by newer headers only (ssd_forward_prepare / ssd_backward_prepare).
+OPTIONAL_STRUCTS = {
+    "ssd_prepare_options": PrepareOptions,
+    "ssd_prepare_report": PrepareReport,
 }
 
 _P = ctypes.c_void_p
@@ -110,7 +125,18 @@ _SIGNATURES = {
 
 # Optional entry points (newer libraries): name -> (restype, argtypes). Looked up with hasattr, so a
 # library without them still loads; callers check `has(name)`.
-_OPTIONAL_SIGNATURES = {}
+_OPTIONAL_SIGNATURES = {
+    "ssd_prepare_options_init": (None, [ctypes.POINTER(PrepareOptions)]),
+    "ssd_forward_prepare": (_STATUS, [_P, ctypes.POINTER(ForwardArgs), ctypes.POINTER(PrepareOptions),
+                                      ctypes.POINTER(PrepareReport)]),
+    "ssd_backward_prepare": (_STATUS, [_P, ctypes.POINTER(BackwardArgs), ctypes.POINTER(PrepareOptions),
+                                       ctypes.POINTER(PrepareReport)]),
+}
+
+
+def has_prepare(lib):
+    """Whether the library builds a call's kernels ahead of it (ssd_forward_prepare & co)."""
+    return all(hasattr(lib, name) for name in _OPTIONAL_SIGNATURES)
 
 
 def _struct_size_of(init):
@@ -146,6 +172,8 @@ def check_layout(lib):
            "workspace_bytes": 0})
     check("ssd_backward_args_init", BackwardArgs,
           {"chunk_size": 256, "dt_softplus": 0, "dt_limit_lo": 0.0, "dt_limit_hi": math.inf, "mode": -1})
+    if has_prepare(lib):
+        check("ssd_prepare_options_init", PrepareOptions, {"arch": 0, "mode": -1, "jobs": 0})
     if problems:
         raise ImportError("ssdgen: the Python bindings (ssdgen/_capi.py) do not match the loaded library "
                           f"{getattr(lib, '_name', '?')}: " + "; ".join(problems) +

@@ -11,6 +11,7 @@ runs on the current stream of the inputs' device, takes its workspace from PyTor
 allocator and never synchronizes, so it can be captured in a CUDA graph (after one eager call has
 compiled and loaded its kernels).
 """
+import contextlib
 import ctypes
 import os
 from typing import Optional, Tuple
@@ -18,9 +19,9 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _capi, check, library, runtime
+from . import _capi, check, library, library_path, runtime
 
-__all__ = ["mamba_chunk_scan_combined", "SUPPORTED_CHUNK_SIZES", "SUPPORTED_HEADDIMS", "SUPPORTED_DSTATES",
+__all__ = ["mamba_chunk_scan_combined", "prepare", "SUPPORTED_CHUNK_SIZES", "SUPPORTED_HEADDIMS", "SUPPORTED_DSTATES",
            "MAX_HEADS_PER_GROUP"]
 
 # What the library serves (src/ops/ssd_forward.cpp check_forward_inputs, src/config/config.cpp).
@@ -50,11 +51,15 @@ _FAST_FROM_ENV = _parse_deterministic_env()
 
 # ---- the library calls ----------------------------------------------------------------------------
 
-def _ssd_tensor(t):
+# Stands in for a given tensor's pointer where nothing is launched (prepare: meta tensors have none).
+_PLACEHOLDER = 1 << 12
+
+
+def _ssd_tensor(t, placeholder=False):
     out = _capi.Tensor()
     if t is None:
         return out
-    out.data = t.data_ptr()
+    out.data = _PLACEHOLDER if placeholder else t.data_ptr()
     out.dtype = _SSD_DTYPE[t.dtype]
     out.ndim = t.dim()
     for i, (size, stride) in enumerate(zip(t.shape, t.stride())):
@@ -87,13 +92,8 @@ def _forward_outputs(x, B, z, return_final_states):
     return out, out_x, final
 
 
-@torch.library.custom_op("ssdgen::chunk_scan_combined_fwd", mutates_args=(), device_types="cuda")
-def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor],
-                             z: Optional[Tensor], dt_bias: Optional[Tensor], initial_states: Optional[Tensor],
-                             seq_idx: Optional[Tensor], chunk_size: int, dt_softplus: bool, dt_limit_lo: float,
-                             dt_limit_hi: float, return_final_states: bool,
-                             fast: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    out, out_x, final = _forward_outputs(x, B, z, return_final_states)
+def _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo,
+                  dt_limit_hi, out=None, out_x=None, final_states=None, placeholders=False):
     args = _capi.ForwardArgs()
     library.ssd_forward_args_init(ctypes.byref(args))
     args.chunk_size = chunk_size
@@ -101,12 +101,73 @@ def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Ten
     args.dt_limit_lo = dt_limit_lo
     args.dt_limit_hi = dt_limit_hi
     for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
-                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("out", out)):
-        setattr(args, name, _ssd_tensor(t))
-    if z is not None:
-        args.out_x = _ssd_tensor(out_x)
-    if return_final_states:
-        args.final_states = _ssd_tensor(final)
+                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("out", out), ("out_x", out_x),
+                    ("final_states", final_states)):
+        setattr(args, name, _ssd_tensor(t, placeholders))
+    return args
+
+
+def _backward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo,
+                   dt_limit_hi, fast, out_x=None, dout=None, dfinal_states=None, grads=None, placeholders=False):
+    args = _capi.BackwardArgs()
+    library.ssd_backward_args_init(ctypes.byref(args))
+    args.chunk_size = chunk_size
+    args.dt_softplus = int(dt_softplus)
+    args.dt_limit_lo = dt_limit_lo
+    args.dt_limit_hi = dt_limit_hi
+    args.mode = _capi.MODE_FAST if fast else _capi.MODE_DETERMINISTIC
+    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
+                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("out_x", out_x), ("dout", dout),
+                    ("dfinal_states", dfinal_states)):
+        setattr(args, name, _ssd_tensor(t, placeholders))
+    if grads is not None:
+        dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = grads
+        for name, t, given in (("dx", dx, True), ("ddt", ddt, True), ("dA", dA, True), ("dB", dB, True),
+                               ("dC", dC, True), ("dD", dD, D is not None), ("dz", dz, z is not None),
+                               ("ddt_bias", ddt_bias, dt_bias is not None),
+                               ("dinitial_states", dinit, initial_states is not None)):
+            if given:
+                setattr(args, name, _ssd_tensor(t, placeholders))
+    return args
+
+
+# ---- building a specialization's kernels ahead of its first call --------------------------------
+
+_HAS_PREPARE = _capi.has_prepare(library)
+_prepared = set()
+
+
+def _spec_key(x, dt, B, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, fast):
+    """What selects the kernels of a call (besides the device): dtypes, sizes, options, mode."""
+    return (x.device, x.dtype, dt.dtype, chunk_size, x.shape[3], B.shape[3], x.shape[2] // B.shape[2],
+            D.dim() if D is not None else 0, z is not None, dt_bias is not None, initial_states is not None,
+            seq_idx is not None, bool(dt_softplus), bool(fast))
+
+
+def _prepare_once(kind, args, fast, key):
+    """The first call of a specialization builds all of its kernels at once, in parallel
+    (ssd_forward_prepare / ssd_backward_prepare, where the library has them), instead of one after
+    another inside the call. Failures are left to the call, which reports them itself."""
+    if not _HAS_PREPARE or (kind, key) in _prepared:
+        return
+    options = _capi.PrepareOptions()
+    library.ssd_prepare_options_init(ctypes.byref(options))
+    options.mode = _capi.MODE_FAST if fast else _capi.MODE_DETERMINISTIC
+    fn = library.ssd_forward_prepare if kind == "forward" else library.ssd_backward_prepare
+    if fn(runtime(), ctypes.byref(args), ctypes.byref(options), None) == 0:
+        _prepared.add((kind, key))
+
+
+@torch.library.custom_op("ssdgen::chunk_scan_combined_fwd", mutates_args=(), device_types="cuda")
+def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor],
+                             z: Optional[Tensor], dt_bias: Optional[Tensor], initial_states: Optional[Tensor],
+                             seq_idx: Optional[Tensor], chunk_size: int, dt_softplus: bool, dt_limit_lo: float,
+                             dt_limit_hi: float, return_final_states: bool,
+                             fast: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    out, out_x, final = _forward_outputs(x, B, z, return_final_states)
+    args = _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
+                         dt_limit_lo, dt_limit_hi, out, out_x if z is not None else None,
+                         final if return_final_states else None)
     layout = _capi.ForwardLayout()
     layout.struct_size = ctypes.sizeof(layout)
     check(library.ssd_forward_workspace_layout(ctypes.byref(args), ctypes.byref(layout)),
@@ -117,6 +178,8 @@ def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Ten
     # The device's primary context becomes current (PyTorch's), so the runtime loads and launches
     # the kernels in the context that owns the tensors and the stream.
     with torch.cuda.device(x.device):
+        _prepare_once("forward", args, fast, _spec_key(x, dt, B, D, z, dt_bias, initial_states, seq_idx, chunk_size,
+                                                       dt_softplus, fast))
         keep, ws = _workspace(layout.total_bytes, x.device)
         args.workspace = ws
         args.workspace_bytes = layout.total_bytes
@@ -165,28 +228,13 @@ def _chunk_scan_combined_bwd(dout: Tensor, dfinal_states: Optional[Tensor], x: T
             dfinal_states = dfinal_states.float()
         if dfinal_states.stride(3) != 1 or dfinal_states.stride(2) != n:
             dfinal_states = dfinal_states.contiguous()  # the p*n axis is read with one stride
-    args = _capi.BackwardArgs()
-    library.ssd_backward_args_init(ctypes.byref(args))
-    args.chunk_size = chunk_size
-    args.dt_softplus = int(dt_softplus)
-    args.dt_limit_lo = dt_limit_lo
-    args.dt_limit_hi = dt_limit_hi
-    args.mode = _capi.MODE_FAST if fast else _capi.MODE_DETERMINISTIC
-    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
-                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("out_x", out_x), ("dout", dout),
-                    ("dfinal_states", dfinal_states), ("dx", dx), ("ddt", ddt), ("dA", dA), ("dB", dB), ("dC", dC)):
-        setattr(args, name, _ssd_tensor(t))
-    if D is not None:
-        args.dD = _ssd_tensor(dD)
-    if z is not None:
-        args.dz = _ssd_tensor(dz)
-    if dt_bias is not None:
-        args.ddt_bias = _ssd_tensor(ddt_bias)
-    if initial_states is not None:
-        args.dinitial_states = _ssd_tensor(dinit)
+    args = _backward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
+                          dt_limit_lo, dt_limit_hi, fast, out_x, dout, dfinal_states, grads)
     size = ctypes.c_size_t()
     check(library.ssd_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)), "ssd_backward_workspace_size")
     with torch.cuda.device(x.device):
+        _prepare_once("backward", args, fast, _spec_key(x, dt, B, D, z, dt_bias, initial_states, seq_idx, chunk_size,
+                                                        dt_softplus, fast))
         keep, ws = _workspace(size.value, x.device)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         check(library.ssd_backward(runtime(), ctypes.byref(args), ws, size.value, stream), "ssd_backward")
@@ -248,22 +296,10 @@ def _to_fp32(t):
     return t if t.dtype == torch.float32 else t.to(torch.float32)
 
 
-def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                              seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
-                              return_final_states=False, return_varlen_states=False, state_dtype=None,
-                              deterministic=True):
-    """mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined on ssdgen's kernels.
-
-    Shapes as upstream: x (b, L, h, p), dt (b, L, h), A (h), B and C (b, L, g, n), D (h) or (h, p),
-    z (b, L, h, p), dt_bias (h), initial_states (b, h, p, n), seq_idx (b, L). Returns out
-    (b, L, h, p, x's dtype), or (out, final_states) with final_states (b, h, p, n, float32) when
-    return_final_states. Gradients flow to x, dt, A, B, C, D, z, dt_bias and initial_states, and
-    from final_states.
-
-    deterministic=True (default): every gradient bitwise reproducible (same bits for any batch
-    composition and run); deterministic=False or SSDGEN_DETERMINISTIC=0 at import: fast mode
-    (atomics in the backward's reductions). Supported set and refusals: docs/python.md.
-    """
+def _checked_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit,
+                    return_varlen_states, state_dtype):
+    """The arguments as the operators take them (dtypes and layouts of the library), or the error
+    that names the argument."""
     # Refusals of what upstream accepts but ssdgen does not serve (NotImplementedError), then the
     # arguments' own consistency (TypeError / ValueError); each message starts with the argument.
     if return_varlen_states:
@@ -368,8 +404,80 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
             initial_states = initial_states.contiguous()  # the p*n axis is read with one stride
     if seq_idx is not None and seq_idx.dtype != torch.int32:
         seq_idx = seq_idx.to(torch.int32)
+    return x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, lo, hi
+
+
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                              seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                              return_final_states=False, return_varlen_states=False, state_dtype=None,
+                              deterministic=True):
+    """mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined on ssdgen's kernels.
+
+    Shapes as upstream: x (b, L, h, p), dt (b, L, h), A (h), B and C (b, L, g, n), D (h) or (h, p),
+    z (b, L, h, p), dt_bias (h), initial_states (b, h, p, n), seq_idx (b, L). Returns out
+    (b, L, h, p, x's dtype), or (out, final_states) with final_states (b, h, p, n, float32) when
+    return_final_states. Gradients flow to x, dt, A, B, C, D, z, dt_bias and initial_states, and
+    from final_states.
+
+    deterministic=True (default): every gradient bitwise reproducible (same bits for any batch
+    composition and run); deterministic=False or SSDGEN_DETERMINISTIC=0 at import: fast mode
+    (atomics in the backward's reductions). Supported set and refusals: docs/python.md.
+    """
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, lo, hi = _checked_inputs(
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit,
+        return_varlen_states, state_dtype)
     fast = (not deterministic) or _FAST_FROM_ENV
     out, _, final_states = torch.ops.ssdgen.chunk_scan_combined_fwd(
         x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, bool(dt_softplus), lo, hi,
         bool(return_final_states), fast)
     return (out, final_states) if return_final_states else out
+
+
+_ARCHS = {"sm_80": 80, "sm_90": 90, "sm_90a": 901, 80: 80, 90: 90, 901: 901}
+
+
+def prepare(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
+            dt_softplus=False, dt_limit=(0.0, float("inf")), deterministic=True, backward=True, arch=None, jobs=0):
+    """Build every kernel that mamba_chunk_scan_combined with these arguments (and, with backward,
+    its gradient) will use, several compiles in parallel, without launching anything: call it at
+    model load so that the first step does not compile. The tensors only give shapes and dtypes:
+    meta tensors do (then `arch` is required: "sm_80", "sm_90a"); with CUDA tensors and arch=None
+    the kernels are built for their device. Needs a library with ssd_forward_prepare; returns
+    {"forward": report, "backward": report} with the counts of kernels compiled, read from the disk
+    cache and found in memory, and the seconds taken."""
+    if not _HAS_PREPARE:
+        raise NotImplementedError(f"prepare: the loaded library ({library_path}) has no ssd_forward_prepare")
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, lo, hi = _checked_inputs(
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, None, dt_limit, False, None)
+    if arch is None and x.device.type != "cuda":
+        raise ValueError(f"arch: required for tensors on {x.device} (\"sm_80\", \"sm_90\", \"sm_90a\")")
+    if arch is not None and arch not in _ARCHS:
+        raise ValueError(f"arch: {arch!r} (legal: \"sm_80\", \"sm_90\", \"sm_90a\", or None for the tensors' device)")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs: {jobs!r} (legal: 0 = one per CPU, or a positive count)")
+    fast = (not deterministic) or _FAST_FROM_ENV
+    options = _capi.PrepareOptions()
+    library.ssd_prepare_options_init(ctypes.byref(options))
+    options.arch = _ARCHS[arch] if arch is not None else 0
+    options.mode = _capi.MODE_FAST if fast else _capi.MODE_DETERMINISTIC
+    options.jobs = jobs
+    # The outputs as the operators allocate them, described by meta tensors (nothing is allocated).
+    meta = [t.to("meta") if t is not None else None for t in (x, dt, A, B, C, D, z, dt_bias, initial_states)]
+    out, out_x, final = _forward_outputs(meta[0], meta[3], z, False)
+    out_x = out_x if z is not None else None
+    calls = [("forward", library.ssd_forward_prepare,
+              _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, lo, hi,
+                            out, out_x, placeholders=True))]
+    if backward:
+        grads = _backward_outputs(*meta)
+        calls.append(("backward", library.ssd_backward_prepare,
+                      _backward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
+                                     lo, hi, fast, out_x, out, None, grads, placeholders=True)))
+    reports = {}
+    with torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext():
+        for kind, fn, args in calls:
+            report = _capi.PrepareReport()
+            report.struct_size = ctypes.sizeof(report)
+            check(fn(runtime(), ctypes.byref(args), ctypes.byref(options), ctypes.byref(report)), f"ssd_{kind}_prepare")
+            reports[kind] = {name: getattr(report, name) for name, _ in _capi.PrepareReport._fields_[1:]}
+    return reports
