@@ -12,6 +12,7 @@ builds and installs the package, then runs this). Ends with a PASS/FAIL table; e
   opcheck     torch.library.opcheck on both operators (schema, fake, autograd registration, AOT)
   compile     eager vs torch.compile(fullgraph=True) vs CUDA-graph replay: bitwise equal
   repeat      20 backward passes: bitwise equal
+  layouts     dout expanded (out.sum()), transposed, sliced: the same gradients as contiguous
   batch       each sample alone vs in a batch of 4: bitwise equal (batch-summed gradients equal
               the ordered sum of the per-sample ones)
   training    a two-layer Mamba2-style model trained 5 steps, twice: bitwise identical weights
@@ -415,6 +416,30 @@ def section_repeat():
     record("20 repeated backward passes", same, "bitwise equal" if same else "gradients differ between passes")
 
 
+def section_layouts():
+    """The gradient of out as autograd hands it over: expanded (all strides 0, from out.sum()),
+    transposed, or sliced from a wider tensor: the same bits as the contiguous one."""
+    shape = dict(b=2, L=256, h=8, g=2, p=64, n=64, Q=128)
+    args, Q, kw, dout, dfinal = make_case(**shape, D="h", z=True, dt_bias=True, softplus=True, seed=650)
+    b, L, h, p = args[0].shape
+    variants = {
+        "contiguous ones": torch.ones(b, L, h, p, dtype=BF16, device=DEV),
+        "expanded ones (out.sum())": torch.ones((), dtype=BF16, device=DEV).expand(b, L, h, p),
+        "contiguous": dout,
+        "transposed (b, h, L, p) storage": dout.transpose(1, 2).contiguous().transpose(1, 2),
+        "slice of a wider tensor": torch.cat([dout, dout], dim=-1)[..., :p],
+    }
+    grads = {name: run_fn(mamba_chunk_scan_combined, args, Q, kw, d, dfinal)[1] for name, d in variants.items()}
+    bad = []
+    for name, base in (("expanded ones (out.sum())", "contiguous ones"), ("transposed (b, h, L, p) storage",
+                                                                          "contiguous"),
+                       ("slice of a wider tensor", "contiguous")):
+        if not same_bits(list(grads[name].values()), list(grads[base].values())):
+            bad.append(name)
+    record("dout layouts", not bad, "expanded, transposed and sliced dout: same bits as contiguous" if not bad
+           else f"differs from contiguous: {', '.join(bad)}")
+
+
 def section_batch():
     shape = dict(b=4, L=384, h=8, g=2, p=64, n=64, Q=128)
     args, Q, kw, dout, dfinal = make_case(**shape, D="h", z=True, dt_bias=True, softplus=True, init=True,
@@ -568,7 +593,8 @@ def first_call_cost():
 
 SECTIONS = [("import", None), ("first-call", first_call_cost), ("opcheck", section_opcheck),
             ("kwargs", section_kwargs), ("shapes", section_shapes), ("peer", None),
-            ("compile", section_compile_and_graphs), ("repeat", section_repeat), ("batch", section_batch),
+            ("compile", section_compile_and_graphs), ("repeat", section_repeat), ("layouts", section_layouts),
+            ("batch", section_batch),
             ("training", section_training), ("devices", section_devices), ("cold-capture", section_cold_capture)]
 
 

@@ -127,3 +127,20 @@ def test_compile_fullgraph_no_graph_break(backend):
         assert leaf.grad is not None and leaf.grad.shape == leaf.shape
     explanation = torch._dynamo.explain(loss_fn)(*inputs)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+def test_opcheck_on_meta():
+    # torch.library.opcheck runs both operators through their fake implementations (meta tensors):
+    # schema (no mutation, no aliasing), autograd registration, fake tensors, AOT dispatch with
+    # dynamic shapes (the backward formula traced).
+    args, kw = make("meta", D="hp", z=True, dt_bias=True, init_dtype=f32, seq_idx=True, requires_grad=True)
+    x, dt, A, B, C = args
+    fwd = (x, dt, A, B, C, kw["D"], kw["z"], kw["dt_bias"], kw["initial_states"], kw["seq_idx"], 64, True, 0.0,
+           float("inf"), True, False)
+    result = torch.library.opcheck(torch.ops.ssdgen.chunk_scan_combined_fwd.default, fwd)
+    assert set(result.values()) == {"SUCCESS"}, result
+    d = [t.detach() for t in (x, dt, A, B, C, kw["D"], kw["z"], kw["dt_bias"], kw["initial_states"])]
+    bwd = (torch.empty(b, L, h, p, dtype=bf16, device="meta"), torch.empty(b, h, p, n, device="meta"), *d,
+           kw["seq_idx"], torch.empty(b, L, h, p, dtype=bf16, device="meta"), 64, True, 0.0, float("inf"), False)
+    result = torch.library.opcheck(torch.ops.ssdgen.chunk_scan_combined_bwd.default, bwd)
+    assert set(result.values()) == {"SUCCESS"}, result
