@@ -7,6 +7,8 @@
 #   here:   bash scripts/fetch-gpu-deps.sh          (once; fills .deps/debs)
 #   device: run(command="bash scripts/python-gpu-test.sh [python_gpu_test.py options]",
 #               carry=[".deps", ".peer"])            (.peer: optional copy of mamba_ssm, see the script)
+#   Under the 10-minute limit of one call, split the sections if needed, e.g.
+#     --only=first-call,opcheck,kwargs,shapes   then   --only=peer,compile,repeat,layouts,batch,training,devices,cold-capture
 #
 # Logs go to $OUT (the device tool brings them back), else build-gpu/out.
 set -uo pipefail
@@ -21,7 +23,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 pylib=$root/build-gpu/pylib
 rm -rf "$pylib"
 start=$(date +%s)
-if ! CMAKE_PREFIX_PATH="$prefix/usr" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+# A kept build directory: a second call on a warm machine rebuilds nothing.
+if ! CMAKE_PREFIX_PATH="$prefix/usr" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) SKBUILD_BUILD_DIR="$root/build-gpu/skbuild" \
     python3 -m pip install "$root/python" --no-build-isolation --no-deps --no-index --target "$pylib" -v \
     >"$out/pip-install.log" 2>&1; then
   tail -40 "$out/pip-install.log"
