@@ -79,7 +79,7 @@ def seq_idx_rows(b, L, Q):
 
 
 def make_case(b, L, h, g, p, n, Q, dtype=BF16, dt_dtype=F32, D=None, z=False, dt_bias=False, softplus=False,
-              init=False, seq_idx=False, dt_limit=(0.0, INF), final=False, seed=0, strided=False):
+              init=False, seq_idx=False, dt_limit=(0.0, INF), final=False, seed=0, strided=False, transposed=False):
     gen = torch.Generator(device=DEV).manual_seed(seed)
 
     def randn(*shape, scale=1.0):
@@ -88,6 +88,8 @@ def make_case(b, L, h, g, p, n, Q, dtype=BF16, dt_dtype=F32, D=None, z=False, dt
     def rand(*shape):
         return torch.rand(*shape, device=DEV, generator=gen)
 
+    if strided and transposed:
+        raise ValueError("strided and transposed are exclusive")
     if strided:  # Mamba2: z, x, B, C, dt are slices of one in_proj output (b, L, 2hp + 2gn + h)
         width = 2 * h * p + 2 * g * n + h
         big = randn(b, L, width).to(dtype)
@@ -97,6 +99,11 @@ def make_case(b, L, h, g, p, n, Q, dtype=BF16, dt_dtype=F32, D=None, z=False, dt
         dt = (dd.float().sigmoid() * 2 - 1.5).to(dtype) if softplus else (dd.float().sigmoid() * 0.3).to(dtype)
         if dt.dtype != dt_dtype:
             dt = dt.to(dt_dtype)
+    elif transposed:  # innermost strides != 1: x, z (b, L, p, h) and B, C (b, L, n, g) storage
+        x = randn(b, L, p, h).to(dtype).transpose(2, 3)
+        Bm, Cm = randn(b, L, n, g).to(dtype).transpose(2, 3), randn(b, L, n, g).to(dtype).transpose(2, 3)
+        zt = randn(b, L, p, h).to(dtype).transpose(2, 3) if z else None
+        dt = ((rand(b, h, L) * 3.5 - 3.0) if softplus else (rand(b, h, L) * 0.3 + 0.01)).to(dt_dtype).transpose(1, 2)
     else:
         x = randn(b, L, h, p).to(dtype)
         Bm, Cm = randn(b, L, g, n).to(dtype), randn(b, L, g, n).to(dtype)
@@ -242,6 +249,7 @@ def section_shapes():
     variants += [("fp16", {}, dict(dtype=F16)), ("dt bf16", {}, dict(dt_dtype=BF16)),
                  ("fp16, dt fp16", {}, dict(dtype=F16, dt_dtype=F16)), ("D (h, p)", {}, dict(D="hp")),
                  ("strided views (Mamba2)", dict(L=256), dict(strided=True)),
+                 ("innermost strides != 1", {}, dict(transposed=True)),
                  ("L = chunk, b = 1", dict(L=128, b=1), {}), ("heads per group 8", dict(h=16, g=2), {})]
     failures = []
     for name, shape, extra in variants:
