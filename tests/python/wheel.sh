@@ -9,7 +9,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m pip wheel "$root/python" --no-build-isolation --no-deps -w "$work/wheel" -q
 wheel=$(ls "$work"/wheel/ssdgen-*.whl)
-unzip -l "$wheel" | grep -q "ssdgen/libssdgen.so" || { echo "wheel lacks ssdgen/libssdgen.so" >&2; exit 1; }
+"$python" -c "import sys, zipfile; sys.exit('ssdgen/libssdgen.so' not in zipfile.ZipFile(sys.argv[1]).namelist())" \
+  "$wheel" || { echo "wheel lacks ssdgen/libssdgen.so" >&2; exit 1; }
 "$python" -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/python" -m pip install -q --no-deps --no-index "$wheel"
 cd "$work"
