@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian machine of this project's kind lacks (apt only). The CUDA 13 toolkit
+# Installs what a fresh Debian machine of this project's kind lacks (apt; PyPI for the Python tests
+# through scripts/setup-python.sh). The CUDA 13 toolkit
 # (NVRTC and cuda.h) is expected at /usr/local/cuda or SSD_CUDA_ROOT; no GPU or driver is needed.
 set -euo pipefail
 packages=(cmake ninja-build g++ python3 libfmt-dev nlohmann-json3-dev doctest-dev llvm-14-tools)
@@ -18,4 +19,5 @@ if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
   echo "setup: no CUDA toolkit at $cuda (need nvrtc.h, cuda.h, libnvrtc); set SSD_CUDA_ROOT" >&2
   exit 1
 fi
+bash "$(dirname "$0")/setup-python.sh"
 echo "setup: dependencies present"

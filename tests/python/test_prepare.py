@@ -1,0 +1,71 @@
+"""ssdgen.torch.prepare: every kernel of a call built ahead of it, in parallel, without a GPU, in a
+Python process that has imported PyTorch (the in-process JIT: NVRTC runs inside this process).
+Needs a library with ssd_forward_prepare; without one the tests are skipped with that reason."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ssdgen
+from ssdgen import _capi
+import ssdgen.torch as st
+
+needs_prepare = pytest.mark.skipif(not _capi.has_prepare(ssdgen.library),
+                                   reason="the library has no ssd_forward_prepare / ssd_backward_prepare")
+
+PREPARE_SCRIPT = r"""
+import json, sys, torch, ssdgen.torch as st
+b, L, h, g, p, n = 1, 100, 4, 2, 32, 16
+m = dict(device="meta")
+x = torch.empty(b, L, h, p, dtype=torch.bfloat16, **m)
+B = torch.empty(b, L, g, n, dtype=torch.bfloat16, **m)
+r = st.prepare(x, torch.empty(b, L, h, **m), torch.empty(h, **m), B, B, 64, D=torch.empty(h, **m),
+               z=torch.empty_like(x), dt_bias=torch.empty(h, **m), dt_softplus=True, arch="sm_90a")
+print(json.dumps(r))
+"""
+
+
+def run_prepare(cache_dir):
+    env = dict(os.environ, SSD_CACHE_DIR=str(cache_dir), SSD_CACHE_MODE="readwrite")
+    r = subprocess.run([sys.executable, "-c", PREPARE_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode} (a signal if negative)\n{r.stderr[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@needs_prepare
+def test_prepare_compiles_in_process_then_reads_the_cache(tmp_path):
+    first = run_prepare(tmp_path)
+    for kind in ("forward", "backward"):
+        assert first[kind]["kernels"] > 0
+    assert first["forward"]["compiled"] == first["forward"]["kernels"]  # an empty cache: NVRTC in this process
+    assert first["backward"]["compiled"] + first["backward"]["from_memory"] == first["backward"]["kernels"]
+    second = run_prepare(tmp_path)  # a new process: everything from the disk cache
+    for kind in ("forward", "backward"):
+        assert second[kind]["compiled"] == 0
+        assert second[kind]["from_disk"] + second[kind]["from_memory"] == second[kind]["kernels"]
+
+
+@needs_prepare
+def test_prepare_argument_errors():
+    x = torch.empty(1, 64, 2, 32, dtype=torch.bfloat16, device="meta")
+    B = torch.empty(1, 64, 1, 16, dtype=torch.bfloat16, device="meta")
+    dt, A = torch.empty(1, 64, 2, device="meta"), torch.empty(2, device="meta")
+    with pytest.raises(ValueError, match=r"^arch: required for tensors on meta"):
+        st.prepare(x, dt, A, B, B, 64)
+    with pytest.raises(ValueError, match=r"^arch: 'sm_75'"):
+        st.prepare(x, dt, A, B, B, 64, arch="sm_75")
+    with pytest.raises(ValueError, match=r"^jobs: -1"):
+        st.prepare(x, dt, A, B, B, 64, arch="sm_80", jobs=-1)
+    with pytest.raises(NotImplementedError, match=r"^chunk_size: 32"):
+        st.prepare(x, dt, A, B, B, 32, arch="sm_80")
+
+
+def test_prepare_without_library_support(monkeypatch):
+    monkeypatch.setattr(st, "_HAS_PREPARE", False)
+    x = torch.empty(1, 64, 2, 32, dtype=torch.bfloat16, device="meta")
+    B = torch.empty(1, 64, 1, 16, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(NotImplementedError, match=r"^prepare: the loaded library .* has no ssd_forward_prepare"):
+        st.prepare(x, torch.empty(1, 64, 2, device="meta"), torch.empty(2, device="meta"), B, B, 64, arch="sm_80")
