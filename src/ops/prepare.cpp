@@ -188,6 +188,8 @@ Result<ssd_prepare_report> forward_prepare(ssd_runtime* runtime, const ssd_forwa
   const auto start = std::chrono::steady_clock::now();
   auto o = read_options(user_options);
   if (!o.ok()) return o.status();
+  // The arguments' own errors come first, before anything needs a runtime or a driver.
+  SSD_RETURN_IF_ERROR(forward_prepare_configs(args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC).status());
   auto target = target_runtime(runtime);
   if (!target.ok()) return target.status();
   ssd_runtime& rt = *target->rt;
@@ -207,6 +209,7 @@ Result<ssd_prepare_report> backward_prepare(ssd_runtime* runtime, const ssd_back
   const auto start = std::chrono::steady_clock::now();
   auto o = read_options(user_options);
   if (!o.ok()) return o.status();
+  SSD_RETURN_IF_ERROR(backward_prepare_configs(args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC).status());
   auto target = target_runtime(runtime);
   if (!target.ok()) return target.status();
   ssd_runtime& rt = *target->rt;
