@@ -85,7 +85,9 @@ def load(path=None):
     lib.ssd_forward.argtypes = [ctypes.c_void_p, P(ForwardArgs), ctypes.c_void_p, ctypes.c_void_p]
     lib.ssd_backward.argtypes = [ctypes.c_void_p, P(BackwardArgs), ctypes.c_void_p, ctypes.c_size_t,
                                  ctypes.c_void_p]
-    for f in ("ssd_runtime_create", "ssd_forward_prepare", "ssd_backward_prepare", "ssd_forward", "ssd_backward"):
+    lib.ssd_backward_workspace_size.argtypes = [P(BackwardArgs), P(ctypes.c_size_t)]
+    for f in ("ssd_runtime_create", "ssd_forward_prepare", "ssd_backward_prepare", "ssd_forward", "ssd_backward",
+              "ssd_backward_workspace_size"):
         getattr(lib, f).restype = ctypes.c_int
     return lib
 
