@@ -169,6 +169,39 @@ def test_errors_name_the_field(lib, tmp_path):
         lib.ssd_runtime_destroy(rt)
 
 
+def test_prepare_never_touches_the_driver(tmp_path):
+    """Prepare with an explicit arch, then destroy the runtimes: libssdgen.so never even looks
+    libcuda up (LD_DEBUG=files names the object behind every dlopen; NVRTC 13 opens libcuda.so.1
+    itself while compiling, which is not ours to change)."""
+    script = tmp_path / "nodriver.py"
+    script.write_text(textwrap.dedent("""
+        import ctypes, sys
+        sys.path.insert(0, {here!r})
+        import ssd_ctypes as ssd
+        lib = ssd.load()
+        fwd, _ = ssd.shape_args(lib, b=1, L=64, h=2, p=32, g=1, n=16, chunk_size=64)
+        o = ssd.PrepareOptions(); lib.ssd_prepare_options_init(ctypes.byref(o)); o.arch = 901
+        ssd.check(lib, lib.ssd_forward_prepare(None, ctypes.byref(fwd), ctypes.byref(o), None), "prepare")
+        ro = ssd.RuntimeOptions(); lib.ssd_runtime_options_init(ctypes.byref(ro)); ro.cache_dir = sys.argv[1].encode()
+        rt = ctypes.c_void_p()
+        ssd.check(lib, lib.ssd_runtime_create(ctypes.byref(ro), ctypes.byref(rt)), "runtime")
+        ssd.check(lib, lib.ssd_forward_prepare(rt, ctypes.byref(fwd), ctypes.byref(o), None), "prepare")
+        lib.ssd_runtime_destroy(rt)
+        print("prepared")
+    """).format(here=HERE))
+    env = dict(os.environ, SSD_CACHE_DIR=str(tmp_path / "env-cache"), SSD_LIBRARY=ssd.default_library_path(),
+               LD_DEBUG="files", LD_DEBUG_OUTPUT=str(tmp_path / "ld"))
+    env.pop("SSD_CACHE_MODE", None)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "rt-cache")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and "prepared" in proc.stdout, proc.stdout + proc.stderr
+    logs = "".join(open(os.path.join(tmp_path, f), errors="replace").read() for f in os.listdir(tmp_path)
+                   if f.startswith("ld."))
+    assert "libssdgen" in logs, "LD_DEBUG wrote nothing usable"
+    ours = [line for line in logs.splitlines() if "libcuda" in line and "loaded by" in line and "libssdgen" in line]
+    assert ours == []
+
+
 # A fresh interpreter per variant: the library loaded first thing, as a script would, under the
 # settings a training job may bring (locale, UTF-8 mode, the C++ runtime already loaded globally,
 # the library itself loaded RTLD_GLOBAL).
