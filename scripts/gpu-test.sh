@@ -4,7 +4,10 @@
 # under compute-sanitizer, optionally the benchmarks.
 #
 #   here:   bash scripts/fetch-gpu-deps.sh          (once; fills .deps/debs)
-#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench] [--only=PATTERN]", carry=[".deps"])
+#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench] [--accuracy] [--only=PATTERN]",
+#               carry=[".deps", ".peer"])
+#   --accuracy: scripts/accuracy_side_by_side.py, every gradient vs float64 side by side with mamba_ssm
+#               (issue 11's test; needs .peer/mamba for the side-by-side, else reports ssdgen alone).
 #
 # Logs go to $OUT (the device tool brings them back), else build-gpu/out.
 set -uo pipefail
@@ -12,13 +15,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/build-gpu/out}
 sanitize=0
 bench=0
+accuracy=0
 only=
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
     --bench) bench=1 ;;
+    --accuracy) accuracy=1 ;;
     --only=*) only=${arg#--only=} ;;
-    *) echo "usage: $0 [--sanitize] [--bench] [--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -49,6 +54,12 @@ if [ $sanitize = 1 ]; then
       >"$out/sanitize-$tool.log" 2>&1 || status=1
     tail -4 "$out/sanitize-$tool.log"
   done
+fi
+if [ $accuracy = 1 ]; then
+  echo "== accuracy side by side with mamba_ssm (issue 11)"
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/accuracy_side_by_side.py" --lib "$root/build-gpu/libssdgen.so" \
+    --peer "$root/.peer/mamba" --out "$out" >"$out/accuracy.log" 2>&1 || status=1
+  grep -E "^(ok|FAIL|accuracy|worst)" "$out/accuracy.log"
 fi
 if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then
   echo "== benchmarks"

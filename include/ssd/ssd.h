@@ -53,7 +53,7 @@ typedef enum ssd_status {
 typedef enum ssd_kernel_id {
   SSD_KERNEL_CHUNK_CUMSUM_FWD = 1,  /* dt -> dt_out, dA_cumsum (math F1) */
   SSD_KERNEL_CHUNK_CUMSUM_BWD = 2,  /* ddA_cumsum, ddt_out -> ddt, per-chunk dA/ddt_bias partials (B12) */
-  SSD_KERNEL_REDUCE_HEAD_PARTIALS = 3, /* (b, nchunks, h, k) fp32 partials -> (h, k), canonical order */
+  SSD_KERNEL_REDUCE_HEAD_PARTIALS = 3, /* (b, nchunks, h, k) fp64 partials -> (h, k) fp32, canonical order */
   SSD_KERNEL_BMM_CHUNK_FWD = 4,        /* CB = C B^T per (batch, chunk, group), lower triangle (F4) */
   SSD_KERNEL_CHUNK_STATE_FWD = 5,      /* per-chunk states s (F2), tensor cores */
   SSD_KERNEL_STATE_PASSING_FWD = 6,    /* entering states P and final states (F3) */

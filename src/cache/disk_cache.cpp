@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -53,7 +54,11 @@ constexpr uint64_t kMaxEntryBytes = 1ull << 31;     // 2 GiB: larger is not a cu
 constexpr const char* kVersionDir = "v1";
 constexpr const char* kEntrySuffix = ".ssdk";
 constexpr const char* kUsedSuffix = ".used";
-constexpr int64_t kStaleTempNs = 3600ll * 1000000000ll;  // temp files older than this are debris
+// Temp files: a writer holds flock(LOCK_EX) on its temp file while it exists. One that is unlocked
+// and unmodified for kTempGraceNs belongs to a dead writer (the grace covers the moment between
+// creating and locking, and closing and publishing). Where flock is unavailable, age alone decides.
+constexpr int64_t kTempGraceNs = 120ll * 1000000000ll;
+constexpr int64_t kStaleTempNs = 3600ll * 1000000000ll;
 
 std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
 
@@ -174,10 +179,8 @@ std::string hex_of(const uint8_t* p, size_t n) {
   return s;
 }
 
-// Why `path` is not acceptable as a cache directory ("" when it is).
-std::string dir_problem(const std::string& path, bool group_shared) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return fmt::format("cannot be examined ({})", errno_text(errno));
+// Why a directory with this lstat/fstat result is not acceptable in the cache ("" when it is).
+std::string stat_dir_problem(const struct stat& st, bool group_shared) {
   if (S_ISLNK(st.st_mode)) return "is a symbolic link";
   if (!S_ISDIR(st.st_mode)) return "is not a directory";
   if (st.st_uid != ::geteuid())
@@ -187,6 +190,41 @@ std::string dir_problem(const std::string& path, bool group_shared) {
   if ((st.st_mode & S_IWGRP) && !group_shared)
     return "is group-writable (SSD_CACHE_SHARED=1 accepts a group-shared cache)";
   return "";
+}
+
+// Why `path` is not acceptable as a cache directory ("" when it is).
+std::string dir_problem(const std::string& path, bool group_shared) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return fmt::format("cannot be examined ({})", errno_text(errno));
+  return stat_dir_problem(st, group_shared);
+}
+
+// Opens the directory `path` for reading files relative to it, if it passes the checks store()
+// applies when it creates one (not a symlink, ours, not writable by others). On failure returns -1
+// and sets *problem to the reason, or leaves it empty when the directory does not exist or cannot
+// be opened (a miss, not a reason to distrust it).
+int open_checked_dir(const std::string& path, bool group_shared, std::string* problem) {
+  problem->clear();
+  int fd;
+  do fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int e = errno;
+    struct stat st {};
+    if ((e == ELOOP || e == ENOTDIR) && ::lstat(path.c_str(), &st) == 0) *problem = stat_dir_problem(st, group_shared);
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  *problem = stat_dir_problem(st, group_shared);
+  if (!problem->empty()) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // mkdir + check. Returns "" or the reason the directory cannot be used.
@@ -228,7 +266,11 @@ template <class Int>
 bool get_int(const json& j, const char* name, Int* out) {
   auto it = j.find(name);
   if (it == j.end() || !it->is_number_integer()) return false;
-  *out = it->get<Int>();
+  // Out of Int's range counts as the wrong type (get<Int>() would wrap it silently).
+  const __int128 v = it->is_number_unsigned() ? __int128(it->template get<uint64_t>())
+                                              : __int128(it->template get<int64_t>());
+  if (v < __int128(std::numeric_limits<Int>::min()) || v > __int128(std::numeric_limits<Int>::max())) return false;
+  *out = it->template get<Int>();
   return true;
 }
 
@@ -569,6 +611,8 @@ struct DiskCache::Impl {
       int fd = open_retry(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode);
       if (fd >= 0) {
         if (opt.group_shared) (void)::fchmod(fd, file_mode);
+        // Held until the fd is closed: tells remove_dead_temps() this writer is alive.
+        (void)::flock(fd, LOCK_EX | LOCK_NB);
         return fd;
       }
       if (errno != EEXIST) break;
@@ -609,12 +653,27 @@ struct DiskCache::Impl {
 
   // ---- entries ----
 
-  // Reads and verifies the entry at `path`. `want_record` null: no key_record echo check (verify_all).
-  // Returns "" (ok, *out filled), "miss" semantics via *missing, or the reason it is bad.
-  std::string read_entry(const std::string& path, const std::string& key, const std::string* want_record,
-                         Entry* out, bool* missing, dev_t* dev, ino_t* ino) {
+  // Reads and verifies the entry of `key`. `want_record` null: no key_record echo check (verify_all).
+  // `out` null: the cubin is checked but not kept (streamed through the hash).
+  // Returns "" (ok, *out filled), "miss" semantics via *missing, or the reason it is bad. When the
+  // shard directory itself is refused (symlink, foreign owner, writable by others: what store()
+  // refuses), *missing is set and *bad_dir says why; nothing in it is read.
+  std::string read_entry(const std::string& key, const std::string* want_record, Entry* out, bool* missing,
+                         dev_t* dev, ino_t* ino, std::string* bad_dir) {
     *missing = false;
-    int fd = open_retry(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    bad_dir->clear();
+    const std::string path = entry_path(key);
+    const std::string name = key + kEntrySuffix;
+    // The entry is opened relative to the checked shard directory, so the directory that was
+    // checked is the one read from.
+    UniqueFd dir(open_checked_dir(shard_dir(key), opt.group_shared, bad_dir));
+    if (dir.get() < 0) {
+      *missing = true;
+      return "";
+    }
+    int fd;
+    do fd = ::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       int e = errno;
       if (e == ENOENT || e == ENOTDIR) {
@@ -623,7 +682,7 @@ struct DiskCache::Impl {
       }
       if (e == ELOOP) {
         struct stat st {};
-        if (::lstat(path.c_str(), &st) == 0) *dev = st.st_dev, *ino = st.st_ino;
+        if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) *dev = st.st_dev, *ino = st.st_ino;
         return "is a symbolic link";
       }
       *missing = true;  // unreadable (EACCES, EIO...): a miss, not a reason to move it
@@ -639,29 +698,81 @@ struct DiskCache::Impl {
     *dev = st.st_dev;
     *ino = st.st_ino;
     if (!S_ISREG(st.st_mode)) return "is not a regular file";
-    uint64_t size = uint64_t(st.st_size);
+    const uint64_t size = uint64_t(st.st_size);
     if (size > kMaxEntryBytes) return fmt::format("implausibly large ({} bytes)", size);
-    std::vector<uint8_t> buf(size);
-    int r = pread_all(fd, buf.data(), buf.size(), 0);
-    if (r == -1) return "truncated while reading";
-    if (r != 0) {
+    // Returns "" or the reason; a read error is a miss.
+    bool read_failed = false;
+    auto read_at = [&](void* data, size_t n, uint64_t offset) -> std::string {
+      int r = pread_all(fd, data, n, off_t(offset));
+      if (r == -1) return "truncated while reading";
+      if (r != 0) {
+        read_failed = true;
+        log_message(LogLevel::Info, fmt::format("kernel cache: cannot read {} ({})", path, errno_text(r)));
+        return "read error";
+      }
+      return "";
+    };
+    // Prefix and header first: the header's sizes are checked against the file size before the
+    // cubin is read (a huge sparse file whose header disagrees is rejected without reading it).
+    std::vector<uint8_t> head(size_t(std::min<uint64_t>(size, kPrefixBytes)));
+    Header h;
+    size_t need = 0;
+    std::string bad = read_at(head.data(), head.size(), 0);
+    if (bad.empty()) bad = parse_header(head.data(), head.size(), size, &h, &need);
+    if (bad.empty() && need > head.size()) {
+      head.resize(need);
+      bad = read_at(head.data(), head.size(), 0);
+      if (bad.empty()) bad = parse_header(head.data(), head.size(), size, &h, &need);
+    }
+    if (read_failed) {
       *missing = true;
-      log_message(LogLevel::Info, fmt::format("kernel cache: cannot read {} ({})", path, errno_text(r)));
       return "";
     }
-    Header h;
-    std::string bad = parse_header(buf.data(), buf.size(), size, &h);
     if (!bad.empty()) return bad;
     if (h.info.key != key) return fmt::format("header key {} does not match the file's key {}", h.info.key, key);
     if (want_record && h.info.key_record != *want_record)
       return "header key record does not match the requested key record";
-    std::string sha = ssd::sha256_hex(buf.data() + h.cubin_offset, h.cubin_size);
+    Sha256 hash;
+    std::vector<uint8_t> cubin;
+    if (out) {
+      cubin.resize(size_t(h.cubin_size));
+      bad = read_at(cubin.data(), cubin.size(), h.cubin_offset);
+      if (bad.empty()) hash.update(cubin.data(), cubin.size());
+    } else {
+      std::vector<uint8_t> chunk(size_t(std::min<uint64_t>(h.cubin_size, 1u << 20)));
+      for (uint64_t done = 0; bad.empty() && done < h.cubin_size; done += chunk.size()) {
+        const size_t n = size_t(std::min<uint64_t>(chunk.size(), h.cubin_size - done));
+        bad = read_at(chunk.data(), n, h.cubin_offset + done);
+        if (bad.empty()) hash.update(chunk.data(), n);
+      }
+    }
+    if (read_failed) {
+      *missing = true;
+      return "";
+    }
+    if (!bad.empty()) return bad;
+    std::string sha = hash.hex_digest();
     if (sha != h.cubin_sha256) return "cubin sha256 mismatch";
-    out->info = std::move(h.info);
-    out->cubin.assign(buf.begin() + long(h.cubin_offset), buf.end());
-    out->cubin_sha256 = std::move(sha);
-    out->created_unix = h.created;
+    if (out) {
+      out->info = std::move(h.info);
+      out->cubin = std::move(cubin);
+      out->cubin_sha256 = std::move(sha);
+      out->created_unix = h.created;
+    }
     return "";
+  }
+
+  // Reports a refused shard directory once per directory (its entries are then misses). Storing
+  // into it fails for the same reason, so that is not warned about again (one warning, not two).
+  void warn_bad_dir_once(const std::string& dir, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!warned_bad.insert(dir).second) return;
+      warned_persist = true;
+    }
+    log_warning(fmt::format("kernel cache directory {} {}: its entries are not used (treated as misses); "
+                            "'ssdgen cache verify' moves it to {}",
+                            dir, why, quarantine_dir));
   }
 
   // Moves a bad entry aside. Returns true when it was moved (or someone else already did).
@@ -716,7 +827,9 @@ struct DiskCache::Impl {
     bool missing = false;
     dev_t dev = 0;
     ino_t ino = 0;
-    std::string bad = read_entry(path, key, &key_record, &e, &missing, &dev, &ino);
+    std::string bad_dir;
+    std::string bad = read_entry(key, &key_record, &e, &missing, &dev, &ino, &bad_dir);
+    if (!bad_dir.empty()) warn_bad_dir_once(shard_dir(key), bad_dir);
     if (missing) return std::nullopt;
     if (!bad.empty()) {
       quarantine(key, path, dev, ino, true, bad, nullptr);
@@ -726,27 +839,49 @@ struct DiskCache::Impl {
     return e;
   }
 
-  // Every <key>.ssdk under entries/, with sizes and last-use times (no header reads).
-  std::vector<FileRec> scan() const {
-    std::vector<FileRec> out;
-    if (!enabled) return out;
-    DIR* top = ::opendir(entries_dir.c_str());
-    if (!top) return out;
+  // The shard directories under entries/ ("00".."ff" that exist), sorted.
+  std::vector<std::string> shard_names() const {
     std::vector<std::string> shards;
+    DIR* top = ::opendir(entries_dir.c_str());
+    if (!top) return shards;
     while (dirent* d = ::readdir(top)) {
       std::string n = d->d_name;
       if (n.size() == 2 && is_hex_key(n + std::string(62, '0'))) shards.push_back(n);
     }
     ::closedir(top);
     std::sort(shards.begin(), shards.end());
-    for (const std::string& shard : shards) {
-      std::string sdir = join(entries_dir, shard);
-      DIR* dir = ::opendir(sdir.c_str());
-      if (!dir) continue;
-      std::vector<std::string> names;
-      while (dirent* d = ::readdir(dir)) names.push_back(d->d_name);
-      ::closedir(dir);
-      for (const std::string& n : names) {
+    return shards;
+  }
+
+  // Names in a directory opened with open_checked_dir (takes ownership of `fd`).
+  static std::vector<std::string> names_in(int fd) {
+    std::vector<std::string> names;
+    DIR* dir = ::fdopendir(fd);
+    if (!dir) {
+      ::close(fd);
+      return names;
+    }
+    while (dirent* d = ::readdir(dir)) names.push_back(d->d_name);
+    ::closedir(dir);
+    return names;
+  }
+
+  // Every <key>.ssdk under entries/, with sizes and last-use times (no header reads). Shard
+  // directories that store() would refuse are skipped (their entries are never loaded); they are
+  // listed in *refused as (path, reason) when asked.
+  std::vector<FileRec> scan(std::vector<std::pair<std::string, std::string>>* refused = nullptr) const {
+    std::vector<FileRec> out;
+    if (!enabled) return out;
+    for (const std::string& shard : shard_names()) {
+      std::string sdir = join(entries_dir, shard), problem;
+      int fd = open_checked_dir(sdir, opt.group_shared, &problem);
+      if (fd < 0) {
+        if (!problem.empty() && refused) refused->emplace_back(sdir, problem);
+        continue;
+      }
+      const int dfd = ::dup(fd);  // names_in() consumes fd; stat through the same directory
+      UniqueFd dguard(dfd);
+      for (const std::string& n : names_in(fd)) {
         const size_t sl = std::strlen(kEntrySuffix);
         if (n.size() != 64 + sl || n.compare(64, sl, kEntrySuffix) != 0) continue;
         std::string key = n.substr(0, 64);
@@ -755,7 +890,7 @@ struct DiskCache::Impl {
         r.key = key;
         r.path = join(sdir, n);
         struct stat st {};
-        if (::lstat(r.path.c_str(), &st) != 0) continue;
+        if (dfd < 0 || ::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         r.bytes = uint64_t(st.st_size);
         r.last_used_ns = int64_t(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec;
         std::string text;
@@ -829,9 +964,12 @@ struct DiskCache::Impl {
     return replace_file(index_path, text, true);
   }
 
-  // Removes least-recently-used entries (never `keep`) until the total is <= max_bytes.
-  PruneReport prune_files(std::vector<FileRec> files, uint64_t max_bytes, const std::string& keep) {
+  // Removes least-recently-used entries (never `keep`) until the total is <= max_bytes. The total
+  // includes `other_bytes` (temp files of live writers), which are counted but not removed here.
+  PruneReport prune_files(std::vector<FileRec> files, uint64_t max_bytes, const std::string& keep,
+                          uint64_t other_bytes) {
     PruneReport rep;
+    rep.bytes_before = other_bytes;
     for (const FileRec& f : files) rep.bytes_before += f.bytes;
     uint64_t total = rep.bytes_before;
     std::sort(files.begin(), files.end(), [](const FileRec& a, const FileRec& b) {
@@ -850,41 +988,62 @@ struct DiskCache::Impl {
     return rep;
   }
 
-  // Temp files left by crashed writers, and .used marks whose entry is gone.
-  void remove_debris() {
-    int64_t now = now_ns();
-    if (DIR* dir = ::opendir(tmp_dir.c_str())) {
-      std::vector<std::string> names;
-      while (dirent* d = ::readdir(dir)) names.push_back(d->d_name);
-      ::closedir(dir);
-      for (const std::string& n : names) {
-        if (n == "." || n == "..") continue;
-        std::string p = join(tmp_dir, n);
-        struct stat st {};
-        if (::lstat(p.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
-        int64_t m = int64_t(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec;
-        if (now - m > kStaleTempNs) ::unlink(p.c_str());
-      }
+  // Removes the temp files of dead writers: unlocked (a writer holds flock on its temp file) and
+  // unmodified for kTempGraceNs, or, where flock does not work, older than kStaleTempNs. Returns the
+  // bytes of the temp files that remain (live writers), which count towards the size bound.
+  uint64_t remove_dead_temps() {
+    uint64_t live_bytes = 0;
+    std::string problem;
+    int fd = open_checked_dir(tmp_dir, opt.group_shared, &problem);
+    if (fd < 0) return 0;
+    const int dfd = ::dup(fd);
+    UniqueFd dguard(dfd);
+    if (dfd < 0) {
+      ::close(fd);
+      return 0;
     }
-    if (DIR* top = ::opendir(entries_dir.c_str())) {
-      std::vector<std::string> shards;
-      while (dirent* d = ::readdir(top)) shards.push_back(d->d_name);
-      ::closedir(top);
-      for (const std::string& s : shards) {
-        if (s.size() != 2) continue;
-        std::string sdir = join(entries_dir, s);
-        DIR* dir = ::opendir(sdir.c_str());
-        if (!dir) continue;
-        std::vector<std::string> names;
-        while (dirent* d = ::readdir(dir)) names.push_back(d->d_name);
-        ::closedir(dir);
-        const size_t sl = std::strlen(kUsedSuffix);
-        for (const std::string& n : names) {
-          if (n.size() != 64 + sl || n.compare(64, sl, kUsedSuffix) != 0) continue;
-          struct stat st {};
-          std::string entry = join(sdir, n.substr(0, 64) + kEntrySuffix);
-          if (::lstat(entry.c_str(), &st) != 0 && errno == ENOENT) ::unlink(join(sdir, n).c_str());
+    const int64_t now = now_ns();
+    for (const std::string& n : names_in(fd)) {
+      if (n == "." || n == "..") continue;
+      struct stat st {};
+      if (::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(st.st_mode)) continue;
+      const int64_t age = now - (int64_t(st.st_mtim.tv_sec) * 1000000000ll + st.st_mtim.tv_nsec);
+      bool dead = false;
+      if (age > kTempGraceNs) {
+        if (!S_ISREG(st.st_mode)) {
+          dead = true;  // nothing of ours
+        } else {
+          int tfd = ::openat(dfd, n.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+          if (tfd >= 0) {
+            if (::flock(tfd, LOCK_EX | LOCK_NB) == 0) dead = true;
+            else if (errno != EWOULDBLOCK) dead = age > kStaleTempNs;  // no flock here: age decides
+            ::close(tfd);
+          }
         }
+      }
+      if (dead && (::unlinkat(dfd, n.c_str(), 0) == 0 || errno == ENOENT)) continue;
+      live_bytes += uint64_t(st.st_size);
+    }
+    return live_bytes;
+  }
+
+  // .used marks whose entry is gone (in the shard directories store() would write to).
+  void remove_orphan_marks() {
+    for (const std::string& shard : shard_names()) {
+      std::string problem;
+      int fd = open_checked_dir(join(entries_dir, shard), opt.group_shared, &problem);
+      if (fd < 0) continue;
+      const int dfd = ::dup(fd);
+      UniqueFd dguard(dfd);
+      const std::vector<std::string> names = names_in(fd);
+      if (dfd < 0) continue;
+      const size_t sl = std::strlen(kUsedSuffix);
+      for (const std::string& n : names) {
+        if (n.size() != 64 + sl || n.compare(64, sl, kUsedSuffix) != 0) continue;
+        struct stat st {};
+        const std::string entry = n.substr(0, 64) + kEntrySuffix;
+        if (::fstatat(dfd, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+          ::unlinkat(dfd, n.c_str(), 0);
       }
     }
   }
@@ -953,11 +1112,12 @@ struct DiskCache::Impl {
     if (existed) return Status::Ok();
 
     record_use(key, true);
-    // Best effort from here: size bound and the index view.
+    // Best effort from here: temp files of dead writers, size bound (live temp files count), index.
+    const uint64_t temp_bytes = remove_dead_temps();
     std::vector<FileRec> files = scan();
-    uint64_t total = 0;
+    uint64_t total = temp_bytes;
     for (const FileRec& f : files) total += f.bytes;
-    if (total > opt.max_bytes) prune_files(std::move(files), opt.max_bytes, key);
+    if (total > opt.max_bytes) prune_files(std::move(files), opt.max_bytes, key, temp_bytes);
     std::string ierr = write_index();
     if (!ierr.empty()) log_message(LogLevel::Info, "kernel cache: index.json not rewritten: " + ierr);
     return Status::Ok();
@@ -1076,12 +1236,34 @@ VerifyReport DiskCache::verify_all() {
     if (im.opt.mode != Mode::Off) rep.problems.push_back(fmt::format("cache disabled: {}", im.reason));
     return rep;
   }
-  for (const FileRec& f : im.scan()) {
-    Entry e;
+  std::vector<std::pair<std::string, std::string>> refused;
+  const std::vector<FileRec> files = im.scan(&refused);
+  // Shard directories store() would refuse: their entries are never loaded. Moved aside so the
+  // shard can be recreated (a symlink is moved, not followed).
+  for (const auto& [dir, why] : refused) {
+    std::string moved;
+    if (im.writable() && ensure_dir(im.quarantine_dir, im.dir_mode, im.opt.group_shared).empty()) {
+      const std::string dest = join(im.quarantine_dir, fmt::format("{}.{}.{}.dir", dir.substr(dir.size() - 2),
+                                                                   now_unix(), im.unique_suffix()));
+      if (::rename(dir.c_str(), dest.c_str()) == 0) moved = dest;
+    }
+    if (!moved.empty()) {
+      ++rep.quarantined;
+      rep.problems.push_back(fmt::format("{}: directory {}; its entries were not used (moved to {})", dir, why, moved));
+    } else {
+      rep.problems.push_back(fmt::format("{}: directory {}; its entries are not used", dir, why));
+    }
+  }
+  for (const FileRec& f : files) {
     bool missing = false;
     dev_t dev = 0;
     ino_t ino = 0;
-    std::string bad = im.read_entry(f.path, f.key, nullptr, &e, &missing, &dev, &ino);
+    std::string bad_dir;
+    std::string bad = im.read_entry(f.key, nullptr, nullptr, &missing, &dev, &ino, &bad_dir);
+    if (!bad_dir.empty()) {  // changed since the scan
+      rep.problems.push_back(fmt::format("{}: directory {}; its entries are not used", im.shard_dir(f.key), bad_dir));
+      continue;
+    }
     if (missing && bad.empty()) {
       struct stat st {};
       if (::lstat(f.path.c_str(), &st) != 0) continue;  // removed meanwhile
@@ -1116,8 +1298,9 @@ PruneReport DiskCache::prune(uint64_t max_bytes) {
     rep.bytes_after = rep.bytes_before;
     return rep;
   }
-  PruneReport rep = im.prune_files(std::move(files), max_bytes, "");
-  im.remove_debris();
+  const uint64_t temp_bytes = im.remove_dead_temps();
+  PruneReport rep = im.prune_files(std::move(files), max_bytes, "", temp_bytes);
+  im.remove_orphan_marks();
   std::string ierr = im.write_index();
   if (!ierr.empty()) log_message(LogLevel::Info, "kernel cache: index.json not rewritten: " + ierr);
   return rep;

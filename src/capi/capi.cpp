@@ -68,7 +68,14 @@ void write_report(ssd_prepare_report* report, ssd_prepare_report full) {
 extern "C" {
 
 SSD_API void ssd_kernel_config_init(ssd_kernel_config* config, ssd_kernel_id kernel) {
-  if (config) *config = ssd::default_config(kernel);
+  if (!config) return;
+  const int64_t id = ssd::enum_value(kernel);  // a C caller may pass any int
+  if (ssd::is_kernel_value(id)) {
+    *config = ssd::default_config(static_cast<ssd_kernel_id>(id));
+  } else {  // keep the caller's id: validation and ssd_get_kernel then name it
+    *config = ssd::default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+    std::memcpy(&config->kernel, &kernel, sizeof kernel);
+  }
 }
 
 SSD_API ssd_status ssd_kernel_config_validate(const ssd_kernel_config* config) {

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/text.h"
+
 namespace ssd {
 namespace {
 std::mutex g_mutex;
@@ -21,8 +23,9 @@ void log_message(LogLevel level, std::string_view message) {
   const char* env = std::getenv("SSD_LOG");
   if (env && std::strcmp(env, "quiet") == 0) return;
   if (level == LogLevel::Info && !(env && std::strcmp(env, "info") == 0)) return;
+  // Messages quote paths and values from the environment: no raw control bytes reach the terminal.
   std::string line = std::string("ssdgen: ") + (level == LogLevel::Warning ? "warning: " : "") +
-                     std::string(message) + "\n";
+                     printable(message, /*keep_line_breaks=*/true) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

@@ -2,9 +2,12 @@
 
 #include <cstddef>
 #include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
+#include "common/struct_io.h"
+#include "common/text.h"
 #include "ssd/backward_params.cuh"
 #include "ssd/forward_params.cuh"
 
@@ -42,7 +45,7 @@ constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"},       {SSD_FLAG_DT_SO
                              {SSD_FLAG_INITIAL_STATES, "initial_states"}, {SSD_FLAG_DDA_INCREMENTS, "ddA_increments"}};
 
 template <size_t N>
-const char* name_of(const Named (&table)[N], int value) {
+const char* name_of(const Named (&table)[N], int64_t value) {
   for (const Named& n : table)
     if (n.value == value) return n.name;
   return "?";
@@ -60,11 +63,19 @@ Result<E> parse_named(const Named (&table)[N], std::string_view text, const char
   for (const Named& n : table)
     if (text == n.name) return static_cast<E>(n.value);
   return make_error(SSD_ERROR_INVALID_CONFIG,
-                    fmt::format("{}: unknown value '{}' (legal: {})", what, text, legal_names(table)));
+                    fmt::format("{}: unknown value '{}' (legal: {})", what, printable(text), legal_names(table)));
+}
+
+// "1 bf16, 2 fp16, ..." for messages about numeric enum values.
+template <size_t N>
+std::string legal_values(const Named (&table)[N]) {
+  std::string s;
+  for (const Named& n : table) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", n.value, n.name);
+  return s;
 }
 
 template <size_t N>
-bool is_named(const Named (&table)[N], int value) {
+bool is_named(const Named (&table)[N], int64_t value) {
   return std::strcmp(name_of(table, value), "?") != 0;
 }
 
@@ -226,6 +237,8 @@ Result<ssd_kernel_id> parse_kernel_name(std::string_view name) {
   return parse_named<ssd_kernel_id>(kKernels, name, "kernel");
 }
 const char* dtype_name(ssd_dtype dtype) { return name_of(kDtypes, dtype); }
+bool is_kernel_value(int64_t value) { return is_named(kKernels, value); }
+bool is_dtype_value(int64_t value) { return is_named(kDtypes, value); }
 Result<ssd_dtype> parse_dtype(std::string_view name) { return parse_named<ssd_dtype>(kDtypes, name, "dtype"); }
 const char* mode_name(ssd_mode mode) { return name_of(kModes, mode); }
 Result<ssd_mode> parse_mode(std::string_view name) { return parse_named<ssd_mode>(kModes, name, "mode"); }
@@ -289,9 +302,23 @@ Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
                       fmt::format("config.struct_size: {} (set it to sizeof(ssd_kernel_config) = {})",
                                   user->struct_size, sizeof(ssd_kernel_config)));
-  ssd_kernel_config c = default_config(user->kernel);
+  // The enum fields are range-checked as integers before anything reads them as enums.
+  const int64_t kernel = enum_value(user->kernel);
+  if (!is_named(kKernels, kernel))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("kernel: unknown id {} (legal: {})", kernel, legal_values(kKernels)));
+  ssd_kernel_config c = default_config(static_cast<ssd_kernel_id>(kernel));
   std::memcpy(&c, user, std::min(user->struct_size, sizeof(ssd_kernel_config)));
   c.struct_size = sizeof(ssd_kernel_config);
+  if (!is_named(kDtypes, enum_value(c.dtype)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("dtype: unknown value {} (legal: {})",
+                                                            enum_value(c.dtype), legal_values(kDtypes)));
+  if (!is_named(kModes, enum_value(c.mode)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("mode: unknown value {} (legal: {})",
+                                                            enum_value(c.mode), legal_values(kModes)));
+  if (!is_named(kArchs, enum_value(c.arch)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("arch: unknown value {} (legal: {})",
+                                                            enum_value(c.arch), legal_values(kArchs)));
   return c;
 }
 
@@ -533,18 +560,21 @@ nlohmann::json config_to_json(const ssd_kernel_config& c) {
 
 namespace {
 
-// A short, non-recursive description of a JSON value for error messages (values may be hostile).
+// A short, non-recursive description of a JSON value for error messages. Values may be hostile:
+// strings are not dumped as JSON (invalid UTF-8 from a key=value argument would make dump() throw)
+// but escaped for printing.
 std::string describe(const nlohmann::json& j) {
-  if (j.is_primitive()) {
-    std::string s = j.dump();
-    return s.size() > 40 ? s.substr(0, 40) + "..." : s;
-  }
+  if (j.is_string()) return "\"" + printable(shortened(j.get_ref<const std::string&>(), 40)) + "\"";
+  if (j.is_number() || j.is_boolean() || j.is_null()) return shortened(j.dump(), 40);  // ASCII
   return std::string("an ") + j.type_name();
 }
 
 Result<int32_t> json_int(const nlohmann::json& j, const std::string& field) {
   if (!j.is_number_integer())
     return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: expected an integer, got {}", field, describe(j)));
+  // 2^63 and above are stored unsigned; get<int64_t>() would wrap them to negative numbers.
+  if (j.is_number_unsigned() && j.get<uint64_t>() >= (uint64_t(1) << 31))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: {} is out of range", field, j.get<uint64_t>()));
   int64_t v = j.get<int64_t>();
   if (v < -(int64_t(1) << 31) || v >= (int64_t(1) << 31))
     return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: {} is out of range", field, v));
@@ -607,13 +637,13 @@ Result<ssd_kernel_config> config_from_json(const nlohmann::json& j) {
           if (s == n.name) bit = n.value;
         if (!bit)
           return make_error(SSD_ERROR_INVALID_CONFIG,
-                            fmt::format("flags: unknown flag '{}' (legal: {})", s, legal_names(kFlags)));
+                            fmt::format("flags: unknown flag '{}' (legal: {})", printable(s), legal_names(kFlags)));
         c.flags |= uint32_t(bit);
       }
     } else if (k == "tile") {
       if (!v.is_object()) return make_error(SSD_ERROR_INVALID_CONFIG, "tile: expected an object {m, n, k, warps, stages}");
       for (auto t = v.begin(); t != v.end(); ++t) {
-        const std::string f = "tile." + t.key();
+        const std::string f = "tile." + printable(t.key());
         if (t.key() == "m") SSD_ASSIGN_OR_RETURN(c.tile.m, json_int(t.value(), f));
         else if (t.key() == "n") SSD_ASSIGN_OR_RETURN(c.tile.n, json_int(t.value(), f));
         else if (t.key() == "k") SSD_ASSIGN_OR_RETURN(c.tile.k, json_int(t.value(), f));
@@ -624,16 +654,78 @@ Result<ssd_kernel_config> config_from_json(const nlohmann::json& j) {
     } else {
       return make_error(SSD_ERROR_INVALID_CONFIG,
                         fmt::format("{}: unknown field (legal: kernel, headdim, dstate, chunk_size, heads_per_group, "
-                                    "dtype, flags, tile, mode, arch, partials)", k));
+                                    "dtype, flags, tile, mode, arch, partials)", printable(k)));
     }
   }
   SSD_RETURN_IF_ERROR(validate_config(c));
   return c;
 }
 
+Result<nlohmann::json> parse_config_json(const std::string& text) {
+  using nlohmann::json;
+  // Where the parser is: one frame per open object or array, holding the keys seen so far.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;
+    std::string key;
+    std::set<std::string> keys;
+  };
+  std::vector<Frame> open;
+  std::string duplicate;
+  auto path = [&open] {
+    std::string p;
+    for (const Frame& f : open) {
+      if (f.array) p += fmt::format("[{}]", f.index);
+      else p += (p.empty() ? "" : ".") + printable(f.key);
+    }
+    return p;
+  };
+  json::parser_callback_t track = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        open.emplace_back();
+        open.back().array = event == json::parse_event_t::array_start;
+        break;
+      case json::parse_event_t::key:
+        if (!open.empty()) {
+          Frame& f = open.back();
+          f.key = parsed.get<std::string>();
+          if (!f.keys.insert(f.key).second && duplicate.empty()) duplicate = path();
+        }
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!open.empty()) open.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::value:
+        if (!open.empty() && open.back().array) ++open.back().index;
+        break;
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(text, track);
+  } catch (const json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." without the tag; the
+    // parser quotes the offending input, which may hold any bytes.
+    std::string what = e.what();
+    const size_t close = what.find("] ");
+    if (what.rfind("[json.exception", 0) == 0 && close != std::string::npos) what = what.substr(close + 2);
+    return make_error(SSD_ERROR_INVALID_CONFIG, "invalid JSON: " + printable(what));
+  }
+  if (!duplicate.empty()) return make_error(SSD_ERROR_INVALID_CONFIG, duplicate + ": given twice");
+  return j;
+}
+
 Result<std::vector<ssd_kernel_config>> configs_from_json_text(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return make_error(SSD_ERROR_INVALID_CONFIG, "configs: not valid JSON");
+  auto parsed = parse_config_json(text);
+  if (!parsed.ok()) {  // "configs: invalid JSON: ...", "configs[1].chunk_size: given twice"
+    const std::string& detail = parsed.status().detail;
+    return make_error(parsed.status().code, (detail[0] == '[' ? "configs" : "configs: ") + detail);
+  }
+  nlohmann::json j = std::move(parsed).value();
   if (j.is_object() && j.contains("configs")) j = j.at("configs");
   if (j.is_object()) j = nlohmann::json::array({j});
   if (!j.is_array()) return make_error(SSD_ERROR_INVALID_CONFIG, "configs: expected an object or an array of objects");
@@ -661,7 +753,7 @@ Result<ModelPreset> find_preset(std::string_view name) {
     if (p.name == name) return p;
     names += (names.empty() ? "" : ", ") + p.name;
   }
-  return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("preset: unknown '{}' (legal: {})", name, names));
+  return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("preset: unknown '{}' (legal: {})", printable(name), names));
 }
 
 std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,

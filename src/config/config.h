@@ -13,6 +13,9 @@
 namespace ssd {
 
 const char* kernel_name(ssd_kernel_id kernel);  // "chunk_cumsum_fwd"; "?" when unknown
+// Whether an integer from a caller is one of the enumerators (check before converting to the enum).
+bool is_kernel_value(int64_t value);
+bool is_dtype_value(int64_t value);
 Result<ssd_kernel_id> parse_kernel_name(std::string_view name);
 const char* dtype_name(ssd_dtype dtype);        // "bf16", "fp16", "fp32", "int32"
 Result<ssd_dtype> parse_dtype(std::string_view name);
@@ -53,6 +56,10 @@ nlohmann::json config_to_json(const ssd_kernel_config& config);
 Result<ssd_kernel_config> config_from_json(const nlohmann::json& json);
 // A file holding one config object, or an array of them, or {"configs": [...]}.
 Result<std::vector<ssd_kernel_config>> configs_from_json_text(const std::string& text);
+// JSON text as configs are read: a syntax error is "invalid JSON: <where and why>", and an object
+// key given twice is "<path>: given twice" (e.g. "configs[1].chunk_size"), as in the key=value form,
+// instead of the last value silently winning. Both SSD_ERROR_INVALID_CONFIG.
+Result<nlohmann::json> parse_config_json(const std::string& text);
 
 // The SSD forward's kernels after chunk_cumsum, in launch order: bmm_chunk, chunk_state,
 // state_passing, chunk_scan. `flags` may hold SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D,

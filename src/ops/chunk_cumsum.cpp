@@ -41,7 +41,7 @@ Status check_dt_inputs(const ssd_tensor& dt, const ssd_tensor& A, const ssd_tens
   dims.seqlen = dt.shape[1];
   dims.nheads = dt.shape[2];
   dims.chunk = chunk;
-  dims.nchunks = (dims.seqlen + chunk - 1) / chunk;
+  dims.nchunks = dims.seqlen / chunk + (dims.seqlen % chunk != 0);  // no overflow for L near 2^63
   SSD_RETURN_IF_ERROR(check_tensor(A, {"A", {dims.nheads}, {SSD_DTYPE_FP32}}));
   if (dt_bias.data) SSD_RETURN_IF_ERROR(check_tensor(dt_bias, {"dt_bias", {dims.nheads}, {SSD_DTYPE_FP32}}));
   return Status::Ok();
@@ -87,9 +87,12 @@ int64_t cumsum_work(const Dims& d, int32_t block_h) {
 
 constexpr size_t kWorkspaceAlign = 256;
 
-size_t partials_bytes(const Dims& d, bool bias) {
-  size_t bytes = size_t(d.batch) * size_t(d.nchunks) * size_t(d.nheads) * (bias ? 2 : 1) * sizeof(float);
-  return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+Result<size_t> partials_bytes(const Dims& d, bool bias) {
+  CheckedSize z;  // absurd shapes must not wrap into a small size
+  const size_t bytes = z.align_up(z.mul({d.batch, d.nchunks, d.nheads, bias ? 2 : 1, int64_t(sizeof(double))}),
+                                  kWorkspaceAlign);
+  SSD_RETURN_IF_ERROR(z.status("chunk_cumsum_bwd", fmt::format("b={} L={} h={}", d.batch, d.seqlen, d.nheads)));
+  return bytes;
 }
 
 Status check_bwd(const ssd_chunk_cumsum_bwd_args& a, Dims& d) {
@@ -203,7 +206,12 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   const bool bias = a.dt_bias.data != nullptr;
   const ssd_mode mode = options->mode < 0 ? rt.mode : ssd_mode(options->mode);
   const bool deterministic = mode == SSD_MODE_DETERMINISTIC;
-  const size_t need = deterministic ? partials_bytes(d, bias) : 0;
+  size_t need = 0;
+  if (deterministic) {
+    auto bytes = partials_bytes(d, bias);
+    if (!bytes.ok()) return bytes.status();
+    need = bytes.value();
+  }
   if (a.workspace && a.workspace_bytes < need)
     return make_error(SSD_ERROR_WORKSPACE_TOO_SMALL,
                       fmt::format("workspace_bytes: {} given, {} needed (ssd_chunk_cumsum_bwd_workspace_size)",
@@ -261,7 +269,7 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   p.ddt_stride_b = a.ddt.strides[0];
   p.ddt_stride_l = a.ddt.strides[1];
   p.ddt_stride_h = a.ddt.strides[2];
-  p.partials = reinterpret_cast<float*>(workspace);
+  p.partials = reinterpret_cast<double*>(workspace);
   p.dA = static_cast<float*>(a.dA.data);
   p.dA_stride = a.dA.strides[0];
   p.ddt_bias = static_cast<float*>(a.ddt_bias.data);

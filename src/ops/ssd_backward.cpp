@@ -26,7 +26,7 @@ Status check_gate(const GateBwdTensors& t, GateDims& d) {
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("chunk_size: {} (legal: 64, 128, 256)", t.chunk_size));
   SSD_RETURN_IF_ERROR(check_tensor(t.dout, {"dout", {-1, -1, -1, -1}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}}));
   d = GateDims{t.dout.shape[0], t.dout.shape[1], t.dout.shape[2], t.dout.shape[3], 0};
-  d.nc = (d.L + t.chunk_size - 1) / t.chunk_size;
+  d.nc = d.L / t.chunk_size + (d.L % t.chunk_size != 0);  // no overflow for L near 2^63
   if (d.p != 32 && d.p != 64 && d.p != 128)
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("dout: headdim {} (legal: 32, 64, 128)", d.p));
   const std::initializer_list<int64_t> bthp = {d.b, d.L, d.h, d.p};
@@ -58,9 +58,11 @@ Status check_gate(const GateBwdTensors& t, GateDims& d) {
   return Status::Ok();
 }
 
-size_t partial_bytes(const GateBwdTensors& t, const GateDims& d) {
-  const size_t per = t.D.ndim == 2 ? size_t(d.p) : 1;
-  return size_t(d.b * d.nc * d.h) * per * sizeof(float);
+Result<size_t> partial_bytes(const GateBwdTensors& t, const GateDims& d) {
+  CheckedSize z;
+  const size_t bytes = z.mul({d.b, d.nc, d.h, t.D.ndim == 2 ? d.p : 1, int64_t(sizeof(double))});
+  SSD_RETURN_IF_ERROR(z.status("gate_bwd", fmt::format("b={} L={} h={} p={}", d.b, d.L, d.h, d.p)));
+  return bytes;
 }
 
 unsigned grid_for(int64_t work, int32_t max_blocks) {
@@ -109,7 +111,9 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(workspace);
   bool owned = false;
   if (reduce && !workspace) {
-    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&ws, partial_bytes(t, d), stream), "cuMemAllocAsync(workspace)"));
+    auto bytes = partial_bytes(t, d);
+    if (!bytes.ok()) return bytes.status();
+    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&ws, bytes.value(), stream), "cuMemAllocAsync(workspace)"));
     owned = true;
   }
   ssd_kernels::GateBwdParams p{};
@@ -134,7 +138,7 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     p.dz = t.dz.data;
     strides4(t.dz, p.dz_stride_b, p.dz_stride_l, p.dz_stride_h, p.dz_stride_p);
   }
-  p.partials = reinterpret_cast<float*>(ws);
+  p.partials = reinterpret_cast<double*>(ws);
   p.dD = static_cast<float*>(t.dD.data);
   p.batch = d.b;
   p.seqlen = d.L;
@@ -174,7 +178,6 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 unsigned cap_axis(int64_t v, int32_t max_blocks, int64_t limit) {
   const int64_t cap = max_blocks > 0 ? std::min<int64_t>(max_blocks, limit) : limit;
@@ -290,32 +293,36 @@ GateBwdTensors gate_tensors(const ssd_backward_args& a, const ForwardDims& d, vo
 
 Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims& d, ssd_mode mode) {
   const bool det = mode == SSD_MODE_DETERMINISTIC;
-  const size_t T = dtype_size(a.x.dtype);
-  const size_t bhc = size_t(d.b * d.h * d.nc), chunked = bhc * size_t(d.Q) * 4;
-  const size_t states = bhc * size_t(d.p * d.n);
-  const size_t cb = size_t(d.b * d.nc * d.g) * size_t(d.Q * d.Q);
+  const int64_t T = int64_t(dtype_size(a.x.dtype));
+  // Checked: absurd shapes must not wrap into a small total with overlapping regions.
+  CheckedSize z;
+  const size_t chunked = z.mul({d.b, d.h, d.nc, d.Q, 4});
+  const size_t states = z.mul({d.b, d.h, d.nc, d.p, d.n});
+  const size_t cb = z.mul({d.b, d.nc, d.g, d.Q, d.Q});
   BackwardLayout l{};
   size_t at = 0;
   auto take = [&](size_t bytes) {
     const size_t off = at;
-    at += align_up(bytes);
+    at = z.add(at, z.align_up(bytes, kAlign));
     return off;
   };
   l.dt_out = take(chunked);
   l.dA_cumsum = take(chunked);
-  l.CB = take(cb * 4);
-  l.states = take(states * 4);
-  l.dy = take(a.z.data ? size_t(d.b * d.L * d.h * d.p) * T : 0);
-  l.dP = take(states * 4);
-  l.ds = take(states * T);
-  l.states_t = take(states * T);
-  l.rho = take(det ? bhc * size_t(d.p * d.n / 32) * 4 : bhc * 4);
+  l.CB = take(z.mul({int64_t(cb), 4}));
+  l.states = take(z.mul({int64_t(states), 4}));
+  l.dy = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);
+  l.dP = take(z.mul({int64_t(states), 4}));
+  l.ds = take(z.mul({int64_t(states), T}));
+  l.states_t = take(z.mul({int64_t(states), T}));
+  l.rho = take(det ? z.mul({d.b, d.h, d.nc, d.p * d.n / 32, int64_t(sizeof(double))}) : z.mul({d.b, d.h, d.nc, 4}));
   l.ddt_x = take(chunked);
   l.w = take(chunked);
   l.v = take(chunked);
   l.ddA = take(chunked);
-  l.dCB = take(cb * T);
-  l.intra = take(det ? chunked * size_t(d.Q / ssd_kernels::kIntraRowGroup) : chunked);
+  l.dCB = take(z.mul({int64_t(cb), T}));
+  l.intra = take(det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked);
+  // Before the gate's and the cumsum's own sizing, which multiply the same extents.
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
   size_t gate = 0;
   if (a.z.data || a.D.data) {
     auto g = gate_backward_workspace(gate_tensors(a, d, a.dout.data), mode);  // dy pointer only for the shape check
@@ -329,6 +336,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   if (!cw.ok()) return cw.status();
   l.cumsum = take(cw.value());
   l.total = at;
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
   return l;
 }
 
@@ -554,7 +562,8 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     p.dinit = static_cast<float*>(a.dinitial_states.data);
     p.dinit_stride_b = a.dinitial_states.data ? a.dinitial_states.strides[0] : 0;
     p.dinit_stride_h = a.dinitial_states.data ? a.dinitial_states.strides[1] : 0;
-    p.rho = rho;
+    if (det) p.rho_slots = reinterpret_cast<double*>(base + L.rho);
+    else p.rho = rho;
     p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
     p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
     const int block = tile_of(k_passing).m;
@@ -646,11 +655,14 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   }
   if (s.ok()) {  // B-g: ddA per position
     ssd_kernels::ChunkScanBwdDdaParams p{};
-    p.intra = intra; p.rho = rho; p.w = w; p.v = v; p.dA_cumsum = dA_cs;
+    p.intra = intra; p.w = w;
+    if (det) p.rho_slots = reinterpret_cast<const double*>(base + L.rho);
+    else p.rho = rho;
+    p.v = v; p.dA_cumsum = dA_cs;
     p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
     p.ddA = ddA;
     p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h; p.rho_slots = d.p * d.n / 32;
+    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h; p.rho_slots_per_chunk = d.p * d.n / 32;
     void* params[] = {&p};
     s = launch_kernel(*k_dda, grid_x(d.b * d.nc * d.h, mb), 1, 1, params, stream);
   }

@@ -20,11 +20,18 @@ namespace ssd {
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 bool one_of(int64_t v, std::initializer_list<int64_t> legal) {
   return std::find(legal.begin(), legal.end(), v) != legal.end();
 }
+
+}  // namespace
+
+std::string dims_text(const ForwardDims& d) {
+  return fmt::format("b={} L={} h={} p={} g={} n={} chunk_size={}", d.b, d.L, d.h, d.p, d.g, d.n, d.Q);
+}
+
+namespace {
 
 }  // namespace
 
@@ -40,7 +47,7 @@ Status check_forward_inputs(const ssd_forward_args& a, ForwardDims& d) {
   SSD_RETURN_IF_ERROR(check_tensor(a.B, {"B", {d.b, d.L, -1, -1}, {a.x.dtype}}));
   d.g = a.B.shape[2];
   d.n = a.B.shape[3];
-  d.nc = (d.L + d.Q - 1) / d.Q;
+  d.nc = d.L / d.Q + (d.L % d.Q != 0);  // (L + Q - 1) / Q overflows for L near 2^63
   if (!one_of(d.n, {16, 32, 64, 128, 256}))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("B: dstate {} (legal: 16, 32, 64, 128, 256)", d.n));
   if (d.h % d.g != 0)
@@ -79,15 +86,19 @@ Status check_forward(const ssd_forward_args& a, ForwardDims& d) {
 
 namespace {
 
-ssd_forward_layout layout_for(const ForwardDims& d) {
+Result<ssd_forward_layout> layout_for(const ForwardDims& d) {
+  CheckedSize z;  // absurd shapes must not wrap into a small total with overlapping regions
   ssd_forward_layout l{};
   l.struct_size = sizeof(l);
-  const size_t chunked = size_t(d.b * d.h * d.nc * d.Q) * 4;
+  const size_t chunked = z.align_up(z.mul({d.b, d.h, d.nc, d.Q, 4}), kAlign);
+  const size_t cb = z.align_up(z.mul({d.b, d.nc, d.g, d.Q, d.Q, 4}), kAlign);
+  const size_t states = z.align_up(z.mul({d.b, d.nc, d.h, d.p, d.n, 4}), kAlign);
   l.dt_out_offset = 0;
-  l.dA_cumsum_offset = align_up(chunked);
-  l.CB_offset = l.dA_cumsum_offset + align_up(chunked);
-  l.states_offset = l.CB_offset + align_up(size_t(d.b * d.nc * d.g) * size_t(d.Q * d.Q) * 4);
-  l.total_bytes = l.states_offset + align_up(size_t(d.b * d.nc * d.h) * size_t(d.p * d.n) * 4);
+  l.dA_cumsum_offset = chunked;
+  l.CB_offset = z.add(l.dA_cumsum_offset, chunked);
+  l.states_offset = z.add(l.CB_offset, cb);
+  l.total_bytes = z.add(l.states_offset, states);
+  SSD_RETURN_IF_ERROR(z.status("ssd_forward", dims_text(d)));
   return l;
 }
 
@@ -285,7 +296,9 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   const ssd_forward_args& a = args.value();
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(a, d));
-  const ssd_forward_layout layout = layout_for(d);
+  auto checked_layout = layout_for(d);
+  if (!checked_layout.ok()) return checked_layout.status();
+  const ssd_forward_layout layout = checked_layout.value();
   if (a.workspace && a.workspace_bytes < layout.total_bytes)
     return make_error(SSD_ERROR_WORKSPACE_TOO_SMALL, fmt::format("workspace_bytes: {} given, {} needed "
                                                                  "(ssd_forward_workspace_layout)", a.workspace_bytes,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -19,6 +20,8 @@ struct ForwardDims {
 // Validates the forward's inputs (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk
 // size, dt limits) — not out, out_x, final_states — and fills `d`. Shared with the backward.
 Status check_forward_inputs(const ssd_forward_args& args, ForwardDims& d);
+// "b=.. L=.. h=.. p=.. g=.. n=.. chunk_size=.." for messages.
+std::string dims_text(const ForwardDims& d);
 
 // The intermediates F1..F4 write (contiguous, the layouts of ssd_forward_layout).
 struct ForwardBuffers {

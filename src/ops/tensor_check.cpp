@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/struct_io.h"
 #include "config/config.h"
 
 namespace ssd {
@@ -49,17 +50,47 @@ ssd_tensor contiguous_tensor(void* data, ssd_dtype dtype, std::initializer_list<
   return t;
 }
 
+size_t CheckedSize::mul(std::initializer_list<int64_t> factors) {
+  size_t r = 1;
+  for (int64_t f : factors)
+    if (f < 0 || __builtin_mul_overflow(r, uint64_t(f), &r)) overflowed_ = true;
+  return overflowed_ ? 0 : r;
+}
+
+size_t CheckedSize::add(size_t a, size_t b) {
+  size_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) overflowed_ = true;
+  return overflowed_ ? 0 : r;
+}
+
+size_t CheckedSize::align_up(size_t v, size_t alignment) {
+  const size_t r = add(v, alignment - 1);
+  return overflowed_ ? 0 : r / alignment * alignment;
+}
+
+Status CheckedSize::status(const std::string& what, const std::string& shapes) const {
+  if (!overflowed_) return Status::Ok();
+  return make_error(SSD_ERROR_INVALID_SHAPE,
+                    fmt::format("{} needs more than 2^64 bytes of workspace (shapes {})", what, shapes));
+}
+
 Status check_tensor(const ssd_tensor& t, const TensorSpec& spec) {
   if (!t.data) return make_error(SSD_ERROR_NULL_POINTER, fmt::format("{}: data is NULL", spec.name));
+  // The caller's dtype is compared as an integer: it may hold any int (reading an out-of-range
+  // value as ssd_dtype is undefined behaviour). Past this check t.dtype is a valid enumerator.
+  const int64_t dtype = enum_value(t.dtype);
   bool dtype_ok = false;
   std::string legal;
   for (ssd_dtype d : spec.dtypes) {
-    dtype_ok |= d == t.dtype;
+    dtype_ok |= dtype == d;
     legal += (legal.empty() ? "" : ", ") + std::string(dtype_name(d));
   }
   if (!dtype_ok)
     return make_error(SSD_ERROR_INVALID_DTYPE,
-                      fmt::format("{}: dtype {} (legal: {})", spec.name, dtype_name(t.dtype), legal));
+                      fmt::format("{}: dtype {} (legal: {})", spec.name,
+                                  is_dtype_value(dtype) ? std::string(dtype_name(static_cast<ssd_dtype>(dtype)))
+                                                        : fmt::format("{} (not an ssd_dtype)", dtype),
+                                  legal));
   if (t.ndim != int(spec.shape.size()))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("{}: {} dimensions, expected {} {}", spec.name, t.ndim,
                                                            spec.shape.size(), expected_text(spec.shape)));

@@ -18,6 +18,22 @@ struct TensorSpec {
   bool unit_last_stride = false;         // innermost axis must have stride 1
 };
 
+// Byte counts computed from caller extents. Shapes pass check_tensor up to 2^62 elements per
+// tensor (stride-0 inputs allow more), so products of several extents can exceed size_t: every
+// step is checked and the first overflow is remembered (the results are then meaningless).
+class CheckedSize {
+ public:
+  size_t mul(std::initializer_list<int64_t> factors);  // negative factors count as overflow
+  size_t add(size_t a, size_t b);
+  size_t align_up(size_t v, size_t alignment);
+  bool overflowed() const { return overflowed_; }
+  // SSD_ERROR_INVALID_SHAPE: "<what> needs more than 2^64 bytes of workspace (shapes <shapes>)".
+  Status status(const std::string& what, const std::string& shapes) const;
+
+ private:
+  bool overflowed_ = false;
+};
+
 // A tensor over `data` with row-major (contiguous) strides.
 ssd_tensor contiguous_tensor(void* data, ssd_dtype dtype, std::initializer_list<int64_t> shape);
 

@@ -339,6 +339,7 @@ SsdGradients backward(const SsdProblem& pr, const double* dout, const double* df
   gr.dB.assign(k.n_bc(), 0.0);
   gr.dC.assign(k.n_bc(), 0.0);
   if (pr.D) gr.dD.assign(k.n_d(), 0.0);
+  if (pr.D) gr.dD_abs.assign(k.n_d(), 0.0);
   if (pr.z) gr.dz.assign(k.n_x(), 0.0);
   if (pr.dt_bias) gr.ddt_bias.assign(static_cast<size_t>(k.H), 0.0);
   if (pr.initial_states) gr.dinitial_states.assign(k.n_st(), 0.0);
@@ -369,8 +370,11 @@ SsdGradients backward(const SsdProblem& pr, const double* dout, const double* df
     for (int64_t bb = 0; bb < k.b; ++bb)
       for (int64_t t = 0; t < k.L; ++t)
         for (int64_t i = 0; i < k.H; ++i)
-          for (int64_t pp = 0; pp < k.P; ++pp)
-            gr.dD[k.d(i, pp)] += it.dy[k.x(bb, t, i, pp)] * pr.x[k.x(bb, t, i, pp)];
+          for (int64_t pp = 0; pp < k.P; ++pp) {
+            const double term = it.dy[k.x(bb, t, i, pp)] * pr.x[k.x(bb, t, i, pp)];
+            gr.dD[k.d(i, pp)] += term;
+            gr.dD_abs[k.d(i, pp)] += std::fabs(term);
+          }
 
   // (B-b) dP_c = Σ_l η_c(l) e^{𝒜_c(l)} dy_l C_lᵀ.
   for (int64_t bb = 0; bb < k.b; ++bb)
@@ -560,6 +564,15 @@ SsdGradients backward(const SsdProblem& pr, const double* dout, const double* df
                                    it.ddA.data(), it.ddt_x.data(), gr.ddt.data(), gr.dA.data(),
                                    ddt_bias.data());
   if (pr.dt_bias) gr.ddt_bias = ddt_bias;
+  gr.dA_abs.assign(static_cast<size_t>(k.H), 0.0);
+  if (pr.dt_bias) gr.ddt_bias_abs.assign(static_cast<size_t>(k.H), 0.0);
+  for (int64_t bb = 0; bb < k.b; ++bb)
+    for (int64_t i = 0; i < k.H; ++i)
+      for (int64_t c = 0; c < k.Nc; ++c)
+        for (int64_t l = 0; l <= k.lam(c); ++l) {
+          gr.dA_abs[i] += std::fabs(Dl[k.hq(bb, i, c, l)] * it.ddA[k.hq(bb, i, c, l)]);
+          if (pr.dt_bias) gr.ddt_bias_abs[i] += std::fabs(gr.ddt[k.dt(bb, c * k.Q + l, i)]);
+        }
   return gr;
 }
 

@@ -134,6 +134,11 @@ struct SsdGradients {
   std::vector<double> dz;               // (b, L, h, p); empty without z
   std::vector<double> ddt_bias;         // (h); empty without dt_bias
   std::vector<double> dinitial_states;  // (b, h, p, n); empty without initial_states
+  // The scale of each whole-sequence sum: Σ |term| over the terms the gradient adds (dA: Δ_k ddA_k;
+  // dD: dy ⊙ x; ddt_bias: the per-position ddt). The error of any order of summation of terms with
+  // relative error ε is at most about ε times this, however much the terms cancel; tests judge
+  // these sums relative to it (relative L2 of the sum alone is unbounded when the sum cancels).
+  std::vector<double> dA_abs, dD_abs, ddt_bias_abs;
   SsdBackwardIntermediates inter;
 };
 

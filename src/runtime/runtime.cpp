@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "common/struct_io.h"
 #include "config/config.h"
 
 ssd_runtime::~ssd_runtime() {
@@ -18,10 +19,13 @@ ssd_runtime::~ssd_runtime() {
 namespace ssd {
 
 Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& options) {
-  if (options.mode != SSD_MODE_DETERMINISTIC && options.mode != SSD_MODE_FAST)
+  // Checked as integers: a C caller may have stored any int in the enum field.
+  const int64_t mode = enum_value(options.mode);
+  if (mode != SSD_MODE_DETERMINISTIC && mode != SSD_MODE_FAST)
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                      fmt::format("options.mode: {} (legal: 0 deterministic, 1 fast)", int(options.mode)));
-  if (options.arch != 0 && !parse_arch(arch_name(ssd_arch(options.arch))).ok())
+                      fmt::format("options.mode: {} (legal: 0 deterministic, 1 fast)", mode));
+  if (options.arch != 0 && options.arch != SSD_ARCH_SM80 && options.arch != SSD_ARCH_SM90 &&
+      options.arch != SSD_ARCH_SM90A)
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
                       fmt::format("options.arch: {} (legal: 0 from the device, 80, 90, 901)", options.arch));
   auto cache_options = cache::options_from_env();

@@ -44,9 +44,11 @@ struct StatePassingBwdParams {
   long long dfinal_stride_b, dfinal_stride_h;
   float* dinit;  // (b, h, p*n) fp32 or null (not written)
   long long dinit_stride_b, dinit_stride_h;
-  // deterministic: ρ partials (b, h, nchunks, p*n/32) contiguous, one per 32 consecutive e
-  //                (xor-butterfly sum inside the warp); the θ·exp factor is NOT applied here.
-  // fast:          ρ sums (b, h, nchunks) contiguous, zeroed by the launcher, atomically added.
+  // deterministic: ρ partials (b, h, nchunks, p*n/32) contiguous, fp64, one per 32 consecutive e
+  //                (exact fp64 products, xor-butterfly sum inside the warp in fp64); the θ·exp
+  //                factor is NOT applied here.
+  // fast:          ρ sums (b, h, nchunks) fp32 contiguous, zeroed by the launcher, atomically added.
+  double* rho_slots;
   float* rho;
   const int* seq_idx;  // (b, L) or null
   long long seq_idx_stride_b, seq_idx_stride_l;
@@ -162,14 +164,16 @@ struct BcBwdParams {
 };
 
 // chunk_scan_bwd_ddA (B-g), per (b, c, h), positions k <= λ (0 past λ):
-//   ρ     = θ_c·exp(A(λ_c)) · ρsum,  ρsum = Σ_j rho[b, h, c, j] (j increasing from +0.0; fast: rho[b, h, c])
+//   ρ     = θ_c·exp(A(λ_c)) · ρsum,  ρsum = Σ_j rho_slots[b, h, c, j] (fp64, j increasing from +0.0;
+//           fast: rho[b, h, c])
 //   intra = Σ_{r = k/64}^{λ/64} T_r(k) (r increasing from +0.0; fast: intra[b, h, c, k])
 //   next  = Σ_{l < k} w_l (l increasing from +0.0)
 //   prev  = (Σ_{l = λ}^{k} v_l (l decreasing from +0.0)) + ρ
-//   ddA_k = (intra + next) + prev
+//   ddA_k = rn_fp32((intra + next) + prev), every sum and the combination in fp64
 struct ChunkScanBwdDdaParams {
   const float* intra;
-  const float* rho;
+  const double* rho_slots;  // deterministic
+  const float* rho;         // fast
   const float* w;
   const float* v;
   const float* dA_cumsum;
@@ -177,7 +181,7 @@ struct ChunkScanBwdDdaParams {
   float* ddA;
   const int* seq_idx;
   long long seq_idx_stride_b, seq_idx_stride_l;
-  long long batch, seqlen, nchunks, nheads, rho_slots;  // rho_slots = p*n/32 (deterministic)
+  long long batch, seqlen, nchunks, nheads, rho_slots_per_chunk;  // = p*n/32 (deterministic)
 };
 
 // ------------------------------------------------------------------------------------------------

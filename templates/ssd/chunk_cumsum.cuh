@@ -108,7 +108,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
     const float A = head_ok ? p.A[h * p.A_stride] : 0.f;
     const float bias = (kHasBias && head_ok) ? p.dt_bias[h * p.dt_bias_stride] : 0.f;
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
-    float g = 0.f, part_A = 0.f, part_bias = 0.f;
+    float g = 0.f;
+    double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
     for (int l0 = Q - BLOCK_L; l0 >= 0; l0 -= BLOCK_L) {
       // Coalesced loads along the chunk axis into the transposed staging tiles.
       for (int i = tid; i < BLOCK_H * BLOCK_L; i += BLOCK_H) {
@@ -143,8 +144,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
           g = kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
           const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
           const float du = dt_backward<kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
-          part_A = __fadd_rn(part_A, __fmul_rn(delta, g));
-          part_bias = __fadd_rn(part_bias, du);
+          part_A = __dadd_rn(part_A, __dmul_rn(double(delta), double(g)));  // exact product
+          part_bias = __dadd_rn(part_bias, double(du));
           store_from_float<T>(p.ddt, item.b * p.ddt_stride_b + t * p.ddt_stride_l + h * p.ddt_stride_h, du);
         }
       }
@@ -153,12 +154,12 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
     if (head_ok) {
       if (kDeterministic) {
         constexpr int P = kHasBias ? 2 : 1;
-        float* out = p.partials + ((item.b * p.nchunks + item.c) * p.nheads + h) * P;
+        double* out = p.partials + ((item.b * p.nchunks + item.c) * p.nheads + h) * P;
         out[0] = part_A;
         if (kHasBias) out[1] = part_bias;
       } else {
-        atomicAdd(p.dA + h * p.dA_stride, part_A);
-        if (kHasBias) atomicAdd(p.ddt_bias + h * p.ddt_bias_stride, part_bias);
+        atomicAdd(p.dA + h * p.dA_stride, __double2float_rn(part_A));
+        if (kHasBias) atomicAdd(p.ddt_bias + h * p.ddt_bias_stride, __double2float_rn(part_bias));
       }
     }
   }

@@ -1,13 +1,16 @@
 // chunk_scan_bwd_ddA (math B-g, the stable form of §3.2): the gradient w.r.t. the log-decay
 // increments a_k = Δ_k A_h, per (batch b, chunk c, head h), valid positions k <= λ_c:
 //
-//   ddA_k = (intra_k + next_k) + prev_k                 (0 at padding positions k > λ_c)
+//   ddA_k = rn_fp32((intra_k + next_k) + prev_k)        (0 at padding positions k > λ_c)
 //   intra_k = Σ_{r = ⌊k/64⌋}^{⌊λ/64⌋} T_r(k)              r increasing from +0.0 (T_r: chunk_scan_bwd_ddA_intra)
 //   next_k  = Σ_{l < k} w_l                              l increasing from +0.0 (w: chunk_scan_bwd_dx)
 //   prev_k  = (Σ_{l = λ}^{k} v_l) + ρ_c                  l decreasing from +0.0, then + ρ (v: chunk_scan_bwd_dx)
-//   ρ_c     = θ_c · exp(𝒜_c(λ_c)) · Σ_j rho[b, h, c, j]  j increasing from +0.0 (32-element blocks of
-//                                                        state_passing_bwd; θ as there)
-// No term is a difference, so there is no cancellation (unlike the naive reverse cumsum of §3.2).
+//   ρ_c     = θ_c · exp(𝒜_c(λ_c)) · Σ_j rho[b, h, c, j]  j increasing from +0.0 (fp64 32-element block sums
+//                                                        of state_passing_bwd; θ as there)
+// Every sum, ρ's product and the combination run in fp64 (the fp32 inputs convert exactly), and
+// ddA_k is rounded to fp32 once: the scans span up to Q terms and ρ's up to p*n/32 slots, whose fp32
+// rounding dominated dA's error (issue 11). No term is a difference, so there is no cancellation
+// (unlike the naive reverse cumsum of §3.2).
 // Fast mode reads the atomically accumulated intra (b, h, c, Q) and rho (b, h, c) instead.
 //
 // One block owns one (b, c, h) at a time (grid-stride over b * nchunks * nheads); the three
@@ -24,8 +27,9 @@ template <int Q, int BLOCK, bool kHasSeqIdx, bool kDeterministic>
 __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
   static_assert(BLOCK % 64 == 0, "BLOCK must hold at least two warps");
   constexpr int R = (Q + kIntraRowGroup - 1) / kIntraRowGroup;
-  __shared__ float s_w[Q], s_v[Q], s_next[Q], s_prev[Q];
-  __shared__ float s_rho;
+  __shared__ float s_w[Q], s_v[Q];
+  __shared__ double s_next[Q], s_prev[Q];
+  __shared__ double s_rho;
   const int tid = threadIdx.x;
   const long long work = p.batch * p.nchunks * p.nheads;
   for (long long item = blockIdx.x; item < work; item += gridDim.x) {
@@ -41,25 +45,25 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
     }
     __syncthreads();
     if (tid == 0) {  // next: exclusive prefix of w
-      float acc = 0.f;
+      double acc = 0.0;
       for (int l = 0; l < valid; ++l) {
         s_next[l] = acc;
-        acc = __fadd_rn(acc, s_w[l]);
+        acc = __dadd_rn(acc, double(s_w[l]));
       }
     } else if (tid == 32) {  // prev without ρ: inclusive suffix of v
-      float acc = 0.f;
+      double acc = 0.0;
       for (int l = valid - 1; l >= 0; --l) {
-        acc = __fadd_rn(acc, s_v[l]);
+        acc = __dadd_rn(acc, double(s_v[l]));
         s_prev[l] = acc;
       }
     } else if (tid == BLOCK - 1) {  // ρ_c
-      float acc;
+      double acc;
       if (kDeterministic) {
-        acc = 0.f;
-        const float* slots = p.rho + row * p.rho_slots;
-        for (long long j = 0; j < p.rho_slots; ++j) acc = __fadd_rn(acc, slots[j]);
+        acc = 0.0;
+        const double* slots = p.rho_slots + row * p.rho_slots_per_chunk;
+        for (long long j = 0; j < p.rho_slots_per_chunk; ++j) acc = __dadd_rn(acc, slots[j]);
       } else {
-        acc = p.rho[row];
+        acc = double(p.rho[row]);
       }
       float carry = expf(p.dA_cumsum[base + valid - 1]);
       if (kHasSeqIdx) {
@@ -67,22 +71,22 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
         const int id_prev = c > 0 ? p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l] : 0;
         if (id_last != id_prev) carry = 0.f;
       }
-      s_rho = __fmul_rn(carry, acc);
+      s_rho = __dmul_rn(double(carry), acc);
     }
     __syncthreads();
-    const float rho = s_rho;
+    const double rho = s_rho;
     for (int k = tid; k < Q; k += BLOCK) {
       float out = 0.f;
       if (k < valid) {
-        float intra;
+        double intra;
         if (kDeterministic) {
-          intra = 0.f;
+          intra = 0.0;
           const float* parts = p.intra + row * (long long)(R * Q) + k;
-          for (int r = k / kIntraRowGroup; r * kIntraRowGroup < valid; ++r) intra = __fadd_rn(intra, parts[r * Q]);
+          for (int r = k / kIntraRowGroup; r * kIntraRowGroup < valid; ++r) intra = __dadd_rn(intra, double(parts[r * Q]));
         } else {
-          intra = p.intra[row * Q + k];
+          intra = double(p.intra[row * Q + k]);
         }
-        out = __fadd_rn(__fadd_rn(intra, s_next[k]), __fadd_rn(s_prev[k], rho));
+        out = __double2float_rn(__dadd_rn(__dadd_rn(intra, s_next[k]), __dadd_rn(s_prev[k], rho)));
       }
       p.ddA[base + k] = out;
     }

@@ -5,10 +5,11 @@
 //   dD (h):    Σ_b Σ_c Σ_p Σ_l dy · x        dD (h, p): Σ_b Σ_c Σ_l dy · x
 //
 // Order (docs/determinism.md): one thread owns (b, c, h, p) and accumulates over the chunk's valid
-// positions l = 0 .. λ_c in increasing order, acc = fma(dy_l, x_l, acc) from +0.0, with the fp32
-// dy (before it is rounded for storage). For D (h) the P column sums of a (b, c, h) are then added
-// in increasing p from +0.0 by thread 0. reduce_head_partials finishes: chunks in increasing c
-// per sample, samples in increasing b. Fast mode adds the (b, c, h[, p]) partials with atomics.
+// positions l = 0 .. λ_c in increasing order, acc = fma(dy_l, x_l, acc) from +0.0 in fp64 (the
+// products of the fp32 dy, before it is rounded for storage, and x are exact there). For D (h) the
+// P column sums of a (b, c, h) are then added in increasing p from +0.0 in fp64 by thread 0.
+// reduce_head_partials finishes: chunks in increasing c per sample in fp64, one rounding per sample,
+// samples in increasing b in fp32. Fast mode adds the rounded (b, c, h[, p]) partials with atomics.
 // No tile: one block per (b, c, h) work item (grid-stride), one thread per headdim element.
 #pragma once
 
@@ -19,14 +20,14 @@ namespace ssd_kernels {
 
 template <int Q, int P, class T, bool kZ, bool kD, bool kDPerHeaddim, bool kDeterministic>
 __device__ void gate_bwd(const GateBwdParams& p) {
-  __shared__ float s_col[P];
+  __shared__ double s_col[P];
   const int e = threadIdx.x;
   const long long work = p.batch * p.nchunks * p.nheads;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {
     const long long h = w % p.nheads, bc = w / p.nheads;
     const long long c = bc % p.nchunks, b = bc / p.nchunks;
     const long long valid = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q);
-    float acc = 0.f;
+    double acc = 0.0;
     for (long long l = 0; l < valid; ++l) {
       const long long t = c * Q + l;
       const float g = load_as_float<T>(p.dout, b * p.dout_stride_b + t * p.dout_stride_l + h * p.dout_stride_h + e * p.dout_stride_p);
@@ -43,21 +44,21 @@ __device__ void gate_bwd(const GateBwdParams& p) {
       }
       if (kD) {
         const float x = load_as_float<T>(p.x, b * p.x_stride_b + t * p.x_stride_l + h * p.x_stride_h + e * p.x_stride_p);
-        acc = __fmaf_rn(dy, x, acc);
+        acc = __fma_rn(double(dy), double(x), acc);
       }
     }
     if (kD) {
       if (kDPerHeaddim) {
         if (kDeterministic) p.partials[((b * p.nchunks + c) * p.nheads + h) * P + e] = acc;
-        else atomicAdd(p.dD + h * P + e, acc);
+        else atomicAdd(p.dD + h * P + e, __double2float_rn(acc));
       } else {
         s_col[e] = acc;
         __syncthreads();
         if (e == 0) {
-          float sum = 0.f;
-          for (int q = 0; q < P; ++q) sum = __fadd_rn(sum, s_col[q]);
+          double sum = 0.0;
+          for (int q = 0; q < P; ++q) sum = __dadd_rn(sum, s_col[q]);
           if (kDeterministic) p.partials[(b * p.nchunks + c) * p.nheads + h] = sum;
-          else atomicAdd(p.dD + h, sum);
+          else atomicAdd(p.dD + h, __double2float_rn(sum));
         }
         __syncthreads();
       }

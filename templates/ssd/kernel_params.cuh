@@ -34,8 +34,9 @@ struct ChunkCumsumBwdParams {
   long long ddt_out_stride_b, ddt_out_stride_h, ddt_out_stride_c;
   void* ddt;  // dtype of dt
   long long ddt_stride_b, ddt_stride_l, ddt_stride_h;
-  // deterministic: per-chunk partials (b, nchunks, h, P) contiguous, P = 2 with dt_bias else 1.
-  float* partials;
+  // deterministic: per-chunk partials (b, nchunks, h, P) contiguous, P = 2 with dt_bias else 1,
+  // accumulated and stored in fp64 (docs/determinism.md: the whole-sequence sums).
+  double* partials;
   // fast: accumulated with atomics into dA (h) and ddt_bias (h), zeroed by the launcher.
   float* dA;
   long long dA_stride;
@@ -45,10 +46,10 @@ struct ChunkCumsumBwdParams {
   float dt_limit_lo, dt_limit_hi;
 };
 
-// reduce_head_partials: partials (b, nchunks, h, P) contiguous -> out[j][h * out_stride[j]].
+// reduce_head_partials: fp64 partials (b, nchunks, h, P) contiguous -> out[j][h * out_stride[j]].
 constexpr int kMaxReduceOutputs = 8;
 struct ReduceHeadPartialsParams {
-  const float* partials;
+  const double* partials;
   float* out[kMaxReduceOutputs];
   long long out_stride[kMaxReduceOutputs];
   long long batch, nchunks, nheads;
@@ -71,7 +72,7 @@ struct StatePassingFwdParams {
 };
 
 // gate_bwd (math B-a): dout, x, z, out_x (b, L, h, p) in the element type; dy, dz written in it.
-// dD partials: fast mode adds into dD directly; deterministic mode stores one fp32 value per
+// dD partials: fast mode adds into dD directly; deterministic mode stores one fp64 value per
 // (b, c, h) for D (h), per (b, c, h, p) for D (h, p), contiguous, for reduce_head_partials.
 struct GateBwdParams {
   const void* dout;
@@ -86,7 +87,7 @@ struct GateBwdParams {
   long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
   void* dz;  // written with z
   long long dz_stride_b, dz_stride_l, dz_stride_h, dz_stride_p;
-  float* partials;  // deterministic mode
+  double* partials;  // deterministic mode
   float* dD;        // fast mode: (h) or (h, p), contiguous, zeroed by the launcher
   long long batch, seqlen, nheads, nchunks;
 };

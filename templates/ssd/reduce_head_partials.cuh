@@ -1,9 +1,11 @@
 // reduce_head_partials: finishes a per-head gradient from per-(batch, chunk) partials.
 //
-//   out[j][h] = sum_{b=0..B-1} ( sum_{c=0..Nc-1} partials[b][c][h][j] )
+//   out[j][h] = sum_{b=0..B-1} rn_fp32( sum_{c=0..Nc-1} partials[b][c][h][j] )
 //
-// Canonical order (docs/determinism.md): for each b, the chunk partials are added in increasing c
-// starting from +0.0; the per-sample sums are then added in increasing b starting from +0.0. One
+// Canonical order (docs/determinism.md): for each b, the fp64 chunk partials are added in
+// increasing c starting from +0.0 in fp64 and the per-sample sum is rounded to fp32 once (what a
+// call with that sample alone returns); the per-sample results are then added in increasing b
+// starting from +0.0 in fp32, so a batch's sum is the ordered fp32 sum of its samples' results. One
 // thread owns one head's P outputs, so neither the block size nor the grid size changes the bits, and
 // a sample's contribution does not depend on which other samples share the batch.
 #pragma once
@@ -19,16 +21,16 @@ __device__ void reduce_head_partials(const ReduceHeadPartialsParams& p) {
 #pragma unroll
     for (int j = 0; j < P; ++j) total[j] = 0.f;
     for (long long b = 0; b < p.batch; ++b) {
-      float sample[P];
+      double sample[P];
 #pragma unroll
-      for (int j = 0; j < P; ++j) sample[j] = 0.f;
-      const float* row = p.partials + b * p.nchunks * p.nheads * P + h * P;
+      for (int j = 0; j < P; ++j) sample[j] = 0.0;
+      const double* row = p.partials + b * p.nchunks * p.nheads * P + h * P;
       for (long long c = 0; c < p.nchunks; ++c) {
 #pragma unroll
-        for (int j = 0; j < P; ++j) sample[j] = __fadd_rn(sample[j], row[c * p.nheads * P + j]);
+        for (int j = 0; j < P; ++j) sample[j] = __dadd_rn(sample[j], row[c * p.nheads * P + j]);
       }
 #pragma unroll
-      for (int j = 0; j < P; ++j) total[j] = __fadd_rn(total[j], sample[j]);
+      for (int j = 0; j < P; ++j) total[j] = __fadd_rn(total[j], __double2float_rn(sample[j]));
     }
 #pragma unroll
     for (int j = 0; j < P; ++j) p.out[j][h * p.out_stride[j]] = total[j];

@@ -3,19 +3,20 @@
 //
 //   dS = dfinal[e] (0 without dfinal_states);  for c = Nc-1 .. 0:
 //     ds_c[e]        = dS                                   (stored rounded to T)
-//     ρ-part(c, e)   = P_c[e] · dS                           (one fp32 multiply)
+//     ρ-part(c, e)   = P_c[e] · dS                           (fp64 product: exact)
 //     dS             = fma(θ_c · exp(dA_cumsum_c(λ_c)), dS, dP_c[e])   (one rounding, __fmaf_rn)
 //   dinit[e] = dS                                           (= dS_{-1}, when dinit is given)
 //   states_t[c][e] = rn_T(P_c[e])   (the mma operand copy chunk_scan_bwd_dx and _dc read)
 //   θ_c = [seq_idx(cQ + λ_c) == seq_idx(cQ - 1)], seq_idx(-1) := 0; θ_c = 1 without seq_idx
 //   (the same carry as state_passing_fwd, so the adjoint uses the forward's bits).
 //
-// ρ_c = θ_c e^{𝒜_c(λ_c)} Σ_e P_c[e] dS_c[e] is a sum across thread blocks. Canonical order: the
-// p*n axis is cut into blocks of 32 consecutive elements (e = 32j .. 32j+31); inside a block the
-// 32 products are summed by an xor butterfly (offsets 16, 8, 4, 2, 1: every lane of the warp ends
-// with the same bits, since each step adds the same two operands on both lanes), and lane 0 stores
-// the block sum in slot (b, h, c, j). chunk_scan_bwd_ddA adds the slots in increasing j from +0.0
-// and applies θ_c e^{𝒜_c(λ_c)}. A block of 32 is one warp for every BLOCK (a multiple of 32), so the
+// ρ_c = θ_c e^{𝒜_c(λ_c)} Σ_e P_c[e] dS_c[e] is a sum across thread blocks (p*n terms, 16384 at
+// the preset, of both signs). Canonical order, all in fp64 (issue 11: the fp32 sum's rounding was
+// the largest error of dA): the p*n axis is cut into blocks of 32 consecutive elements
+// (e = 32j .. 32j+31); inside a block the 32 exact fp64 products are summed by an xor butterfly
+// (offsets 16, 8, 4, 2, 1: every lane of the warp ends with the same bits, since each step adds the
+// same two operands on both lanes), and lane 0 stores the fp64 block sum in slot (b, h, c, j).
+// chunk_scan_bwd_ddA adds the slots in increasing j from +0.0 in fp64 and applies θ_c e^{𝒜_c(λ_c)}. A block of 32 is one warp for every BLOCK (a multiple of 32), so the
 // bits do not depend on BLOCK or the grid. Fast mode: lane 0 atomically adds the block sum into
 // rho[b, h, c] instead.
 //
@@ -73,12 +74,16 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
         if (c >= 0) {
           dsb[c * p.ds_stride_c] = from_float<T>(dS);
           ptb[c * p.ds_stride_c] = from_float<T>(P_in[j]);
-          float part = __fmul_rn(P_in[j], dS);
+          if (kDeterministic) {
+            double part = __dmul_rn(double(P_in[j]), double(dS));  // exact: 24 + 24 mantissa bits
 #pragma unroll
-          for (int off = 16; off >= 1; off >>= 1) part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, off));
-          if ((threadIdx.x & 31) == 0) {
-            if (kDeterministic) p.rho[(rho_row + c) * slots + e / 32] = part;
-            else atomicAdd(p.rho + rho_row + c, part);
+            for (int off = 16; off >= 1; off >>= 1) part = __dadd_rn(part, __shfl_xor_sync(0xffffffffu, part, off));
+            if ((threadIdx.x & 31) == 0) p.rho_slots[(rho_row + c) * slots + e / 32] = part;
+          } else {
+            float part = __fmul_rn(P_in[j], dS);
+#pragma unroll
+            for (int off = 16; off >= 1; off >>= 1) part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, off));
+            if ((threadIdx.x & 31) == 0) atomicAdd(p.rho + rho_row + c, part);
           }
           dS = __fmaf_rn(carry[j], dS, dP_in[j]);
         }

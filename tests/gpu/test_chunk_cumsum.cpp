@@ -419,12 +419,14 @@ TEST_CASE("ssd_kernel_launch: a raw launch of reduce_head_partials on a caller's
   info.struct_size = sizeof(info);
   GPU_CHECK_SSD(ssd_kernel_get_info(k, &info));
   const int64_t b = 3, nc = 5, h = 70;
-  const HostArray parts = make_array(SSD_DTYPE_FP32, normal(size_t(b * nc * h * 2)));
-  DeviceBuffer d_parts(parts.bytes.size()), d_out(size_t(2 * h) * 4);
-  d_parts.upload(parts.bytes.data(), parts.bytes.size());
+  // fp64 partials whose fp32 sums would differ: the reduction must keep them in fp64 per sample.
+  std::vector<double> parts = normal(size_t(b * nc * h * 2));
+  for (size_t i = 0; i < parts.size(); ++i) parts[i] *= 1.0 + 1e-9 * double(i % 7);
+  DeviceBuffer d_parts(parts.size() * sizeof(double)), d_out(size_t(2 * h) * 4);
+  d_parts.upload(parts.data(), parts.size() * sizeof(double));
   d_out.poison();
   ssd_kernels::ReduceHeadPartialsParams p{};
-  p.partials = static_cast<const float*>(d_parts.get());
+  p.partials = static_cast<const double*>(d_parts.get());
   p.out[0] = static_cast<float*>(d_out.get());
   p.out[1] = static_cast<float*>(d_out.get()) + h;
   p.out_stride[0] = p.out_stride[1] = 1;
@@ -440,12 +442,12 @@ TEST_CASE("ssd_kernel_launch: a raw launch of reduce_head_partials on a caller's
   drv().cuStreamDestroy(stream);
   const std::vector<float> out = d_out.to_host<float>(size_t(2 * h));
   for (int64_t hh = 0; hh < h; ++hh)
-    for (int j = 0; j < 2; ++j) {  // the canonical order, on the host in fp32
+    for (int j = 0; j < 2; ++j) {  // the canonical order on the host: fp64 per sample, fp32 over samples
       float total = 0.f;
       for (int64_t bi = 0; bi < b; ++bi) {
-        float sample = 0.f;
-        for (int64_t ci = 0; ci < nc; ++ci) sample += float(parts.values[size_t(((bi * nc + ci) * h + hh) * 2 + j)]);
-        total += sample;
+        double sample = 0.0;
+        for (int64_t ci = 0; ci < nc; ++ci) sample += parts[size_t(((bi * nc + ci) * h + hh) * 2 + j)];
+        total += float(sample);
       }
       CHECK(std::memcmp(&total, &out[size_t(j * h + hh)], 4) == 0);
     }

@@ -237,35 +237,58 @@ struct BwdProblem {
   }
 };
 
-// Relative L2 errors of every gradient against the oracle; `worst` collects the maxima per name.
+// Errors of every gradient against the oracle. Per-element gradients: relative L2. The
+// whole-sequence sums dA, dD and ddt_bias: ‖v − ref‖ / ‖Σ|terms|‖ (the oracle's *_abs), the error
+// measure that does not blow up when the terms cancel (a short, cancelling sum can have a plain
+// relative error above any fixed bound with every term accurate: issue 11); their plain relative
+// L2 is reported beside it ("plain").
 struct GradErrors {
-  std::vector<std::pair<std::string, double>> e;
+  struct Entry {
+    std::string name;
+    double value;  // what the tolerance applies to
+    double plain;  // relative L2 (equal to value for per-element gradients)
+  };
+  std::vector<Entry> e;
   std::string text() const {
     std::string t;
-    for (auto& [n, v] : e) t += " " + n + " " + std::to_string(v).substr(0, 9);
+    for (auto& x : e) {
+      t += " " + x.name + " " + std::to_string(x.value).substr(0, 9);
+      if (x.plain != x.value) t += " (plain " + std::to_string(x.plain).substr(0, 9) + ")";
+    }
     return t;
   }
 };
+
+double scaled_l2(const std::vector<double>& v, const std::vector<double>& ref, const std::vector<double>& scale) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    num += (v[i] - ref[i]) * (v[i] - ref[i]);
+    den += scale[i] * scale[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 GradErrors compare_with_oracle(const BwdProblem& prob) {
   const BwdCase& c = prob.c;
   const ssd::ref::SsdGradients ref = ssd::ref::backward(prob.oracle_problem(), prob.dout.values.data(),
                                                         c.dfinal ? prob.dfinal.values.data() : nullptr);
   GradErrors out;
-  auto cmp = [&](const char* name, const Guarded& g, ssd_dtype dt, const std::vector<double>& r) {
+  auto cmp = [&](const char* name, const Guarded& g, ssd_dtype dt, const std::vector<double>& r,
+                 const std::vector<double>* scale = nullptr) {
     std::vector<double> v = g.values(dt);
     REQUIRE_MESSAGE(all_finite(v), name);
     REQUIRE(v.size() == r.size());
-    out.e.push_back({name, ssd::ref::rel_l2(v.data(), r.data(), v.size())});
+    const double plain = ssd::ref::rel_l2(v.data(), r.data(), v.size());
+    out.e.push_back({name, scale ? scaled_l2(v, r, *scale) : plain, plain});
   };
   cmp("dx", prob.g_dx, c.dtype, ref.dx);
   cmp("ddt", prob.g_ddt, c.dtype, ref.ddt);
-  cmp("dA", prob.g_dA, SSD_DTYPE_FP32, ref.dA);
+  cmp("dA", prob.g_dA, SSD_DTYPE_FP32, ref.dA, &ref.dA_abs);
   cmp("dB", prob.g_dB, c.dtype, ref.dB);
   cmp("dC", prob.g_dC, c.dtype, ref.dC);
-  if (c.D) cmp("dD", prob.g_dD, SSD_DTYPE_FP32, ref.dD);
+  if (c.D) cmp("dD", prob.g_dD, SSD_DTYPE_FP32, ref.dD, &ref.dD_abs);
   if (c.z) cmp("dz", prob.g_dz, c.dtype, ref.dz);
-  if (c.bias) cmp("ddt_bias", prob.g_dbias, SSD_DTYPE_FP32, ref.ddt_bias);
+  if (c.bias) cmp("ddt_bias", prob.g_dbias, SSD_DTYPE_FP32, ref.ddt_bias, &ref.ddt_bias_abs);
   if (c.init) cmp("dinit", prob.g_dinit, SSD_DTYPE_FP32, ref.dinitial_states);
   return out;
 }
@@ -309,14 +332,14 @@ TEST_CASE("ssd_backward: every gradient against the float64 oracle; fast mode cl
     const std::vector<uint8_t> det = prob.run(rt.rt);
     const GradErrors e = compare_with_oracle(prob);
     MESSAGE("bwd " << describe(c) << ": rel_l2" << e.text());
-    for (auto& [name, v] : e.e) {
-      CAPTURE(name);
-      CHECK(v < tolerance(c.dtype));
+    for (auto& x : e.e) {
+      CAPTURE(x.name);
+      CHECK(x.value < tolerance(c.dtype));
     }
     // Fast mode (atomics in dD, dA, ddt_bias, rho, ddA intra): the same values to rounding.
     const std::vector<uint8_t> fast = prob.run(rt.rt, SSD_MODE_FAST);
     const GradErrors ef = compare_with_oracle(prob);
-    for (size_t i = 0; i < e.e.size(); ++i) CHECK(std::fabs(ef.e[i].second - e.e[i].second) < 1e-3 * tolerance(c.dtype) + 1e-6);
+    for (size_t i = 0; i < e.e.size(); ++i) CHECK(std::fabs(ef.e[i].value - e.e[i].value) < 1e-3 * tolerance(c.dtype) + 1e-6);
   }
 }
 
@@ -330,7 +353,7 @@ TEST_CASE("ssd_backward at the issue's reference shape (b=2 L=1024 h=32 p=64 n=6
   prob.run(rt.rt);
   const GradErrors e = compare_with_oracle(prob);
   MESSAGE("bwd reference shape " << describe(c) << ": rel_l2" << e.text());
-  for (auto& [name, v] : e.e) {
+  for (auto& [name, v, plain] : e.e) {
     CAPTURE(name);
     CHECK(v < tolerance(c.dtype));
   }
@@ -583,7 +606,7 @@ TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, bo
   BwdProblem prob(c);
   prob.run(rt.rt);
   const GradErrors e = compare_with_oracle(prob);
-  for (auto& [name, v] : e.e) {
+  for (auto& [name, v, plain] : e.e) {
     CAPTURE(name);
     CHECK(v < tolerance(c.dtype));
   }
@@ -628,11 +651,15 @@ TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype,
     BwdProblem prob(c);
     prob.run(rt.rt);
     const GradErrors e = compare_with_oracle(prob);
-    for (auto& [name, v] : e.e) {
+    for (auto& [name, v, plain] : e.e) {
       CAPTURE(name);
       CHECK(v < tolerance(c.dtype));
       double& w = (c.dtype == SSD_DTYPE_BF16 ? worst_bf16 : worst_fp16)[name];
       w = std::max(w, v);
+      if (plain != v) {  // the sums' plain relative error, reported (short sums cancel: issue 11)
+        double& wp = (c.dtype == SSD_DTYPE_BF16 ? worst_bf16 : worst_fp16)[name + "(plain)"];
+        wp = std::max(wp, plain);
+      }
     }
   }
   auto text = [](const std::map<std::string, double>& m) {

@@ -990,3 +990,215 @@ TEST_CASE("cache: 8 processes asking for the same missing key compile it exactly
   REQUIRE(loaded.has_value());
   CHECK(shas.count(loaded->cubin_sha256) == 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 12: shard directories, sizes before reading, temp files of dead writers.
+
+TEST_CASE("cache: shard directories store() would refuse are refused on load and reported by verify") {
+  TempDir tmp;
+  const std::string root = tmp / "root";
+  const std::string key = key_of("planted");
+  const std::string shard = root + "/v1/entries/" + key.substr(0, 2);
+  {
+    DiskCache writer(opts(root));
+    REQUIRE(writer.store(make_entry("planted")).ok());
+  }
+  // Another user's directory (world-writable, or owned by someone else) holding an entry whose
+  // checksums are all right: it must not be loaded through the shard.
+  const std::string elsewhere = tmp / "elsewhere";
+  auto plant = [&](bool as_symlink) {
+    if (as_symlink) {
+      fs::rename(shard, elsewhere);
+      REQUIRE(::chmod(elsewhere.c_str(), 0777) == 0);
+      REQUIRE(::symlink(elsewhere.c_str(), shard.c_str()) == 0);
+    } else {
+      REQUIRE(::chmod(shard.c_str(), 0777) == 0);
+    }
+  };
+  for (bool as_symlink : {true, false}) {
+    CAPTURE(as_symlink);
+    std::error_code ec;
+    fs::remove_all(elsewhere, ec);
+    fs::remove_all(root, ec);
+    {
+      DiskCache writer(opts(root));
+      REQUIRE(writer.store(make_entry("planted")).ok());
+    }
+    plant(as_symlink);
+    const std::string why = as_symlink ? "is a symbolic link" : "is world-writable";
+    {
+      Warnings warnings;
+      DiskCache cache(opts(root));
+      REQUIRE(cache.disk_enabled());
+      CHECK_FALSE(cache.load(key, "planted").has_value());
+      CHECK_FALSE(cache.load(key, "planted").has_value());
+      REQUIRE(warnings.count() == 1);
+      CHECK(warnings.all().find(shard + " " + why) != std::string::npos);
+      CHECK(cache.list().empty());
+      // get_or_compile compiles (and cannot store into that shard: no second warning).
+      FakeCompiler cc;
+      REQUIRE(cache.get_or_compile(key, "planted", cc.fn("planted")).ok());
+      CHECK(cc.calls == 1);
+      CHECK(warnings.count() == 1);
+    }
+    {  // readonly: reported, nothing moved
+      DiskCache ro(opts(root, Mode::ReadOnly));
+      Warnings warnings;
+      CHECK_FALSE(ro.load(key, "planted").has_value());
+      VerifyReport rep = ro.verify_all();
+      CHECK(rep.ok == 0);
+      CHECK(rep.quarantined == 0);
+      REQUIRE(rep.problems.size() == 1);
+      CHECK(rep.problems[0].find(shard + ": directory " + why) != std::string::npos);
+      CHECK(fs::exists(fs::symlink_status(shard)));
+    }
+    {  // readwrite: verify reports it and moves it aside; the shard is then usable again
+      Warnings warnings;
+      DiskCache cache(opts(root));
+      VerifyReport rep = cache.verify_all();
+      CHECK(rep.ok == 0);
+      CHECK(rep.quarantined == 1);
+      REQUIRE(rep.problems.size() == 1);
+      CHECK(rep.problems[0].find(shard + ": directory " + why) != std::string::npos);
+      CHECK(rep.problems[0].find("moved to " + root + "/quarantine/") != std::string::npos);
+      CHECK_FALSE(fs::exists(fs::symlink_status(shard)));
+      CHECK(fs::exists(elsewhere) == as_symlink);  // a symlink is moved, its target left alone
+      FakeCompiler cc;
+      REQUIRE(cache.get_or_compile(key, "planted", cc.fn("planted")).ok());
+      CHECK(cc.calls == 1);
+      CHECK(cache.load(key, "planted").has_value());
+      CHECK(mode_of(shard) == 0700);
+      CHECK(cache.verify_all().ok == 1);
+      CHECK(warnings.count() == 0);
+    }
+  }
+  SUBCASE("a group-writable shard is accepted with group_shared only") {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+    {
+      DiskCache writer(opts(root));
+      REQUIRE(writer.store(make_entry("planted")).ok());
+    }
+    REQUIRE(::chmod(shard.c_str(), 0770) == 0);
+    REQUIRE(::chmod(root.c_str(), 0770) == 0);
+    REQUIRE(::chmod((root + "/v1").c_str(), 0770) == 0);
+    REQUIRE(::chmod((root + "/v1/entries").c_str(), 0770) == 0);
+    Options shared = opts(root);
+    shared.group_shared = true;
+    DiskCache cache(shared);
+    CHECK(cache.load(key, "planted").has_value());
+    CHECK(cache.verify_all().ok == 1);
+  }
+}
+
+namespace {
+// Virtual memory size of this process in bytes (/proc/self/statm, first field in pages).
+uint64_t virtual_size() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t pages = 0;
+  f >> pages;
+  return pages * uint64_t(::sysconf(_SC_PAGESIZE));
+}
+}  // namespace
+
+TEST_CASE("cache: an entry's sizes are checked before its cubin is read (huge sparse files)") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("skipped under AddressSanitizer (it reserves terabytes of address space: no RLIMIT_AS)");
+#else
+  TempDir tmp;
+  const std::string r_load = "sparse-load", r_verify = "sparse-verify";
+  {
+    DiskCache writer(opts(tmp.path));
+    REQUIRE(writer.store(make_entry(r_load)).ok());
+    REQUIRE(writer.store(make_entry(r_verify)).ok());
+  }
+  // 1.5 GiB of holes after a 1000-byte cubin: the header's cubin_size disagrees with the file size.
+  const off_t huge = off_t(3) << 29;
+  for (const char* r : {r_load.c_str(), r_verify.c_str()})
+    REQUIRE(::truncate(entry_path(tmp.path, key_of(r)).c_str(), huge) == 0);
+  // In a child whose address space cannot hold the file: reading it whole fails with bad_alloc.
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      struct rlimit lim {};
+      lim.rlim_cur = lim.rlim_max = virtual_size() + (rlim_t(512) << 20);
+      if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(20);
+      std::string warned;
+      ssd::set_log_sink([&](ssd::LogLevel l, std::string_view m) {
+        if (l == ssd::LogLevel::Warning) warned += std::string(m);
+      });
+      DiskCache cache(opts(tmp.path));
+      if (cache.load(key_of(r_load), r_load).has_value()) code = 11;
+      if (warned.find("cubin size 1000 in the header") == std::string::npos) code = 12;
+      VerifyReport rep = cache.verify_all();
+      if (rep.quarantined != 1 || rep.problems.size() != 1) code = 13;
+      else if (rep.problems[0].find("cubin size 1000 in the header") == std::string::npos) code = 14;
+      ssd::set_log_sink(nullptr);
+    } catch (const std::bad_alloc&) {
+      code = 30;  // the whole file was allocated before its header was checked
+    } catch (...) {
+      code = 31;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(files_with_suffix(tmp / "quarantine", ".ssdk").size() == 2);
+#endif
+}
+
+TEST_CASE("cache: temp files of dead writers are removed by the next store and counted in the size bound") {
+  TempDir tmp;
+  Options o = opts(tmp.path);
+  DiskCache cache(o);
+  REQUIRE(cache.store(make_entry("t-first")).ok());
+  const std::string tmpdir = tmp / "tmp";
+  REQUIRE(fs::is_directory(tmpdir));
+  auto make_temp = [&](const std::string& name, size_t bytes, int age_s) {
+    const std::string p = tmpdir + "/" + name;
+    write_text(p, std::string(bytes, 'x'));
+    if (age_s) {
+      struct timespec times[2];
+      ::clock_gettime(CLOCK_REALTIME, &times[0]);
+      times[0].tv_sec -= age_s;
+      times[1] = times[0];
+      REQUIRE(::utimensat(AT_FDCWD, p.c_str(), times, 0) == 0);
+    }
+    return p;
+  };
+  // A writer killed 10 minutes ago (unlocked), a live writer (holds the lock; its file is old),
+  // and a file created a moment ago (within the grace period, not yet locked perhaps).
+  const std::string dead = make_temp("0123456789abcdef.999999.0.1.tmp", 5000, 600);
+  const std::string live = make_temp("fedcba9876543210.999998.0.1.tmp", 7000, 600);
+  const std::string fresh = make_temp("w.999997.0.1.tmp", 100, 0);
+  int live_fd = ::open(live.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(live_fd >= 0);
+  REQUIRE(::flock(live_fd, LOCK_EX | LOCK_NB) == 0);
+
+  REQUIRE(cache.store(make_entry("t-second")).ok());
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(live));
+  CHECK(fs::exists(fresh));
+
+  // The size bound counts the live writer's 7000 bytes: with room for two entries and less than
+  // that besides, storing a third entry removes the two older ones.
+  const uint64_t entry_bytes = fs::file_size(entry_path(tmp.path, key_of("t-first")));
+  o.max_bytes = 3 * entry_bytes + 1000;
+  DiskCache bounded(o);
+  REQUIRE(bounded.store(make_entry("t-third")).ok());
+  CHECK(bounded.list().size() == 1);
+  CHECK(bounded.load(key_of("t-third"), "t-third").has_value());
+
+  // Once the writer is gone, prune removes its file too.
+  ::close(live_fd);
+  PruneReport rep = bounded.prune(o.max_bytes);
+  CHECK_FALSE(fs::exists(live));
+  CHECK(fs::exists(fresh));
+  CHECK(rep.bytes_after == entry_bytes + 100);
+  // Temp files the library itself creates are locked while written: a concurrent cleaner never
+  // removes them (the 8-process test covers publishing under concurrency).
+}

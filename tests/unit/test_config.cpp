@@ -1,6 +1,7 @@
 // Specialization validation, defaults, JSON form, presets.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 
 #include "config/config.h"
@@ -158,6 +159,25 @@ TEST_CASE("read_config honours struct_size") {
   CHECK(old->struct_size == sizeof(ssd_kernel_config));
 }
 
+TEST_CASE("read_config range-checks the enum fields as integers, naming the field") {
+  // A C caller can store any int in an enum field; loading it as the enum is undefined behaviour
+  // (UBSan: "load of value 12345, which is not a valid value for type 'ssd_arch'").
+  auto with_raw = [](size_t offset, int32_t raw) {
+    ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+    std::memcpy(reinterpret_cast<char*>(&c) + offset, &raw, sizeof raw);
+    auto r = read_config(&c);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code == SSD_ERROR_INVALID_CONFIG);
+    return r.status().detail;
+  };
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, kernel), 12345), "kernel: unknown id 12345 (legal: 1 chunk_cumsum_fwd"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, kernel), -1), "kernel: unknown id -1"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, dtype), 12345), "dtype: unknown value 12345 (legal: 1 bf16"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, mode), 2), "mode: unknown value 2 (legal: 0 deterministic, 1 fast)"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, arch), 12345), "arch: unknown value 12345 (legal: 80 sm_80"));
+  CHECK(contains(with_raw(offsetof(ssd_kernel_config, arch), int32_t(0x80000000u)), "arch: unknown value"));
+}
+
 TEST_CASE("JSON round trip and errors") {
   ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.dtype = SSD_DTYPE_FP16;
@@ -183,6 +203,63 @@ TEST_CASE("JSON round trip and errors") {
   auto bad = configs_from_json_text(R"([{"kernel": "chunk_cumsum_fwd"}, {"kernel": "chunk_cumsum_fwd", "chunk_size": 7}])");
   CHECK(contains(bad.status().detail, "configs[1].chunk_size"));
   CHECK(configs_from_json_text("{not json").status().code == SSD_ERROR_INVALID_CONFIG);
+}
+
+TEST_CASE("hostile JSON values: invalid UTF-8, control bytes, huge integers are config errors naming the field") {
+  using nlohmann::json;
+  auto error = [](const json& j) {
+    auto r = config_from_json(j);  // before: type_error 316 escaped from the message's dump()
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code == SSD_ERROR_INVALID_CONFIG);
+    return r.status().detail;
+  };
+  CHECK(error(json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", "\xfb"}}) ==
+        "chunk_size: expected an integer, got \"\\xfb\"");
+  CHECK(error(json{{"kernel", "chunk_cumsum_fwd"}, {"tile", {{"m", "64\xc3"}}}}) ==
+        "tile.m: expected an integer, got \"64\\xc3\"");
+  // Control bytes are escaped; UTF-8 text is kept; long values are cut at a character boundary.
+  CHECK(contains(error(json{{"kernel", std::string("a\0b\x1b[2J\n", 8)}}), "unknown value 'a\\x00b\\x1b[2J\\x0a'"));
+  CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"dtype", "b\xc3\xa9" "f"}}), "unknown value 'b\xc3\xa9" "f'"));
+  CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"flags", {"\x7f"}}}), "unknown flag '\\x7f'"));
+  CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"\x1b", 1}}), "\\x1b: unknown field"));
+  CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", std::string(39, 'x') + "\xc3\xa9yyy"}}),
+                 "got \"" + std::string(39, 'x') + "...\""));
+  // 2^63 and more: the value as given, not wrapped to a negative number.
+  CHECK(error(json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", uint64_t(18446744073709551615ull)}}) ==
+        "chunk_size: 18446744073709551615 is out of range");
+  CHECK(error(json{{"kernel", "chunk_cumsum_fwd"}, {"tile", {{"n", uint64_t(1) << 63}}}}) ==
+        "tile.n: 9223372036854775808 is out of range");
+  CHECK(error(json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", uint64_t(1) << 31}}) ==
+        "chunk_size: 2147483648 is out of range");
+  CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", int64_t(-1)}}), "chunk_size: -1 is not legal"));
+}
+
+TEST_CASE("duplicate JSON keys are refused, naming the key") {
+  auto dup = [](const std::string& text) {
+    auto r = configs_from_json_text(text);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code == SSD_ERROR_INVALID_CONFIG);
+    return r.status().detail;
+  };
+  CHECK(dup(R"({"kernel":"chunk_cumsum_fwd","chunk_size":64,"chunk_size":128})") == "configs: chunk_size: given twice");
+  CHECK(dup(R"({"kernel":"chunk_cumsum_fwd","tile":{"m":64,"n":16,"m":32}})") == "configs: tile.m: given twice");
+  CHECK(dup(R"([{"kernel":"chunk_cumsum_fwd"},{"kernel":"chunk_cumsum_bwd","kernel":"chunk_cumsum_fwd"}])") ==
+        "configs[1].kernel: given twice");
+  CHECK(dup(R"({"configs":[{"kernel":"chunk_cumsum_fwd"}],"configs":[]})") == "configs: configs: given twice");
+  CHECK(dup(R"({"configs":[[1,{"a":1}],{"kernel":"chunk_cumsum_fwd","dtype":"fp16","dtype":"bf16"}]})") ==
+        "configs: configs[1].dtype: given twice");
+  // The same key in different objects, or at different depths, is no duplicate.
+  auto two = configs_from_json_text(
+      R"([{"kernel":"chunk_cumsum_fwd","chunk_size":64,"tile":{"m":64}},{"kernel":"chunk_cumsum_fwd","chunk_size":128}])");
+  REQUIRE(two.ok());
+  CHECK(two->at(0).chunk_size == 64);
+  CHECK(two->at(1).chunk_size == 128);
+  // Syntax errors say where; the input they quote is escaped.
+  auto syntax = parse_config_json("{\"kernel\": \"\xfb\"}");
+  REQUIRE_FALSE(syntax.ok());
+  CHECK(contains(syntax.status().detail, "invalid JSON: parse error at line 1, column"));
+  CHECK(contains(syntax.status().detail, "\\xfb"));
+  CHECK_FALSE(contains(syntax.status().detail, "\xfb"));
 }
 
 TEST_CASE("presets expand to valid configs") {

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace ssdgen {
 
@@ -53,14 +54,17 @@ const char* status_name(ssd_status status) {
 
 namespace {
 
-void write_stderr(const std::string& line) {
+// Messages echo user input (arguments, file names, file contents): control bytes and invalid UTF-8
+// are written as \xNN, so they cannot drive the terminal or cut the line short.
+void write_stderr(const std::string& raw) {
+  const std::string line = ssd::printable(raw, /*keep_line_breaks=*/true);
   std::fflush(stdout);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }
 
 void print_error_json(const std::string& status, const std::string& detail, int code) {
-  print_json({{"error", {{"status", status}, {"detail", detail}, {"exit_code", code}}}});
+  print_json({{"error", {{"status", status}, {"detail", ssd::printable(detail, true)}, {"exit_code", code}}}});
 }
 
 }  // namespace

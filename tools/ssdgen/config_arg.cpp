@@ -65,18 +65,11 @@ bool looks_like_json(const std::string& text) {
 constexpr int kMaxJsonDepth = 16;
 
 ssd::Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& where) {
-  try {
-    nlohmann::json j = nlohmann::json::parse(text);
-    if (json_nested_deeper_than(j, kMaxJsonDepth))
-      return config_error(fmt::format("{}: JSON nested deeper than {} levels is not a config", where, kMaxJsonDepth));
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    std::string what = e.what();
-    const size_t close = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && close != std::string::npos) what = what.substr(close + 2);
-    return config_error(fmt::format("{}: invalid JSON: {}", where, what));
-  }
+  auto j = ssd::parse_config_json(text);  // syntax errors with line and column; duplicate keys
+  if (!j.ok()) return config_error(fmt::format("{}: {}", where, j.status().detail));
+  if (json_nested_deeper_than(j.value(), kMaxJsonDepth))
+    return config_error(fmt::format("{}: JSON nested deeper than {} levels is not a config", where, kMaxJsonDepth));
+  return j;
 }
 
 // One config out of parsed JSON: an object, or an array / {"configs": [...]} holding exactly one.

@@ -44,11 +44,10 @@ int print_version(const Context& ctx) {
   return kExitOk;
 }
 
-int run(int argc, char** argv) {
+int run(Context& ctx, int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i] ? argv[i] : "");
 
-  Context ctx;
   bool help = false;
   bool version = false;
 
@@ -105,13 +104,15 @@ int run(int argc, char** argv) {
 }  // namespace ssdgen
 
 int main(int argc, char** argv) {
+  // Outside the try: a failure still reports as --json asked (docs/cli.md promises the object).
+  ssdgen::Context ctx;
   try {
-    return ssdgen::run(argc, argv);
+    return ssdgen::run(ctx, argc, argv);
   } catch (const std::bad_alloc&) {
-    return ssdgen::fail_stderr(SSD_ERROR_OUT_OF_MEMORY, "out of memory");
+    return ssdgen::fail(ctx, SSD_ERROR_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
-    return ssdgen::fail_stderr(SSD_ERROR_INTERNAL, fmt::format("unexpected exception: {}", e.what()));
+    return ssdgen::fail(ctx, SSD_ERROR_INTERNAL, fmt::format("unexpected exception: {}", e.what()));
   } catch (...) {
-    return ssdgen::fail_stderr(SSD_ERROR_INTERNAL, "unexpected exception");
+    return ssdgen::fail(ctx, SSD_ERROR_INTERNAL, "unexpected exception");
   }
 }

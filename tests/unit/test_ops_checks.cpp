@@ -1,0 +1,174 @@
+// Argument checks of the typed operations that need no GPU: tensor validation, runtime options and
+// the workspace-size functions (src/ops, src/runtime).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "ops/chunk_cumsum.h"
+#include "ops/ssd_backward.h"
+#include "ops/ssd_forward.h"
+#include "ops/tensor_check.h"
+#include "runtime/runtime.h"
+
+using namespace ssd;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Device pointers are never dereferenced by these checks: any aligned non-null value will do.
+void* fake_pointer() { return reinterpret_cast<void*>(uintptr_t(1) << 20); }
+
+void set_raw_dtype(ssd_tensor& t, int32_t raw) { std::memcpy(&t.dtype, &raw, sizeof raw); }
+
+}  // namespace
+
+TEST_CASE("check_tensor: a dtype outside the enum is an error naming the tensor and the number") {
+  ssd_tensor t = contiguous_tensor(fake_pointer(), SSD_DTYPE_FP32, {4, 8});
+  set_raw_dtype(t, 12345);
+  Status s = check_tensor(t, {"dt", {-1, -1}, {SSD_DTYPE_BF16, SSD_DTYPE_FP32}});
+  CHECK(s.code == SSD_ERROR_INVALID_DTYPE);
+  CHECK(s.detail == "dt: dtype 12345 (not an ssd_dtype) (legal: bf16, fp32)");
+  set_raw_dtype(t, -7);
+  CHECK(contains(check_tensor(t, {"A", {-1, -1}, {SSD_DTYPE_FP32}}).detail, "A: dtype -7 (not an ssd_dtype)"));
+  // A valid enumerator that is not allowed is named.
+  t.dtype = SSD_DTYPE_INT32;
+  CHECK(check_tensor(t, {"A", {-1, -1}, {SSD_DTYPE_FP32}}).detail == "A: dtype int32 (legal: fp32)");
+}
+
+TEST_CASE("create_runtime: options.mode and options.arch are range-checked as integers") {
+  ssd_runtime_options o{};
+  o.struct_size = sizeof(o);
+  o.cache_mode = 3;  // off: nothing on disk
+  int32_t raw = 7;
+  std::memcpy(&o.mode, &raw, sizeof raw);
+  auto r = create_runtime(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(r.status().detail == "options.mode: 7 (legal: 0 deterministic, 1 fast)");
+  o.mode = SSD_MODE_FAST;
+  o.arch = 12345;
+  r = create_runtime(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(contains(r.status().detail, "options.arch: 12345 (legal: 0 from the device, 80, 90, 901)"));
+  o.arch = SSD_ARCH_SM90A;
+  CHECK(create_runtime(o).ok());
+}
+
+namespace {
+
+// A tensor of `shape` whose every stride is 0 (legal for inputs: one element seen everywhere).
+ssd_tensor broadcast(ssd_dtype dtype, std::initializer_list<int64_t> shape) {
+  ssd_tensor t = contiguous_tensor(fake_pointer(), dtype, shape);
+  for (int64_t& s : t.strides) s = 0;
+  return t;
+}
+ssd_tensor dense(ssd_dtype dtype, std::initializer_list<int64_t> shape) {
+  return contiguous_tensor(fake_pointer(), dtype, shape);
+}
+
+struct Shape {
+  int64_t b, L, h, p, g, n;
+  int32_t Q;
+};
+
+// Forward arguments: every input broadcast, `out` dense (outputs must not overlap themselves).
+ssd_forward_args forward_args(const Shape& s) {
+  ssd_forward_args a = default_forward_args();
+  a.chunk_size = s.Q;
+  a.x = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  a.dt = broadcast(SSD_DTYPE_FP32, {s.b, s.L, s.h});
+  a.A = dense(SSD_DTYPE_FP32, {s.h});
+  a.B = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  a.C = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  a.out = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  return a;
+}
+
+ssd_backward_args backward_args(const Shape& s) {
+  ssd_backward_args a = default_backward_args();
+  a.chunk_size = s.Q;
+  a.x = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  a.dt = broadcast(SSD_DTYPE_FP32, {s.b, s.L, s.h});
+  a.A = dense(SSD_DTYPE_FP32, {s.h});
+  a.B = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  a.C = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  a.dout = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  a.dx = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  a.ddt = dense(SSD_DTYPE_FP32, {s.b, s.L, s.h});
+  a.dA = dense(SSD_DTYPE_FP32, {s.h});
+  a.dB = dense(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  a.dC = dense(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  return a;
+}
+
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+}  // namespace
+
+TEST_CASE("workspace sizes: ordinary shapes give the documented layout") {
+  const Shape s{2, 1000, 8, 64, 2, 64, 64};
+  const size_t nc = 16;
+  auto fl = forward_layout(&static_cast<const ssd_forward_args&>(forward_args(s)));
+  REQUIRE(fl.ok());
+  const size_t chunked = align256(2 * 8 * nc * 64 * 4);
+  CHECK(fl->dA_cumsum_offset == chunked);
+  CHECK(fl->CB_offset == 2 * chunked);
+  CHECK(fl->states_offset == 2 * chunked + align256(2 * nc * 2 * 64 * 64 * 4));
+  CHECK(fl->total_bytes == fl->states_offset + align256(2 * nc * 8 * 64 * 64 * 4));
+  const ssd_backward_args ba = backward_args(s);
+  auto bl = backward_layout(&ba, SSD_MODE_DETERMINISTIC);
+  REQUIRE(bl.ok());
+  CHECK(bl->total > bl->cumsum);
+  CHECK(bl->total % 256 == 0);
+}
+
+TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refused, not wrapped") {
+  // b=1, L=2^50 (stride-0 inputs pass the 2^62 extent check; out is 2^61 elements): the states
+  // alone are 2^44 chunks * 16 heads * 128 * 256 * 4 bytes = 2^65 bytes. size_t used to wrap and
+  // return SSD_OK with a small total and overlapping regions.
+  const Shape s{1, int64_t(1) << 50, 16, 128, 1, 256, 64};
+  const ssd_forward_args fa = forward_args(s);
+  auto fl = forward_layout(&fa);
+  REQUIRE_FALSE(fl.ok());
+  CHECK(fl.status().code == SSD_ERROR_INVALID_SHAPE);
+  CHECK(contains(fl.status().detail, "ssd_forward needs more than 2^64 bytes of workspace"));
+  CHECK(contains(fl.status().detail, "L=1125899906842624"));
+
+  const ssd_backward_args ba = backward_args(s);
+  for (int32_t mode : {int32_t(SSD_MODE_DETERMINISTIC), int32_t(SSD_MODE_FAST)}) {
+    auto bl = backward_layout(&ba, mode);
+    REQUIRE_FALSE(bl.ok());
+    CHECK(bl.status().code == SSD_ERROR_INVALID_SHAPE);
+    CHECK(contains(bl.status().detail, "ssd_backward needs more than 2^64 bytes of workspace"));
+  }
+
+  // Smaller: 2^47 positions give 2^62 bytes of states in the forward, which still fits.
+  const Shape fits{1, int64_t(1) << 47, 16, 128, 1, 256, 64};
+  const ssd_forward_args ok_args = forward_args(fits);
+  auto big = forward_layout(&ok_args);
+  REQUIRE(big.ok());
+  CHECK(big->total_bytes - big->states_offset == size_t(1) << 62);
+}
+
+TEST_CASE("workspace sizes: chunk_cumsum_bwd with L near 2^63 does not overflow") {
+  // (L + Q - 1) / Q overflowed int64 for L near 2^63 (undefined behaviour; negative chunk counts).
+  ssd_chunk_cumsum_bwd_args a = default_cumsum_bwd_args();
+  a.chunk_size = 256;
+  const int64_t L = INT64_MAX;
+  a.dt = broadcast(SSD_DTYPE_FP32, {1, L, 1});
+  a.A = dense(SSD_DTYPE_FP32, {1});
+  const int64_t nc = L / 256 + 1;
+  a.ddA_cumsum = broadcast(SSD_DTYPE_FP32, {1, 1, nc, 256});
+  a.ddA_cumsum.strides[3] = 1;  // the Q axis must be unit-stride
+  a.ddt_out = a.ddA_cumsum;
+  a.ddt = dense(SSD_DTYPE_FP32, {1, 1, 1});
+  a.ddt.shape[1] = L;  // (1, L, 1) with stride 1 spans 2^63 elements: refused by the extent check
+  a.dA = dense(SSD_DTYPE_FP32, {1});
+  auto r = chunk_cumsum_bwd_workspace_size(&a, SSD_MODE_DETERMINISTIC);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code == SSD_ERROR_INVALID_STRIDE);
+  CHECK(contains(r.status().detail, "ddt: element offsets exceed 2^62"));
+}
