@@ -3,7 +3,7 @@
 # through scripts/setup-python.sh). The CUDA 13 toolkit
 # (NVRTC and cuda.h) is expected at /usr/local/cuda or SSD_CUDA_ROOT; no GPU or driver is needed.
 set -euo pipefail
-packages=(cmake ninja-build g++ python3 libfmt-dev nlohmann-json3-dev doctest-dev llvm-14-tools)
+packages=(cmake ninja-build g++ python3 python3-pytest libfmt-dev nlohmann-json3-dev doctest-dev llvm-14-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -355,6 +355,48 @@ SSD_API ssd_status ssd_backward_workspace_size(const ssd_backward_args* args, si
 SSD_API ssd_status ssd_backward(ssd_runtime* runtime, const ssd_backward_args* args, void* workspace,
                                 size_t workspace_bytes, ssd_cuda_stream stream);
 
+/* ---- preparing the kernels of a call ahead of time -------------------------------------- */
+
+/* ssd_forward_prepare / ssd_backward_prepare build every kernel that ssd_forward / ssd_backward
+ * with the same arguments will use — from the runtime's memory, the disk cache, or NVRTC, several
+ * compiles in parallel — without a device, without libcuda and without launching anything. Call them
+ * at model load so the first real call does not compile; the call then finds the kernels in the
+ * runtime's memory (runtime given) or in the disk cache (any runtime with the same cache).
+ *
+ * The arguments are validated as the call validates them (errors name the field), except that
+ * tensor pointers are never used: a required tensor may have data == NULL, and any non-NULL value
+ * (real or fake) marks an optional tensor (D, z, dt_bias, initial_states, seq_idx, ...) as given,
+ * exactly as it does for the call. Shapes, strides, dtypes and flags must be those of the call.
+ * The workspace fields are ignored. */
+typedef struct ssd_prepare_options {
+  size_t struct_size;
+  int32_t arch;  /* 0: the runtime's arch option, else the device of the current context (needs a
+                    driver); else an ssd_arch value: no device is needed */
+  int32_t mode;  /* -1: the mode the call would run in (ssd_backward: args.mode if >= 0, else the
+                    runtime's; no runtime: deterministic); else an ssd_mode value */
+  int32_t jobs;  /* compile threads: 0 = one per online CPU; 1 = one after another */
+} ssd_prepare_options;
+
+/* What a prepare call did; filled on success (fields up to struct_size). */
+typedef struct ssd_prepare_report {
+  size_t struct_size;
+  int32_t kernels;      /* distinct kernel specializations the call needs */
+  int32_t compiled;     /* compiled by NVRTC in this prepare */
+  int32_t from_disk;    /* read from the disk cache */
+  int32_t from_memory;  /* already in the runtime's memory */
+  double seconds;       /* wall time of the prepare */
+} ssd_prepare_report;
+
+SSD_API void ssd_prepare_options_init(ssd_prepare_options* options);
+/* runtime: the runtime the calls will use (kernels stay in its memory), or NULL (a temporary one
+ * with the default cache settings: the kernels land in the disk cache only). options and report
+ * may be NULL. Every kernel is attempted; on failure the first failing kernel's status is returned,
+ * its detail names the kernel (for SSD_ERROR_COMPILE, with the compile log). */
+SSD_API ssd_status ssd_forward_prepare(ssd_runtime* runtime, const ssd_forward_args* args,
+                                       const ssd_prepare_options* options, ssd_prepare_report* report);
+SSD_API ssd_status ssd_backward_prepare(ssd_runtime* runtime, const ssd_backward_args* args,
+                                        const ssd_prepare_options* options, ssd_prepare_report* report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #include "common/struct_io.h"
 #include "config/config.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/prepare.h"
 #include "ops/ssd_backward.h"
 #include "ops/ssd_forward.h"
 #include "runtime/runtime.h"
@@ -44,6 +45,22 @@ ssd_runtime_options default_runtime_options() {
   o.cache_dir = nullptr;
   o.cache_mode = -1;
   return o;
+}
+
+// Output structs: the caller's struct_size says how much may be written (at least the first version).
+ssd::Status check_report_size(const ssd_prepare_report* report) {
+  if (report->struct_size < offsetof(ssd_prepare_report, seconds) + sizeof(double) ||
+      report->struct_size > (size_t(1) << 16))
+    return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT,
+                           "report.struct_size: " + std::to_string(report->struct_size) +
+                               " (set it to sizeof(ssd_prepare_report) = " + std::to_string(sizeof(ssd_prepare_report)) + ")");
+  return ssd::Status::Ok();
+}
+
+void write_report(ssd_prepare_report* report, ssd_prepare_report full) {
+  const size_t size = report->struct_size;
+  full.struct_size = size;
+  std::memcpy(report, &full, std::min(size, sizeof(full)));
 }
 
 }  // namespace
@@ -249,6 +266,32 @@ SSD_API ssd_status ssd_backward(ssd_runtime* runtime, const ssd_backward_args* a
   return guarded([&]() -> ssd::Status {
     if (!runtime) return null_arg("runtime");
     return ssd::ssd_backward(*runtime, args, workspace, workspace_bytes, reinterpret_cast<CUstream>(stream));
+  });
+}
+
+SSD_API void ssd_prepare_options_init(ssd_prepare_options* options) {
+  if (options) *options = ssd::default_prepare_options();
+}
+
+SSD_API ssd_status ssd_forward_prepare(ssd_runtime* runtime, const ssd_forward_args* args,
+                                       const ssd_prepare_options* options, ssd_prepare_report* report) {
+  return guarded([&]() -> ssd::Status {
+    if (report) SSD_RETURN_IF_ERROR(check_report_size(report));
+    auto r = ssd::forward_prepare(runtime, args, options);
+    if (!r.ok()) return r.status();
+    if (report) write_report(report, r.value());
+    return ssd::Status::Ok();
+  });
+}
+
+SSD_API ssd_status ssd_backward_prepare(ssd_runtime* runtime, const ssd_backward_args* args,
+                                        const ssd_prepare_options* options, ssd_prepare_report* report) {
+  return guarded([&]() -> ssd::Status {
+    if (report) SSD_RETURN_IF_ERROR(check_report_size(report));
+    auto r = ssd::backward_prepare(runtime, args, options);
+    if (!r.ok()) return r.status();
+    if (report) write_report(report, r.value());
+    return ssd::Status::Ok();
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <thread>
 
 #include <fmt/format.h>
@@ -110,7 +111,14 @@ std::vector<Result<std::shared_ptr<const BuiltKernel>>> KernelBuilder::build_man
   std::mutex progress_mutex;
   auto worker = [&]() {
     for (size_t i = next++; i < configs.size(); i = next++) {
-      results[i] = build(configs[i]);
+      // An exception must not leave a worker thread (std::terminate): it becomes that kernel's error.
+      try {
+        results[i] = build(configs[i]);
+      } catch (const std::bad_alloc&) {
+        results[i] = Status(make_error(SSD_ERROR_OUT_OF_MEMORY, "host allocation failed"));
+      } catch (const std::exception& e) {
+        results[i] = Status(make_error(SSD_ERROR_INTERNAL, std::string("unexpected exception: ") + e.what()));
+      }
       std::lock_guard<std::mutex> lock(progress_mutex);
       ++done;
       if (progress) progress(done, configs.size());

@@ -1,6 +1,8 @@
 #include "compile/nvrtc_compiler.h"
 
-#include <cctype>
+#include <algorithm>
+#include <climits>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nvrtc.h>
@@ -52,18 +54,38 @@ class Program {
   std::string log_;
 };
 
-// The integer just before `suffix` ("Used 96 registers" -> suffix " registers"), -1 if absent.
-// Plain scanning: std::regex crashes inside some host processes (issue 13).
-int number_before(const std::string& log, const char* suffix) {
-  const size_t at = log.find(suffix);
-  if (at == std::string::npos || at == 0) return -1;
-  size_t begin = at;
-  while (begin > 0 && std::isdigit(static_cast<unsigned char>(log[begin - 1]))) --begin;
-  if (begin == at || at - begin > 9) return -1;
-  return std::stoi(log.substr(begin, at - begin));
+// The number written right before `suffix` at its first occurrence that has one, e.g. 45056 for
+// " bytes smem" in "Used 128 registers, ..., 45056 bytes smem"; with `prefix`, the digits must
+// also follow it directly ("Used " 128). -1 if there is none or it does not fit an int32.
+// Plain scanning, no std::regex: see docs/perf.md ("The in-process JIT crash").
+int32_t number_before(std::string_view log, std::string_view prefix, std::string_view suffix) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (size_t at = log.find(suffix); at != std::string_view::npos; at = log.find(suffix, at + 1)) {
+    size_t begin = at;
+    while (begin > 0 && digit(log[begin - 1])) --begin;
+    if (begin == at) continue;
+    if (begin < prefix.size() || log.substr(begin - prefix.size(), prefix.size()) != prefix) continue;
+    int64_t value = 0;
+    for (size_t i = begin; i < at; ++i) {
+      value = value * 10 + (log[i] - '0');
+      if (value > INT32_MAX) return -1;
+    }
+    return int32_t(value);
+  }
+  return -1;
 }
 
 }  // namespace
+
+PtxasReport parse_ptxas_report(std::string_view log) {
+  PtxasReport r;
+  r.registers = number_before(log, "Used ", " registers");
+  r.shared_bytes = std::max(number_before(log, "", " bytes smem"), 0);  // ptxas omits "0 bytes smem"
+  const int32_t stores = number_before(log, "", " bytes spill stores");
+  const int32_t loads = number_before(log, "", " bytes spill loads");
+  r.spill_bytes = int32_t(std::min<int64_t>(int64_t(std::max(stores, 0)) + std::max(loads, 0), INT32_MAX));
+  return r;
+}
 
 std::vector<std::string> compile_options(ssd_arch arch) {
   return {fmt::format("--gpu-architecture={}", arch_name(arch)), "--std=c++17", "--fmad=true",
@@ -88,12 +110,10 @@ Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch) {
   r = nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.cubin.data()));
   if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetCUBIN: {}", nvrtcGetErrorString(r)));
   out.log = program.log();
-  out.registers = number_before(out.log, " registers");
-  int smem = number_before(out.log, " bytes smem");
-  out.shared_bytes = smem < 0 ? 0 : smem;
-  int spill_st = number_before(out.log, " bytes spill stores");
-  int spill_ld = number_before(out.log, " bytes spill loads");
-  out.spill_bytes = std::max(spill_st, 0) + std::max(spill_ld, 0);
+  const PtxasReport report = parse_ptxas_report(out.log);
+  out.registers = report.registers;
+  out.shared_bytes = report.shared_bytes;
+  out.spill_bytes = report.spill_bytes;
   return out;
 }
 

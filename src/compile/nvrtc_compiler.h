@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codegen/codegen.h"
@@ -21,6 +22,16 @@ struct CompiledCubin {
   int32_t shared_bytes = -1;   // static shared memory, from the ptxas report
   int32_t spill_bytes = 0;     // spill stores + loads
 };
+
+// The resource figures of a `ptxas -v` report (the first entry function's): registers (-1 if the
+// log has no report: some NVRTC builds give none), static shared memory (0 when absent: ptxas omits
+// it for kernels without any), spill stores + loads.
+struct PtxasReport {
+  int32_t registers = -1;
+  int32_t shared_bytes = 0;
+  int32_t spill_bytes = 0;
+};
+PtxasReport parse_ptxas_report(std::string_view log);
 
 // On failure: SSD_ERROR_COMPILE with the full compile log in the detail.
 Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch);

@@ -7,6 +7,9 @@
 #include "config/config.h"
 
 ssd_runtime::~ssd_runtime() {
+  // A runtime that never loaded a module (e.g. one that only prepared kernels) must not load or
+  // initialize the driver now: a host process may fork workers after it and before using CUDA.
+  if (kernels.empty()) return;
   auto d = ssd::cuda::driver();
   if (!d.ok()) return;
   for (auto& [where, kernel] : kernels)

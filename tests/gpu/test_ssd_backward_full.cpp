@@ -3,9 +3,12 @@
 // workspace, guard bytes around every output, every legal tile), validation and fast mode.
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -666,4 +669,66 @@ TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype,
   };
   MESSAGE("bwd matrix: " << cases.size() << " cases, worst rel_l2 per gradient | bf16" << text(worst_bf16)
                          << " | fp16" << text(worst_fp16));
+}
+
+TEST_CASE("ssd_forward_prepare / ssd_backward_prepare: the calls then find every kernel in the cache (require-cached)" *
+          doctest::skip(!gpu_available())) {
+  char tmpl[] = "/tmp/ssd_prepare_gpu.XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  auto runtime_on = [&](int32_t cache_mode) {
+    ssd_runtime_options o;
+    ssd_runtime_options_init(&o);
+    o.cache_dir = dir.c_str();
+    o.cache_mode = cache_mode;
+    ssd_runtime* rt = nullptr;
+    GPU_CHECK_SSD(ssd_runtime_create(&o, &rt));
+    return rt;
+  };
+  // Every option on (D(h), z, bias, softplus, init, dfinal) and D(h,p) with seq_idx.
+  for (const BwdCase& c : {kBwdCases[0], kBwdCases[2]})
+    for (ssd_mode mode : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST}) {
+      CAPTURE(describe(c));
+      CAPTURE(ssd::mode_name(mode));
+      BwdProblem prob(c);
+      ssd_backward_args b = prob.args(mode);
+      // The forward of the same problem (outputs in fresh buffers).
+      ssd_forward_args f;
+      ssd_forward_args_init(&f);
+      f.chunk_size = b.chunk_size;
+      f.dt_softplus = b.dt_softplus;
+      f.x = b.x; f.dt = b.dt; f.A = b.A; f.B = b.B; f.C = b.C; f.D = b.D; f.z = b.z; f.dt_bias = b.dt_bias;
+      f.initial_states = b.initial_states; f.seq_idx = b.seq_idx;
+      const size_t nx = size_t(c.b * c.L * c.h * c.p);
+      DeviceBuffer out(nx * dtype_bytes(c.dtype)), out_x(nx * dtype_bytes(c.dtype)),
+          final_states(size_t(c.b * c.h * c.p * c.n) * 4);
+      f.out = tensor(out, c.dtype, {c.b, c.L, c.h, c.p});
+      if (c.z) f.out_x = tensor(out_x, c.dtype, {c.b, c.L, c.h, c.p});
+      if (c.init) f.final_states = tensor(final_states, SSD_DTYPE_FP32, {c.b, c.h, c.p, c.n});
+      ssd_launch_options lo;
+      ssd_launch_options_init(&lo);
+      lo.mode = mode;
+
+      // Prepare (arch and mode: the ones the calls will use), then run the calls on a runtime that
+      // may only read the cache: a kernel the prepare missed or keyed differently is a cache miss.
+      ssd_runtime* warm = runtime_on(0);
+      ssd_prepare_options po;
+      ssd_prepare_options_init(&po);
+      po.mode = mode;
+      ssd_prepare_report fr{sizeof(fr)}, br{sizeof(br)};
+      GPU_CHECK_SSD(ssd_forward_prepare(warm, &f, &po, &fr));
+      po.mode = -1;  // the backward's own args.mode
+      GPU_CHECK_SSD(ssd_backward_prepare(warm, &b, &po, &br));
+      CHECK(fr.kernels == 5);
+      CHECK(br.from_memory >= 4);  // the recompute's kernels are the forward's
+      ssd_runtime_destroy(warm);
+
+      ssd_runtime* cached_only = runtime_on(2);
+      GPU_CHECK_SSD(ssd_forward(cached_only, &f, &lo, nullptr));
+      GPU_CHECK_CU(drv().cuCtxSynchronize());
+      prob.run(cached_only, mode);
+      ssd_runtime_destroy(cached_only);
+    }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }

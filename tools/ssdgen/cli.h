@@ -105,6 +105,14 @@ ssd::Result<ssd_kernel_config> parse_config_arg(const std::string& text);
 // A file (or "-") holding one config, an array of them, or {"configs": [...]}.
 ssd::Result<std::vector<ssd_kernel_config>> read_configs_file(const std::string& path);
 
+// SHAPE syntax of `compile --shape` (docs/cli.md): compact `key=value,...`, inline JSON, or a JSON
+// file (one shape object, an array of them, or {"shapes": [...]}).
+ssd::Result<std::vector<nlohmann::json>> parse_shape_arg(const std::string& text);
+// The kernels ssd_forward / ssd_backward use for one shape (its "pass" field: forward, backward or
+// both), through the library's prepare code.
+ssd::Result<std::vector<ssd_kernel_config>> shape_kernel_configs(const nlohmann::json& shape, ssd_arch arch,
+                                                                  ssd_mode mode);
+
 // Subcommands. `args` are the arguments after the subcommand name.
 int cmd_compile(Context& ctx, const std::vector<std::string>& args);
 int cmd_presets(Context& ctx, const std::vector<std::string>& args);

@@ -176,7 +176,7 @@ int default_jobs() {
 
 int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
   struct Source {
-    enum Kind { Preset, File, Inline } kind;
+    enum Kind { Preset, File, Inline, Shape } kind;
     std::string text;
   };
   std::vector<Source> sources;
@@ -191,6 +191,8 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
       sources.push_back({Source::File, *v});
     } else if (auto v = cur.value("--config")) {
       sources.push_back({Source::Inline, *v});
+    } else if (auto v = cur.value("--shape")) {
+      sources.push_back({Source::Shape, *v});
     } else if (auto v = cur.value("--arch")) {
       if (auto s = add_archs(&targets, *v); !s.ok()) return fail(ctx, s);
     } else if (auto v = cur.value("--mode")) {
@@ -209,7 +211,7 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
     }
   }
   if (cur.error()) return usage_error(ctx, *cur.error());
-  if (sources.empty()) return usage_error(ctx, "nothing to compile: give --preset, --configs or --config");
+  if (sources.empty()) return usage_error(ctx, "nothing to compile: give --preset, --shape, --configs or --config");
 
   // Expand, validate and de-duplicate (by canonical record) before building anything.
   std::vector<ssd_kernel_config> configs;
@@ -226,6 +228,24 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
       if (!preset.ok()) return fail(ctx, preset.status());
       for (const ssd_kernel_config& c : expand_preset(preset.value(), targets))
         if (auto st = add(c, "preset " + s.text); !st.ok()) return fail(ctx, st);
+      continue;
+    }
+    if (s.kind == Source::Shape) {
+      // The kernels of the forward/backward call with this shape, as ssd_*_prepare selects them.
+      auto shapes = parse_shape_arg(s.text);
+      if (!shapes.ok()) return fail(ctx, ssd::make_error(shapes.status().code, "--shape: " + shapes.status().detail));
+      for (size_t i = 0; i < shapes->size(); ++i) {
+        const std::string origin =
+            shapes->size() == 1 ? std::string("--shape") : fmt::format("--shape {} (shape {})", s.text, i);
+        for (ssd_arch arch : preset_archs(targets))
+          for (ssd_mode mode : preset_modes(targets)) {
+            auto configs = shape_kernel_configs((*shapes)[i], arch, mode);
+            if (!configs.ok())
+              return fail(ctx, ssd::make_error(configs.status().code, origin + ": " + configs.status().detail));
+            for (const ssd_kernel_config& c : configs.value())
+              if (auto st = add(c, origin); !st.ok()) return fail(ctx, st);
+          }
+      }
       continue;
     }
     std::vector<ssd_kernel_config> from;

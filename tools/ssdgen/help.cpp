@@ -20,7 +20,7 @@ constexpr const char* kOverview = R"(ssdgen - JIT kernel compiler for the Mamba2
 Usage: ssdgen [--json] COMMAND [ARGS...]
 
 Commands:
-  compile   build kernels into the disk cache (--preset, --configs, --config)
+  compile   build kernels into the disk cache (--preset, --shape, --configs, --config)
   emit      print the generated CUDA translation unit of a CONFIG
   key       print the cache key of a CONFIG (--explain: the canonical record)
   ptx       print the PTX that NVRTC generates for a CONFIG
@@ -62,13 +62,19 @@ Exit codes:
 See docs/cli.md for details.
 )";
 
-constexpr const char* kCompile = R"(Usage: ssdgen compile (--preset NAME | --configs FILE | --config CONFIG)...
+constexpr const char* kCompile = R"(Usage: ssdgen compile (--preset NAME | --shape SHAPE | --configs FILE | --config CONFIG)...
                       [--arch ARCH[,ARCH...]] [--mode deterministic|fast|both] [-j N] [--json]
 
 Builds kernels into the disk cache (SSD_CACHE_DIR): memory, then disk, then NVRTC.
 
   --preset NAME     every kernel a training step of the model needs ('ssdgen presets');
                     for --arch (default sm_90a) x --mode (default both)
+  --shape SHAPE     every kernel ssd_forward/ssd_backward use for that shape (what
+                    ssd_*_prepare builds); for --arch x --mode as presets. SHAPE: key=value pairs
+                    nheads=,headdim=,dstate= (required), ngroups=1, chunk_size=256, dtype=bf16,
+                    dt_dtype=(dtype), D=none|h|hp, z=, dt_bias=, dt_softplus=, initial_states=,
+                    seq_idx= (0/1), pass=both|forward|backward; or inline JSON; or a JSON file
+                    with one shape, an array of them, or {"shapes": [...]}
   --configs FILE    a JSON file: one config, an array of them, or {"configs": [...]} ("-": stdin)
   --config CONFIG   one config (see 'ssdgen --help' for the CONFIG syntax)
   --arch ARCH       sm_80, sm_90, sm_90a; repeatable or comma-separated. Overrides the arch of

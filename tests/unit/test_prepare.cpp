@@ -1,0 +1,297 @@
+// ssd_forward_prepare / ssd_backward_prepare (src/ops/prepare.h): which kernels, validation with
+// NULL or fake pointers, and the build into the runtime's memory and the disk cache (NVRTC, no GPU).
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "ops/prepare.h"
+#include "ops/ssd_backward.h"
+#include "ops/ssd_forward.h"
+#include "ops/tensor_check.h"
+
+using namespace ssd;
+
+namespace {
+
+struct TempCacheDir {
+  std::string path;
+  TempCacheDir() {
+    char tmpl[] = "/tmp/ssd_prepare_test.XXXXXX";
+    char* p = ::mkdtemp(tmpl);
+    REQUIRE(p != nullptr);
+    path = p;
+  }
+  ~TempCacheDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Shapes only: every pointer NULL (what prepare accepts for required tensors).
+struct Shape {
+  int64_t b = 1, L = 96, h = 4, p = 32, g = 1, n = 16;
+  int32_t Q = 64;
+  ssd_dtype T = SSD_DTYPE_BF16, dt = SSD_DTYPE_FP32;
+};
+
+ssd_forward_args forward_shape(const Shape& s) {
+  ssd_forward_args a = default_forward_args();
+  a.chunk_size = s.Q;
+  a.x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  a.dt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
+  a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
+  a.B = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  a.C = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  a.out = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  return a;
+}
+
+ssd_backward_args backward_shape(const Shape& s) {
+  ssd_backward_args a = default_backward_args();
+  a.chunk_size = s.Q;
+  a.x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  a.dt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
+  a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
+  a.B = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  a.C = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  a.dout = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  a.dx = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  a.ddt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
+  a.dA = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
+  a.dB = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  a.dC = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  return a;
+}
+
+// Real-looking (aligned, distinct) pointers, for comparing with the call's own config list.
+void give(ssd_tensor& t, uintptr_t& next) {
+  t.data = reinterpret_cast<void*>(next);
+  next += 1 << 20;
+}
+
+std::set<std::string> records(const std::vector<ssd_kernel_config>& configs) {
+  std::set<std::string> out;
+  for (const ssd_kernel_config& c : configs) out.insert(config_record(*normalize_config(c)));
+  return out;
+}
+
+std::unique_ptr<ssd_runtime> runtime_on(const std::string& dir) {
+  ssd_runtime_options o{};
+  o.struct_size = sizeof(o);
+  o.mode = SSD_MODE_DETERMINISTIC;
+  o.cache_dir = dir.c_str();
+  o.cache_mode = 0;
+  auto rt = create_runtime(o);
+  REQUIRE(rt.ok());
+  return std::move(rt).value();
+}
+
+ssd_prepare_options options_for(ssd_arch arch, int32_t mode = -1, int32_t jobs = 0) {
+  ssd_prepare_options o = default_prepare_options();
+  o.arch = arch;
+  o.mode = mode;
+  o.jobs = jobs;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("prepare: the forward's kernels are the call's, from shapes alone") {
+  Shape s;
+  ssd_forward_args a = forward_shape(s);
+  auto configs = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  REQUIRE_MESSAGE(configs.ok(), configs.status().detail);
+  std::vector<ssd_kernel_id> kernels;
+  for (const ssd_kernel_config& c : configs.value()) kernels.push_back(c.kernel);
+  CHECK(kernels == std::vector<ssd_kernel_id>{SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD,
+                                              SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
+                                              SSD_KERNEL_CHUNK_SCAN_FWD});
+
+  // With every option on, fake pointers for the optional tensors select the same specializations
+  // as the call with real pointers computes.
+  ssd_forward_args full = a;
+  full.D = contiguous_tensor(reinterpret_cast<void*>(1), SSD_DTYPE_FP32, {s.h, s.p});
+  full.z = contiguous_tensor(reinterpret_cast<void*>(1), s.T, {s.b, s.L, s.h, s.p});
+  full.out_x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  full.dt_bias = contiguous_tensor(reinterpret_cast<void*>(1), SSD_DTYPE_FP32, {s.h});
+  full.dt_softplus = 1;
+  full.initial_states = contiguous_tensor(reinterpret_cast<void*>(1), SSD_DTYPE_FP32, {s.b, s.h, s.p, s.n});
+  full.seq_idx = contiguous_tensor(reinterpret_cast<void*>(1), SSD_DTYPE_INT32, {s.b, s.L});
+  auto prepared = forward_prepare_configs(&full, SSD_ARCH_SM80, SSD_MODE_FAST);
+  REQUIRE_MESSAGE(prepared.ok(), prepared.status().detail);
+  ssd_forward_args real = full;
+  uintptr_t next = 1 << 20;
+  for (ssd_tensor* t : {&real.x, &real.dt, &real.A, &real.B, &real.C, &real.D, &real.z, &real.dt_bias,
+                        &real.initial_states, &real.seq_idx, &real.out, &real.out_x})
+    give(*t, next);
+  auto called = forward_kernel_configs(&real, SSD_ARCH_SM80, SSD_MODE_FAST);
+  REQUIRE_MESSAGE(called.ok(), called.status().detail);
+  CHECK(records(prepared.value()) == records(called.value()));
+  CHECK(records(prepared.value()) != records(*forward_prepare_configs(&a, SSD_ARCH_SM80, SSD_MODE_FAST)));
+  for (const ssd_kernel_config& c : prepared.value()) {
+    CHECK(c.arch == SSD_ARCH_SM80);
+    CHECK(c.mode == SSD_MODE_FAST);
+  }
+}
+
+TEST_CASE("prepare: the backward's kernels are the call's, without duplicates") {
+  Shape s;
+  s.dt = SSD_DTYPE_BF16;
+  ssd_backward_args a = backward_shape(s);
+  a.D = contiguous_tensor(reinterpret_cast<void*>(8), SSD_DTYPE_FP32, {s.h});
+  a.dt_bias = contiguous_tensor(reinterpret_cast<void*>(8), SSD_DTYPE_FP32, {s.h});
+  a.z = contiguous_tensor(reinterpret_cast<void*>(8), s.T, {s.b, s.L, s.h, s.p});
+  a.out_x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  a.dz = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  a.dD = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
+  a.ddt_bias = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
+  auto prepared = backward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  REQUIRE_MESSAGE(prepared.ok(), prepared.status().detail);
+
+  ssd_backward_args real = a;
+  uintptr_t next = 1 << 20;
+  for (ssd_tensor* t : {&real.x, &real.dt, &real.A, &real.B, &real.C, &real.D, &real.z, &real.dt_bias, &real.out_x,
+                        &real.dout, &real.dx, &real.ddt, &real.dA, &real.dB, &real.dC, &real.dD, &real.dz,
+                        &real.ddt_bias})
+    give(*t, next);
+  auto called = backward_kernel_configs(&real, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  REQUIRE_MESSAGE(called.ok(), called.status().detail);
+  CHECK(records(prepared.value()) == records(called.value()));
+  CHECK(prepared->size() == records(prepared.value()).size());  // no duplicates
+  std::set<ssd_kernel_id> kernels;
+  for (const ssd_kernel_config& c : prepared.value()) kernels.insert(c.kernel);
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD,
+                          SSD_KERNEL_STATE_PASSING_FWD, SSD_KERNEL_GATE_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES,
+                          SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX, SSD_KERNEL_CHUNK_SCAN_BWD_DCB,
+                          SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, SSD_KERNEL_CHUNK_STATE_BWD_DB,
+                          SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA, SSD_KERNEL_CHUNK_CUMSUM_BWD,
+                          SSD_KERNEL_REDUCE_HEAD_PARTIALS})
+    CHECK_MESSAGE(kernels.count(k) == 1, kernel_name(k));
+  CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_FWD) == 0);  // the recompute stops before the output
+}
+
+TEST_CASE("prepare: validation names the field, as the call does") {
+  Shape s;
+  ssd_forward_args a = forward_shape(s);
+  a.B.shape[3] = 24;
+  auto r = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  CHECK(r.status().code == SSD_ERROR_INVALID_SHAPE);
+  CHECK(r.status().detail.rfind("B: dstate 24", 0) == 0);
+
+  a = forward_shape(s);
+  a.out.dtype = SSD_DTYPE_FP16;
+  r = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  CHECK(r.status().code == SSD_ERROR_INVALID_DTYPE);
+  CHECK(r.status().detail.rfind("out:", 0) == 0);
+
+  a = forward_shape(s);  // out_x without z is refused by the call, so by prepare too
+  a.out_x = contiguous_tensor(reinterpret_cast<void*>(2), s.T, {s.b, s.L, s.h, s.p});
+  r = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  CHECK(r.status().code == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(r.status().detail.rfind("out_x:", 0) == 0);
+
+  a = forward_shape(s);
+  a.struct_size = 8;
+  r = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  CHECK(r.status().code == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(r.status().detail.rfind("args.struct_size", 0) == 0);
+  CHECK(forward_prepare_configs(nullptr, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC).status().code ==
+        SSD_ERROR_INVALID_ARGUMENT);
+
+  ssd_backward_args b = backward_shape(s);
+  b.dD = contiguous_tensor(reinterpret_cast<void*>(4), SSD_DTYPE_FP32, {s.h});  // dD without D
+  auto rb = backward_prepare_configs(&b, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  CHECK(rb.status().code == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(rb.status().detail.rfind("dD: given without D", 0) == 0);
+  b = backward_shape(s);
+  b.mode = 7;
+  rb = backward_prepare_configs(&b, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  CHECK(rb.status().detail.rfind("args.mode: 7", 0) == 0);
+
+  ssd_prepare_options o = options_for(SSD_ARCH_SM90A);
+  a = forward_shape(s);
+  o.arch = 75;
+  auto p = forward_prepare(nullptr, &a, &o);
+  CHECK(p.status().code == SSD_ERROR_INVALID_ARGUMENT);
+  CHECK(p.status().detail.rfind("options.arch: 75", 0) == 0);
+  o = options_for(SSD_ARCH_SM90A, 2);
+  CHECK(forward_prepare(nullptr, &a, &o).status().detail.rfind("options.mode: 2", 0) == 0);
+  o = options_for(SSD_ARCH_SM90A, -1, -3);
+  CHECK(forward_prepare(nullptr, &a, &o).status().detail.rfind("options.jobs: -3", 0) == 0);
+  o = options_for(SSD_ARCH_SM90A);
+  o.struct_size = 4;
+  CHECK(forward_prepare(nullptr, &a, &o).status().detail.rfind("options.struct_size", 0) == 0);
+}
+
+TEST_CASE("prepare: the backward's mode follows args.mode unless options.mode is given (NVRTC)") {
+  Shape s;
+  ssd_backward_args b = backward_shape(s);
+  b.mode = SSD_MODE_FAST;
+  auto fast = backward_prepare_configs(&b, SSD_ARCH_SM90A, SSD_MODE_FAST);
+  auto det = backward_prepare_configs(&b, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  REQUIRE(fast.ok());
+  REQUIRE(det.ok());
+  CHECK(fast->size() + 1 == det->size());  // deterministic mode adds the dA reduction
+  TempCacheDir dir;
+  auto rt = runtime_on(dir.path);  // deterministic runtime
+  ssd_prepare_options o = options_for(SSD_ARCH_SM90A);
+  auto r = backward_prepare(rt.get(), &b, &o);
+  REQUIRE_MESSAGE(r.ok(), r.status().detail);
+  CHECK(r->kernels == int32_t(fast->size()));
+  CHECK(r->compiled == r->kernels);
+  b.mode = -1;  // the runtime's mode
+  r = backward_prepare(rt.get(), &b, &o);
+  REQUIRE(r.ok());
+  CHECK(r->kernels == int32_t(det->size()));
+  CHECK(r->compiled == r->kernels);  // the mode is part of every kernel's key
+  o.mode = SSD_MODE_FAST;   // options.mode wins
+  r = backward_prepare(rt.get(), &b, &o);
+  REQUIRE(r.ok());
+  CHECK(r->kernels == int32_t(fast->size()));
+  CHECK(r->from_memory == r->kernels);
+}
+
+TEST_CASE("prepare: kernels land in memory and on disk; a second prepare compiles nothing (NVRTC)") {
+  TempCacheDir dir;
+  Shape s;
+  ssd_forward_args a = forward_shape(s);
+  const ssd_prepare_options o = options_for(SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, 2);
+  {
+    auto rt = runtime_on(dir.path);
+    auto first = forward_prepare(rt.get(), &a, &o);
+    REQUIRE_MESSAGE(first.ok(), first.status().detail);
+    CHECK(first->kernels == 5);
+    CHECK(first->compiled == 5);
+    CHECK(first->from_disk == 0);
+    CHECK(first->from_memory == 0);
+    CHECK(first->seconds > 0);
+    CHECK(rt->cache->list().size() == 5);
+
+    auto again = forward_prepare(rt.get(), &a, &o);
+    REQUIRE(again.ok());
+    CHECK(again->compiled == 0);
+    CHECK(again->from_memory == 5);
+  }
+  // Another runtime (another process, model load after a restart) on the same cache: from disk.
+  auto rt = runtime_on(dir.path);
+  auto from_disk = forward_prepare(rt.get(), &a, &o);
+  REQUIRE(from_disk.ok());
+  CHECK(from_disk->compiled == 0);
+  CHECK(from_disk->from_disk == 5);
+  // What ssd_forward then asks the builder for is in memory, key for key.
+  auto configs = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  REQUIRE(configs.ok());
+  for (const ssd_kernel_config& c : configs.value()) {
+    auto built = rt->builder->build(c);
+    REQUIRE(built.ok());
+    CHECK(built.value()->source == BuiltKernel::Source::Memory);
+  }
+}

@@ -1,0 +1,194 @@
+// SHAPE arguments of `ssdgen compile --shape/--shapes` (docs/cli.md): the arguments of an
+// ssd_forward/ssd_backward call, without tensors, expanded into the kernels the call uses through
+// the library's own ssd_forward_prepare/ssd_backward_prepare code (same validation, same keys).
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "cli.h"
+#include "config/config.h"
+#include "ops/prepare.h"
+#include "ops/ssd_backward.h"
+#include "ops/ssd_forward.h"
+#include "ops/tensor_check.h"
+
+namespace ssdgen {
+namespace {
+
+ssd::Status shape_error(const std::string& detail) { return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, detail); }
+
+const char* const kKeys[] = {"nheads", "headdim", "dstate", "ngroups", "chunk_size", "dtype", "dt_dtype", "D",
+                             "z", "dt_bias", "dt_softplus", "initial_states", "seq_idx", "pass"};
+
+ssd::Result<int64_t> int_field(const nlohmann::json& j, const char* key, int64_t fallback, bool required) {
+  if (!j.contains(key)) {
+    if (required) return shape_error(fmt::format("shape.{}: missing", key));
+    return fallback;
+  }
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer()) return shape_error(fmt::format("shape.{}: expected an integer", key));
+  const int64_t n = v.get<int64_t>();
+  if (n < 1 || n > (int64_t(1) << 31)) return shape_error(fmt::format("shape.{}: {} (must be positive)", key, n));
+  return n;
+}
+
+ssd::Result<bool> bool_field(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return false;
+  const nlohmann::json& v = j.at(key);
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
+  if (v.is_string() && (v == "true" || v == "false")) return v == "true";
+  return shape_error(fmt::format("shape.{}: expected true/false or 1/0", key));
+}
+
+ssd::Result<std::string> string_field(const nlohmann::json& j, const char* key, const char* fallback,
+                                      std::initializer_list<const char*> legal) {
+  std::string value = fallback;
+  if (j.contains(key)) {
+    if (!j.at(key).is_string()) return shape_error(fmt::format("shape.{}: expected a string", key));
+    value = j.at(key).get<std::string>();
+  }
+  std::string names;
+  for (const char* l : legal) {
+    if (value == l) return value;
+    names += (names.empty() ? "" : ", ") + std::string(l);
+  }
+  return shape_error(fmt::format("shape.{}: '{}' (legal: {})", key, value, names));
+}
+
+// A fake device address: marks an optional tensor as given (prepare never dereferences it).
+void* const kGiven = reinterpret_cast<void*>(uintptr_t{256});
+
+}  // namespace
+
+ssd::Result<std::vector<ssd_kernel_config>> shape_kernel_configs(const nlohmann::json& j, ssd_arch arch,
+                                                                  ssd_mode mode) {
+  if (!j.is_object()) return shape_error("shape: expected an object of key=value fields");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKeys) known |= it.key() == k;
+    if (!known) {
+      std::string names;
+      for (const char* k : kKeys) names += (names.empty() ? "" : ", ") + std::string(k);
+      return shape_error(fmt::format("shape: unknown field '{}' (fields: {})", it.key(), names));
+    }
+  }
+  auto h = int_field(j, "nheads", 0, true);
+  if (!h.ok()) return h.status();
+  auto p = int_field(j, "headdim", 0, true);
+  if (!p.ok()) return p.status();
+  auto n = int_field(j, "dstate", 0, true);
+  if (!n.ok()) return n.status();
+  auto g = int_field(j, "ngroups", 1, false);
+  if (!g.ok()) return g.status();
+  auto q = int_field(j, "chunk_size", 256, false);
+  if (!q.ok()) return q.status();
+  auto dtype_text = string_field(j, "dtype", "bf16", {"bf16", "fp16"});
+  if (!dtype_text.ok()) return dtype_text.status();
+  auto dt_text = string_field(j, "dt_dtype", dtype_text->c_str(), {"bf16", "fp16", "fp32"});
+  if (!dt_text.ok()) return dt_text.status();
+  auto D = string_field(j, "D", "none", {"none", "h", "hp"});
+  if (!D.ok()) return D.status();
+  auto pass = string_field(j, "pass", "both", {"forward", "backward", "both"});
+  if (!pass.ok()) return pass.status();
+  bool flags[5];
+  const char* flag_keys[5] = {"z", "dt_bias", "dt_softplus", "initial_states", "seq_idx"};
+  for (int i = 0; i < 5; ++i) {
+    auto b = bool_field(j, flag_keys[i]);
+    if (!b.ok()) return b.status();
+    flags[i] = b.value();
+  }
+  const bool z = flags[0], bias = flags[1], softplus = flags[2], init = flags[3], seq = flags[4];
+  const ssd_dtype T = *ssd::parse_dtype(dtype_text.value()), DT = *ssd::parse_dtype(dt_text.value());
+
+  // batch and sequence length select no kernel: one sequence of one chunk stands in.
+  const int64_t b = 1, L = q.value();
+  using ssd::contiguous_tensor;
+  auto given = [](bool on) { return on ? kGiven : nullptr; };
+  const ssd_tensor D_tensor = D.value() == "hp" ? contiguous_tensor(kGiven, SSD_DTYPE_FP32, {*h, *p})
+                                                : contiguous_tensor(given(D.value() == "h"), SSD_DTYPE_FP32, {*h});
+  std::vector<ssd_kernel_config> out;
+  auto append = [&](ssd::Result<std::vector<ssd_kernel_config>> r) -> ssd::Status {
+    if (!r.ok()) return r.status();
+    out.insert(out.end(), r->begin(), r->end());
+    return ssd::Status::Ok();
+  };
+  if (pass.value() != "backward") {
+    ssd_forward_args f = ssd::default_forward_args();
+    f.chunk_size = int32_t(*q);
+    f.dt_softplus = softplus;
+    f.x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    f.dt = contiguous_tensor(nullptr, DT, {b, L, *h});
+    f.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
+    f.B = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    f.C = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    f.D = D_tensor;
+    f.z = contiguous_tensor(given(z), T, {b, L, *h, *p});
+    f.out_x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    f.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {*h});
+    f.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, *h, *p, *n});
+    f.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
+    f.out = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    SSD_RETURN_IF_ERROR(append(ssd::forward_prepare_configs(&f, arch, mode)));
+  }
+  if (pass.value() != "forward") {
+    ssd_backward_args a = ssd::default_backward_args();
+    a.chunk_size = int32_t(*q);
+    a.dt_softplus = softplus;
+    a.x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    a.dt = contiguous_tensor(nullptr, DT, {b, L, *h});
+    a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
+    a.B = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    a.C = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    a.D = D_tensor;
+    a.z = contiguous_tensor(given(z), T, {b, L, *h, *p});
+    a.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {*h});
+    a.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, *h, *p, *n});
+    a.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
+    a.out_x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    a.dout = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    a.dx = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    a.ddt = contiguous_tensor(nullptr, DT, {b, L, *h});
+    a.dA = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
+    a.dB = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    a.dC = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    a.dD = D.value() == "hp" ? contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h, *p})
+                             : contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
+    a.dz = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    a.ddt_bias = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
+    a.dinitial_states = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {b, *h, *p, *n});
+    a.mode = mode;
+    SSD_RETURN_IF_ERROR(append(ssd::backward_prepare_configs(&a, arch, mode)));
+  }
+  return out;
+}
+
+ssd::Result<std::vector<nlohmann::json>> parse_shape_arg(const std::string& text) {
+  std::string t = text;
+  const size_t first = t.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return shape_error("shape: empty argument");
+  ssd::Result<std::string> body = std::string();
+  struct stat st {};
+  if (t[first] == '{' || t[first] == '[') {
+    body = t;
+  } else if (::stat(t.c_str(), &st) != 0 && t.find('=') != std::string::npos) {
+    auto j = compact_config_to_json(t);
+    if (!j.ok()) return shape_error(j.status().detail);
+    for (auto it = j->begin(); it != j->end(); ++it)  // compact numbers are JSON numbers already
+      if (it.value().is_object() || it.value().is_array())
+        return shape_error(fmt::format("shape.{}: expected a single value", it.key()));
+    return std::vector<nlohmann::json>{j.value()};
+  } else {
+    body = read_text_file(t);
+    if (!body.ok()) return body.status();
+  }
+  nlohmann::json j = nlohmann::json::parse(body.value(), nullptr, false);
+  if (j.is_discarded()) return shape_error(fmt::format("shape: '{}' is not valid JSON", t.size() > 64 ? t.substr(0, 64) + "..." : t));
+  if (json_nested_deeper_than(j, 8)) return shape_error("shape: JSON nested too deeply");
+  if (j.is_object() && j.contains("shapes")) j = j.at("shapes");
+  if (j.is_object()) return std::vector<nlohmann::json>{j};
+  if (!j.is_array()) return shape_error("shape: expected an object, an array of them, or {\"shapes\": [...]}");
+  return std::vector<nlohmann::json>(j.begin(), j.end());
+}
+
+}  // namespace ssdgen
