@@ -11,8 +11,12 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # `env` after sudo, which resets the environment. noninteractive: no debconf questions;
+  # DEBCONF_NOWARNINGS=yes: no "delaying package configuration, since apt-utils is not installed"
+  # (debconf(7)). apt's errors still reach stderr.
+  apt=($SUDO env DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get)
+  "${apt[@]}" update -qq
+  "${apt[@]}" install -y -qq "${missing[@]}" >/dev/null
 fi
 cuda=${SSD_CUDA_ROOT:-/usr/local/cuda}
 if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then

@@ -64,10 +64,14 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   }
 
   bool compiled_here = false;
+  std::string compile_log;
+  int32_t spill_bytes = -1;
   auto compile = [&]() -> Result<cache::Entry> {
     compiled_here = true;
     auto cubin = compile_cubin(p.unit, p.config.arch);
     if (!cubin.ok()) return cubin.status();
+    compile_log = cubin->log;
+    spill_bytes = cubin->spill_bytes;
     cache::Entry e;
     e.info.key = p.key.hex;
     e.info.key_record = p.key.record;
@@ -97,6 +101,8 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   built->key = std::move(p.key);
   built->entry = std::move(entry).value();
   built->source = compiled_here ? BuiltKernel::Source::Compiled : BuiltKernel::Source::Disk;
+  built->compile_log = std::move(compile_log);
+  built->spill_bytes = spill_bytes;
   std::lock_guard<std::mutex> lock(mutex_);
   memory_.emplace(built->key.hex, built);
   return std::shared_ptr<const BuiltKernel>(built);

@@ -21,6 +21,11 @@ struct BuiltKernel {
   KernelKey key;
   cache::Entry entry;        // cubin + metadata
   enum class Source { Memory, Disk, Compiled } source = Source::Compiled;
+  // From the NVRTC compile in this process (Compiled, and Memory copies of it): the NVRTC + ptxas
+  // log and the spill bytes ptxas reported. A kernel loaded from disk has neither (log empty, -1):
+  // the cache keeps only the cubin and its register / shared memory figures.
+  std::string compile_log;
+  int32_t spill_bytes = -1;
 };
 
 class KernelBuilder {

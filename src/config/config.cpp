@@ -101,6 +101,11 @@ Status field_error(const ssd_kernel_config& c, const char* field, const std::str
                                                           value, kernel_name(c.kernel), legal));
 }
 
+// A dtype in a message: its name (`int32`), or the number when it has none.
+std::string dtype_text(ssd_dtype dtype) {
+  return is_named(kDtypes, dtype) ? std::string(name_of(kDtypes, dtype)) : std::to_string(int(dtype));
+}
+
 Status require_zero(const ssd_kernel_config& c, const char* field, int value) {
   if (value == 0) return Status::Ok();
   return field_error(c, field, std::to_string(value), "0, the kernel does not use it");
@@ -347,7 +352,7 @@ Status validate_config(const ssd_kernel_config& c) {
     if (!one_of(c.chunk_size, {16, 32, 64, 128, 256}))
       return field_error(c, "chunk_size", std::to_string(c.chunk_size), list({16, 32, 64, 128, 256}));
     if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
-      return field_error(c, "dtype", std::to_string(int(c.dtype)), "bf16, fp16, fp32");
+      return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16, fp32");
     if (!one_of(c.tile.m, {0, 32, 64, 128}))
       return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
     if (!one_of(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
@@ -359,7 +364,7 @@ Status validate_config(const ssd_kernel_config& c) {
     SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
                                           {"heads_per_group", c.heads_per_group}, {"chunk_size", c.chunk_size},
                                           {"tile.k", c.tile.k}}));
-    if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_name(c.dtype), "fp32");
+    if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_text(c.dtype), "fp32");
     if (!one_of(c.tile.m, {0, 32, 64, 128, 256}))
       return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128, 256");
     SSD_RETURN_IF_ERROR(require_zero(c, "tile.n", c.tile.n));
@@ -373,7 +378,7 @@ Status validate_config(const ssd_kernel_config& c) {
       return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
     if (!one_of(c.headdim, {32, 64, 128})) return field_error(c, "headdim", std::to_string(c.headdim), "32, 64, 128");
     if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
-      return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16");
+      return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16");
     if (!(c.flags & (SSD_FLAG_Z | SSD_FLAG_D)))
       return field_error(c, "flags", flags_text(c.flags), "z and/or D (without both there is nothing to compute)");
     if ((c.flags & SSD_FLAG_D_PER_HEADDIM) && !(c.flags & SSD_FLAG_D))
@@ -388,13 +393,13 @@ Status validate_config(const ssd_kernel_config& c) {
                                             {"heads_per_group", c.heads_per_group}}));
       if (c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
         if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
-          return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16 (the dtype ds is stored in)");
+          return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16 (the dtype ds is stored in)");
       } else if (c.dtype != SSD_DTYPE_FP32) {
-        return field_error(c, "dtype", dtype_name(c.dtype), "fp32");
+        return field_error(c, "dtype", dtype_text(c.dtype), "fp32");
       }
     } else {
       if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
-        return field_error(c, "dtype", dtype_name(c.dtype), "bf16, fp16 (tensor cores)");
+        return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16 (tensor cores)");
       const bool uses_dstate =
           c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DCB && c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA;
       if (!uses_dstate) {

@@ -1,9 +1,18 @@
 // Codegen, the cache key (stability and sensitivity to every field), and NVRTC compiles.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "cache/disk_cache.h"
 #include "codegen/codegen.h"
 #include "compile/kernel_builder.h"
 #include "compile/kernel_key.h"
@@ -96,34 +105,95 @@ TEST_CASE("the key covers the toolchain, the options and the generated text") {
   CHECK(unit_hash(edited) != unit_hash(u));
 }
 
-TEST_CASE("NVRTC compiles every preset kernel for sm_80 and sm_90a; deterministic PTX has no atomics") {
-  int with_report = 0, logs_with_report = 0;
+namespace {
+// Runs fn(0..n-1) on `jobs` threads.
+void parallel_for(size_t n, unsigned jobs, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < std::min<size_t>(jobs, n); ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+}
+
+// Every preset kernel of one arch, both modes: one compile per key, on every core, by the library's
+// parallel builder. Under ctest, SSD_TEST_WARM_CACHE names a directory emptied once per test run:
+// the cubins are stored there too, and CI's cache-warming step reuses them read-only.
+void check_preset_kernels(ssd_arch arch) {
+  std::vector<ssd_kernel_config> configs;
+  std::set<std::string> keys;
+  KernelBuilder planner(nullptr);
   for (const ModelPreset& p : model_presets())
-    for (ssd_arch a : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
-      for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
-        for (const ssd_kernel_config& raw : preset_configs(p, a, m)) {
-          ssd_kernel_config c = *normalize_config(raw);
-          CAPTURE(config_label(c));
-          GeneratedUnit u = *generate_unit(c);
-          auto cubin = compile_cubin(u, a);
-          REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
-          CHECK(cubin->cubin.size() > 1000);
-          // NVRTC may skip ptxas (and its report) for PTX it has compiled before in this process:
-          // the resource figures are then unknown (-1), never made up.
-          CHECK((cubin->registers > 0 || cubin->registers == -1));
-          with_report += cubin->registers > 0;
-          logs_with_report += cubin->log.find("registers") != std::string::npos;
-          // sm_80 chunk_scan spills a little. The backward's measured-fastest default tiles (dx, dcb,
-          // dc) spill a few bytes on sm_90a outside their inner loops; more would be a regression.
-          if (a == SSD_ARCH_SM90A) CHECK(cubin->spill_bytes <= (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES ? 64 : 0));
-          auto ptx = compile_ptx(u, a);
-          REQUIRE(ptx.ok());
-          const bool atomics = ptx->find("atom.") != std::string::npos || ptx->find("\tred.") != std::string::npos;
-          if (m == SSD_MODE_DETERMINISTIC) CHECK_FALSE(atomics);
-          if (m == SSD_MODE_FAST && c.kernel == SSD_KERNEL_CHUNK_CUMSUM_BWD) CHECK(atomics);
-        }
+    for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
+      for (const ssd_kernel_config& raw : preset_configs(p, arch, m)) {
+        auto plan = planner.plan(raw);
+        REQUIRE_MESSAGE(plan.ok(), plan.status().detail);
+        if (keys.insert(plan->key.hex).second) configs.push_back(plan->config);
+      }
+  REQUIRE(configs.size() > 10);
+
+  std::unique_ptr<cache::DiskCache> cache;
+  if (const char* dir = std::getenv("SSD_TEST_WARM_CACHE"); dir && *dir) {
+    cache::Options options;
+    options.root = dir;
+    cache = std::make_unique<cache::DiskCache>(options);
+    REQUIRE_MESSAGE(cache->disk_enabled(), "SSD_TEST_WARM_CACHE: ", cache->disabled_reason());
+  }
+  KernelBuilder builder(cache.get());
+  const unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  auto built = builder.build_many(configs, int(jobs));
+  // The PTX audit: no atomics in deterministic mode; fast chunk_cumsum_bwd sums with them. Other
+  // fast-mode kernels have no PTX claim, so their PTX (a second full NVRTC compile) is not made.
+  auto audited = [](const ssd_kernel_config& c) {
+    return c.mode == SSD_MODE_DETERMINISTIC || c.kernel == SSD_KERNEL_CHUNK_CUMSUM_BWD;
+  };
+  std::vector<std::optional<Result<std::string>>> ptx(configs.size());
+  parallel_for(configs.size(), jobs, [&](size_t i) {
+    if (built[i].ok() && audited(configs[i])) ptx[i] = compile_ptx(built[i].value()->unit, arch);
+  });
+
+  int with_report = 0, logs_with_report = 0;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const ssd_kernel_config& c = configs[i];
+    CAPTURE(config_label(c));
+    REQUIRE_MESSAGE(built[i].ok(), built[i].status().detail);
+    const BuiltKernel& k = *built[i].value();
+    // The resource checks below need this compile's ptxas report: a stale warm cache would hide it.
+    REQUIRE_MESSAGE(k.source == BuiltKernel::Source::Compiled,
+                    "loaded from SSD_TEST_WARM_CACHE: it must name a directory emptied for this test run");
+    CHECK(k.entry.cubin.size() > 1000);
+    // NVRTC may skip ptxas (and its report) for PTX it has compiled before in this process:
+    // the resource figures are then unknown (-1), never made up.
+    const int registers = k.entry.info.registers;
+    CHECK((registers > 0 || registers == -1));
+    with_report += registers > 0;
+    logs_with_report += k.compile_log.find("registers") != std::string::npos;
+    // sm_80 chunk_scan spills a little. The backward's measured-fastest default tiles (dx, dcb,
+    // dc) spill a few bytes on sm_90a outside their inner loops; more would be a regression.
+    if (arch == SSD_ARCH_SM90A) CHECK(k.spill_bytes <= (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES ? 64 : 0));
+    if (cache) CHECK_MESSAGE(cache->load(k.key.hex, k.key.record).has_value(), "not stored in SSD_TEST_WARM_CACHE");
+    if (!audited(c)) continue;
+    REQUIRE(ptx[i].has_value());
+    REQUIRE_MESSAGE(ptx[i]->ok(), ptx[i]->status().detail);
+    const std::string& text = ptx[i]->value();
+    const bool atomics = text.find("atom.") != std::string::npos || text.find("\tred.") != std::string::npos;
+    if (c.mode == SSD_MODE_DETERMINISTIC) CHECK_FALSE(atomics);
+    if (c.mode == SSD_MODE_FAST && c.kernel == SSD_KERNEL_CHUNK_CUMSUM_BWD) CHECK(atomics);
+  }
   // Every ptxas report NVRTC gave is parsed (some NVRTC builds give none: the device machine's).
   CHECK(with_report == logs_with_report);
+}
+}  // namespace
+
+// Two cases, one per arch, so that ctest runs them as two tests (unit_nvrtc_sm_80, _sm_90a).
+TEST_CASE("NVRTC compiles every preset kernel for sm_80 (both modes); deterministic PTX has no atomics") {
+  check_preset_kernels(SSD_ARCH_SM80);
+}
+
+TEST_CASE("NVRTC compiles every preset kernel for sm_90a (both modes); deterministic PTX has no atomics") {
+  check_preset_kernels(SSD_ARCH_SM90A);
 }
 
 TEST_CASE("a compile error comes back with the NVRTC log") {

@@ -343,3 +343,24 @@ TEST_CASE("backward kernels: defaults are legal for every shape; fields they do 
   c.flags = SSD_FLAG_DDA_INCREMENTS;
   CHECK(validate_config(c).ok());
 }
+
+TEST_CASE("a dtype that exists but is not legal for a kernel is named in the message, not numbered") {
+  struct Case {
+    ssd_kernel_id kernel;
+    ssd_dtype dtype;
+    const char* expected;
+  };
+  for (const Case& k : {Case{SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_DTYPE_INT32, "dtype: int32 is not legal for chunk_cumsum_fwd (legal: bf16, fp16, fp32)"},
+                        Case{SSD_KERNEL_CHUNK_CUMSUM_BWD, SSD_DTYPE_INT32, "dtype: int32 is not legal for chunk_cumsum_bwd"},
+                        Case{SSD_KERNEL_REDUCE_HEAD_PARTIALS, SSD_DTYPE_INT32, "dtype: int32 is not legal for reduce_head_partials (legal: fp32)"},
+                        Case{SSD_KERNEL_GATE_BWD, SSD_DTYPE_FP32, "dtype: fp32 is not legal for gate_bwd"},
+                        Case{SSD_KERNEL_STATE_PASSING_FWD, SSD_DTYPE_BF16, "dtype: bf16 is not legal for state_passing_fwd"},
+                        Case{SSD_KERNEL_STATE_PASSING_BWD, SSD_DTYPE_INT32, "dtype: int32 is not legal for state_passing_bwd"},
+                        Case{SSD_KERNEL_CHUNK_SCAN_FWD, SSD_DTYPE_INT32, "dtype: int32 is not legal for chunk_scan_fwd"}}) {
+    ssd_kernel_config c = default_config(k.kernel);
+    c.dtype = k.dtype;
+    const std::string e = error_of(c);
+    CAPTURE(e);
+    CHECK(contains(e, k.expected));
+  }
+}

@@ -96,6 +96,8 @@ ssd::Result<uint64_t> parse_byte_size(const std::string& text, const char* what)
 // A positive integer option value (e.g. -j); INVALID_ARGUMENT naming `what` otherwise.
 ssd::Result<int> parse_positive_int(const std::string& text, const char* what, int max_value);
 std::string format_bytes(uint64_t bytes);
+// "; did you mean 'compile'?" when `word` is a likely typo of one of `candidates`, else "".
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 // CONFIG syntax (docs/cli.md): a JSON file path, inline JSON starting with '{', or compact
 // `key=value,...` pairs. Everything is turned into JSON and goes through config_from_json, so the

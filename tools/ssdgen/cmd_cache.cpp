@@ -216,9 +216,10 @@ int cmd_cache(Context& ctx, const std::vector<std::string>& args) {
   if (cur.done()) return usage_error(ctx, "missing cache action (path, ls, verify, prune, clear, index)");
   if (cur.at_option()) return usage_error(ctx, fmt::format("unknown option '{}'", cur.peek()));
   const std::string action = cur.take();
-  static const char* kActions[] = {"path", "ls", "list", "verify", "prune", "clear", "index"};
-  if (std::none_of(std::begin(kActions), std::end(kActions), [&](const char* a) { return action == a; }))
-    return usage_error(ctx, fmt::format("unknown cache action '{}' (path, ls, verify, prune, clear, index)", action));
+  static const std::vector<std::string> kActions = {"path", "ls", "list", "verify", "prune", "clear", "index"};
+  if (std::find(kActions.begin(), kActions.end(), action) == kActions.end())
+    return usage_error(ctx, fmt::format("unknown cache action '{}' (path, ls, verify, prune, clear, index){}", action,
+                                        did_you_mean(action, kActions)));
 
   std::optional<std::string> max_bytes;
   bool rebuild = false;

@@ -88,8 +88,8 @@ std::vector<ssd_kernel_config> apply_overrides(const ssd_kernel_config& c, const
   return out;
 }
 
-// `[k/N]` on stderr: rewritten in place on a terminal; otherwise a line every ~10% for runs of
-// more than 8 kernels.
+// `[k/N] label` on stderr (the kernel just finished): rewritten in place on a terminal; otherwise a
+// line every ~10% for runs of more than 8 kernels.
 class Progress {
  public:
   explicit Progress(size_t total) : total_(total), tty_(::isatty(STDERR_FILENO) == 1) {}
@@ -104,7 +104,7 @@ class Progress {
       const size_t decile = done * 10 / total_;
       if (decile > last_decile_) {
         last_decile_ = decile;
-        std::fprintf(stderr, "[%zu/%zu]\n", done, total_);
+        std::fprintf(stderr, "[%zu/%zu] %s\n", done, total_, label.c_str());
         std::fflush(stderr);
       }
     }
@@ -165,6 +165,17 @@ std::vector<Outcome> build_all(ssd::KernelBuilder& builder, const std::vector<ss
   }
   progress.finish();
   return outcomes;
+}
+
+// Where the kernels went, for the summary line: the cache root, or that nothing was stored (the
+// note before the table said why).
+std::string cache_summary(const ssd::cache::Options& options, const ssd::cache::DiskCache& cache) {
+  using ssd::cache::Mode;
+  if (options.mode == Mode::Off) return "cache: off (nothing stored)";
+  if (!cache.disk_enabled()) return fmt::format("cache: none usable at {} (nothing stored)", options.root);
+  if (options.mode == Mode::ReadOnly) return fmt::format("cache: {} (readonly: nothing stored)", options.root);
+  if (options.mode == Mode::RequireCached) return fmt::format("cache: {} (require-cached)", options.root);
+  return fmt::format("cache: {}", options.root);
 }
 
 int default_jobs() {
@@ -339,8 +350,8 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
                   {"failed", failed},
                   {"seconds", seconds}}}});
   } else {
-    text += fmt::format("{} kernels: {} compiled, {} from cache, {} failed ({:.1f} s)\n", configs.size(), compiled,
-                        cached, failed, seconds);
+    text += fmt::format("{} kernels: {} compiled, {} from cache, {} failed ({:.1f} s); {}\n", configs.size(), compiled,
+                        cached, failed, seconds, cache_summary(options.value(), cache));
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   }

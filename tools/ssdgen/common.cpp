@@ -1,6 +1,7 @@
 // Shared CLI plumbing: exit codes, error output, option scanning, small parsers.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -277,6 +278,38 @@ std::string format_bytes(uint64_t bytes) {
     ++u;
   }
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+namespace {
+// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+}  // namespace
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  // A typo is at most 2 edits away (1 for words of up to 3 letters); the first closest one wins.
+  // Longer words are not compared at all: nothing here is near a 64-character argument.
+  if (word.empty() || word.size() > 64) return "";
+  const size_t limit = word.size() <= 3 ? 1 : 2;
+  const std::string* best = nullptr;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    const size_t distance = edit_distance(word, c);
+    if (distance < best_distance) {
+      best = &c;
+      best_distance = distance;
+    }
+  }
+  return best ? fmt::format("; did you mean '{}'?", *best) : "";
 }
 
 }  // namespace ssdgen

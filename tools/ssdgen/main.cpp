@@ -32,6 +32,12 @@ Handler find_command(const std::string& name) {
   return nullptr;
 }
 
+std::string unknown_command(const std::string& name) {
+  std::vector<std::string> names{"help"};
+  for (const Command& c : kCommands) names.emplace_back(c.name);
+  return fmt::format("unknown command '{}'{}", name, did_you_mean(name, names));
+}
+
 int print_version(const Context& ctx) {
   if (ctx.json) {
     print_json({{"version", SSD_VERSION_STRING},
@@ -86,12 +92,12 @@ int run(Context& ctx, int argc, char** argv) {
   if (command == "help") {
     const std::string topic = rest.empty() ? std::string() : rest.front();
     if (rest.size() > 1) return usage_error(ctx, "'help' takes at most one command");
-    if (!print_help(topic)) return usage_error(ctx, fmt::format("unknown command '{}'", topic));
+    if (!print_help(topic)) return usage_error(ctx, unknown_command(topic));
     return kExitOk;
   }
 
   Handler handler = find_command(command);
-  if (!handler) return usage_error(ctx, fmt::format("unknown command '{}'", command));
+  if (!handler) return usage_error(ctx, unknown_command(command));
   ctx.command = command;
   if (help) {
     print_help(command);
