@@ -436,7 +436,8 @@ def run_case(lib, name, c, seed, failures, modes=MODES):
         a = forward_args(lib, c, t, outs, ref)
         lay = Layout()
         lay.struct_size = C.sizeof(Layout)
-        lib.check(lib.lib.ssd_forward_workspace_layout(C.byref(a), C.byref(lay)), f"{name}: ssd_forward_workspace_layout")
+        lib.check(lib.lib.ssd_forward_workspace_layout(C.byref(a), C.byref(lay)),
+                  f"{name}: ssd_forward_workspace_layout")
         ws = poisoned_workspace(lay.total_bytes)
         a.workspace, a.workspace_bytes = ws.data_ptr(), lay.total_bytes
         opt = lib.options(mode)
@@ -459,7 +460,8 @@ def run_case(lib, name, c, seed, failures, modes=MODES):
         grads = poisoned(bwd_shapes)
         a = backward_args(lib, c, t, grads, out_x, mode, ref)
         size = C.c_size_t()
-        lib.check(lib.lib.ssd_backward_workspace_size(C.byref(a), C.byref(size)), f"{name}: ssd_backward_workspace_size")
+        lib.check(lib.lib.ssd_backward_workspace_size(C.byref(a), C.byref(size)),
+                  f"{name}: ssd_backward_workspace_size")
         ws = poisoned_workspace(size.value)
         lib.check(lib.lib.ssd_backward(lib.rt, C.byref(a), C.c_void_p(ws.data_ptr()), C.c_size_t(size.value), stream),
                   f"{name}: ssd_backward ({mname})")
@@ -728,7 +730,8 @@ def self_test(lib_path, cases, seed):
                 a = forward_args(lib, c, shapes, fwd, fake)
                 lay = Layout()
                 lay.struct_size = C.sizeof(Layout)
-                lib.check(lib.lib.ssd_forward_workspace_layout(C.byref(a), C.byref(lay)), "ssd_forward_workspace_layout")
+                lib.check(lib.lib.ssd_forward_workspace_layout(C.byref(a), C.byref(lay)),
+                          "ssd_forward_workspace_layout")
                 if lay.states_offset + 4 * c["b"] * nchunks(c) * c["h"] * c["p"] * c["n"] > lay.total_bytes:
                     problems.append(f"case {name}: the forward layout does not hold the states")
                 for mode in (0, 1):
