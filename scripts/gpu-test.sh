@@ -8,9 +8,10 @@
 #               carry=[".deps", ".peer"])
 #   --accuracy: scripts/accuracy_side_by_side.py, every gradient vs float64 side by side with mamba_ssm
 #               (issue 11's test; needs .peer/mamba for the side-by-side, else reports ssdgen alone).
-#   --digests:  scripts/output_digests.py --record $OUT/digests.json: SHA-256 of every output of a
-#               fixed-seed run (forward, backward in both modes, chunk_cumsum), for proving a refactor
-#               changes no bits (docs/determinism.md, "Proving a refactor changes no bits").
+#   --digests[=LABEL]: scripts/output_digests.py --record $OUT/digests.json [--label LABEL]: SHA-256
+#               of every output of a fixed-seed run (forward, backward in both modes, chunk_cumsum),
+#               for proving a refactor changes no bits (docs/determinism.md, "Proving a refactor
+#               changes no bits"); LABEL (e.g. the commit) is stored in the record.
 #   --digests-compare=FILE: recompute and compare with FILE (a record in the working tree, path
 #               relative to the repository root); fails on any difference.
 #
@@ -22,6 +23,7 @@ sanitize=0
 bench=0
 accuracy=0
 digests=0
+digests_label=
 digests_compare=
 only=
 for arg in "$@"; do
@@ -30,9 +32,10 @@ for arg in "$@"; do
     --bench) bench=1 ;;
     --accuracy) accuracy=1 ;;
     --digests) digests=1 ;;
+    --digests=*) digests=1; digests_label=${arg#--digests=} ;;
     --digests-compare=*) digests_compare=${arg#--digests-compare=} ;;
     --only=*) only=${arg#--only=} ;;
-    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests] [--digests-compare=FILE]" \
+    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests[=LABEL]] [--digests-compare=FILE]" \
             "[--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
   esac
 done
@@ -74,7 +77,7 @@ fi
 if [ $digests = 1 ]; then
   echo "== output digests (record)"
   PYTHONUNBUFFERED=1 python3 "$root/scripts/output_digests.py" --lib "$root/build-gpu/libssdgen.so" \
-    --record "$out/digests.json" >"$out/digests.log" 2>&1 || status=1
+    --record "$out/digests.json" ${digests_label:+--label "$digests_label"} >"$out/digests.log" 2>&1 || status=1
   grep -E "^(output_digests|FAIL|digests:|wrote)|[1-9][0-9]* different$|DIFFERENT|OVER" "$out/digests.log"
 fi
 if [ -n "$digests_compare" ]; then

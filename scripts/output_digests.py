@@ -29,8 +29,10 @@ bytes of the (contiguous) tensor; the inputs are hashed too, so a change of the 
       recomputes, prints equal/different per tensor, exits 1 on any difference
   python3 scripts/output_digests.py --lib build/libssdgen.so --self-test      (no GPU needed)
       checks the case list (well-formed, covers every option) and the ctypes structs against the
-      library (struct_size written by the *_init functions; every case's arguments accepted by the
-      library's workspace-size checks, with fake pointers); inputs are reproducible and nonzero.
+      library (struct_size and defaults written by the *_init functions; every case's arguments
+      accepted by the library's workspace-size checks, with fake pointers); inputs are reproducible
+      and nonzero; then runs the whole record/compare path on the CPU with stand-in launches that
+      fill the outputs (the expected set of digests, run-to-run, an unwritten output is caught).
 
 Every mode ends with one line: `digests: N equal, M different`. Exit status: 0 all equal and
 within bounds, 1 a difference / NaN left / bound exceeded, 2 usage or setup error.
@@ -754,12 +756,109 @@ def self_test(lib_path, cases, seed):
                 if tuple(v.shape) != input_shapes(c)[k][0] or v.dtype != input_shapes(c)[k][1]:
                     problems.append(f"case {name}: input {k} has shape {tuple(v.shape)} {v.dtype}")
             checks += 1
+    equal = different = 0
+    if not problems:
+        equal, different = stand_in_run(lib, cases, seed, problems)
     for p in problems:
         print(f"FAIL {p}")
     print(f"self-test: {len(cases)} cases, {len(INIT_CHECKED)} struct sizes, {checks} library argument / input checks, "
-          f"library {lib.version}: {'ok' if not problems else f'{len(problems)} problems'}")
-    print("digests: 0 equal, 0 different (self-test computes none)")
+          f"record/compare path on the CPU with stand-in launches; library {lib.version}: "
+          f"{'ok' if not problems else f'{len(problems)} problems'}")
+    print(f"digests: {equal} equal, {different} different (stand-in outputs, run-to-run)")
     return 1 if problems else 0
+
+
+class StandInLaunches:
+    """The real library for the *_init, layout and workspace-size calls (so its argument checks see the real
+    CPU tensors); the four launching calls fill every output they are given with 0x3F bytes, except the
+    field named `unwritten`. Lets --self-test run run_case, the digests and the comparison without a GPU."""
+    ELEMENT_BYTES = {1: 2, 2: 2, 3: 4, 4: 4}
+
+    def __init__(self, real, unwritten=None):
+        self.real, self.unwritten = real, unwritten
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def fill(self, args, *fields):
+        for f in fields:
+            t = getattr(args, f)
+            if t.data and f != self.unwritten:
+                C.memset(t.data, 0x3F, math.prod(t.shape[:t.ndim]) * self.ELEMENT_BYTES[t.dtype])
+
+    def ssd_forward(self, rt, a, options, stream):
+        a = a._obj
+        lay = Layout()
+        lay.struct_size = C.sizeof(Layout)
+        status = self.real.ssd_forward_workspace_layout(C.byref(a), C.byref(lay))
+        if status == 0:
+            C.memset(a.workspace, 0x3F, lay.total_bytes)
+            self.fill(a, "out", "out_x", "final_states")
+        return status
+
+    def ssd_backward(self, rt, a, workspace, workspace_bytes, stream):
+        self.fill(a._obj, *GRADS)
+        return 0
+
+    def ssd_chunk_cumsum_fwd(self, rt, a, options, stream):
+        self.fill(a._obj, "dt_out", "dA_cumsum")
+        return 0
+
+    def ssd_chunk_cumsum_bwd(self, rt, a, options, stream):
+        self.fill(a._obj, "ddt", "dA", "ddt_bias")
+        return 0
+
+
+def expected_digest_keys(c):
+    """The tensors a case must have a digest of (the module docstring's list)."""
+    shapes = input_shapes(c)
+    fwd, bwd, cfwd, cbwd = output_shapes(c, shapes)
+    keys = {f"inputs.{k}" for k in shapes}
+    for m, _ in MODES:
+        keys |= {f"fwd.{m}.{k}" for k in list(fwd) + ["ws.dt_out", "ws.dA_cumsum", "ws.CB_lower", "ws.states"]}
+        keys |= {f"cumsum_fwd.{m}.{k}" for k in cfwd}
+        keys |= {f"bwd.{m}.{k}" for k in bwd if m == "det" or k not in FAST_ATOMIC["bwd"]}
+        keys |= {f"cumsum_bwd.{m}.{k}" for k in cbwd if m == "det" or k not in FAST_ATOMIC["cumsum_bwd"]}
+    return keys
+
+
+def stand_in_run(lib, cases, seed, problems):
+    """run_case on the CPU with StandInLaunches: the digest set per case, run-to-run equality, a NaN left
+    in an output is reported, a changed output is counted as different."""
+    global DEVICE, current_stream, synchronize
+    saved = DEVICE, current_stream, synchronize, lib.lib
+    DEVICE, current_stream, synchronize = "cpu", (lambda: C.c_void_p(0)), (lambda: None)
+    try:
+        lib.lib = StandInLaunches(saved[3])
+        runs = []
+        for _ in range(2):
+            failures = []
+            digests = {name: run_case(lib, name, c, seed, failures)[0] for name, c in cases}
+            problems += [f"stand-in run: {f}" for f in failures]
+            runs.append(digests)
+        for name, c in cases:
+            want, got = expected_digest_keys(c), set(runs[0][name])
+            if want != got:
+                problems.append(f"case {name}: digests of {sorted(got - want)} not expected, of {sorted(want - got)} "
+                                "missing")
+        with open(os.devnull, "w") as quiet:
+            stdout, sys.stdout = sys.stdout, quiet
+            try:
+                equal, different = compare_tables(runs[0], runs[1], "")
+                name, c = cases[0]
+                lib.lib = StandInLaunches(saved[3], unwritten="dB")
+                failures = []
+                changed = {name: run_case(lib, name, c, seed, failures)[0]}
+                _, changed_count = compare_tables({name: runs[0][name]}, changed, "")
+            finally:
+                sys.stdout = stdout
+        if different:
+            problems.append(f"stand-in run-to-run: {different} digests differ")
+        if changed_count != 2 or len(failures) != 2 or not all(".dB: " in f for f in failures):
+            problems.append(f"an unwritten dB (both modes) gave {changed_count} differences and failures {failures}")
+        return equal, different
+    finally:
+        DEVICE, current_stream, synchronize, lib.lib = saved
 
 
 if __name__ == "__main__":
