@@ -640,14 +640,16 @@ def main():
         return not_run(f"no case matches --only {args.only!r}")
     if args.self_test:
         return self_test(args.lib, cases, args.seed if args.seed is not None else DEFAULT_SEED)
-    if not torch.cuda.is_available():
-        return not_run("no CUDA device (torch.cuda.is_available() is False); --self-test runs without one")
-
     recorded = None
     seed = args.seed if args.seed is not None else DEFAULT_SEED
     if args.compare:
-        with open(args.compare) as f:
-            recorded = json.load(f)
+        try:
+            with open(args.compare) as f:
+                recorded = json.load(f)
+        except (OSError, ValueError) as e:
+            return not_run(f"cannot read the record {args.compare}: {e}")
+        if not isinstance(recorded, dict) or not {"seed", "cases", "fast_vs_deterministic"} <= set(recorded):
+            return not_run(f"{args.compare}: not a record of this script (no seed, cases, fast_vs_deterministic)")
         if recorded.get("format") != FORMAT:
             return not_run(f"{args.compare}: format {recorded.get('format')}, this script writes {FORMAT}")
         if args.seed is not None and args.seed != recorded["seed"]:
@@ -657,6 +659,8 @@ def main():
             recorded["cases"] = {k: v for k, v in recorded["cases"].items() if args.only in k}
             recorded["fast_vs_deterministic"] = {k: v for k, v in recorded["fast_vs_deterministic"].items()
                                                  if args.only in k}
+    if not torch.cuda.is_available():
+        return not_run("no CUDA device (torch.cuda.is_available() is False); --self-test runs without one")
 
     try:
         lib = start(args.lib)
