@@ -4,10 +4,16 @@
 # under compute-sanitizer, optionally the benchmarks.
 #
 #   here:   bash scripts/fetch-gpu-deps.sh          (once; fills .deps/debs)
-#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench] [--accuracy] [--only=PATTERN]",
+#   device: run(command="bash scripts/gpu-test.sh [--sanitize] [--bench] [--accuracy] [--digests] [--only=PATTERN]",
 #               carry=[".deps", ".peer"])
 #   --accuracy: scripts/accuracy_side_by_side.py, every gradient vs float64 side by side with mamba_ssm
 #               (issue 11's test; needs .peer/mamba for the side-by-side, else reports ssdgen alone).
+#   --digests[=LABEL]: scripts/output_digests.py --record $OUT/digests.json [--label LABEL]: SHA-256
+#               of every output of a fixed-seed run (forward, backward in both modes, chunk_cumsum),
+#               for proving a refactor changes no bits (docs/determinism.md, "Proving a refactor
+#               changes no bits"); LABEL (e.g. the commit) is stored in the record.
+#   --digests-compare=FILE: recompute and compare with FILE (a record in the working tree, path
+#               relative to the repository root); fails on any difference.
 #
 # Logs go to $OUT (the device tool brings them back), else build-gpu/out.
 set -uo pipefail
@@ -16,14 +22,21 @@ out=${OUT:-$root/build-gpu/out}
 sanitize=0
 bench=0
 accuracy=0
+digests=0
+digests_label=
+digests_compare=
 only=
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
     --bench) bench=1 ;;
     --accuracy) accuracy=1 ;;
+    --digests) digests=1 ;;
+    --digests=*) digests=1; digests_label=${arg#--digests=} ;;
+    --digests-compare=*) digests_compare=${arg#--digests-compare=} ;;
     --only=*) only=${arg#--only=} ;;
-    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests[=LABEL]] [--digests-compare=FILE]" \
+            "[--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -60,6 +73,19 @@ if [ $accuracy = 1 ]; then
   PYTHONUNBUFFERED=1 python3 "$root/scripts/accuracy_side_by_side.py" --lib "$root/build-gpu/libssdgen.so" \
     --peer "$root/.peer/mamba" --out "$out" >"$out/accuracy.log" 2>&1 || status=1
   grep -E "^(ok|FAIL|accuracy|worst)" "$out/accuracy.log"
+fi
+if [ $digests = 1 ]; then
+  echo "== output digests (record)"
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/output_digests.py" --lib "$root/build-gpu/libssdgen.so" \
+    --record "$out/digests.json" ${digests_label:+--label "$digests_label"} >"$out/digests.log" 2>&1 || status=1
+  grep -E "^(output_digests|FAIL|digests:|wrote)|[1-9][0-9]* different$|DIFFERENT|OVER" "$out/digests.log"
+fi
+if [ -n "$digests_compare" ]; then
+  echo "== output digests (compare with $digests_compare)"
+  (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib build-gpu/libssdgen.so \
+    --compare "$digests_compare") >"$out/digests-compare.log" 2>&1 || status=1
+  grep -E "^(output_digests|record:|warning|note|FAIL|digests:)|[1-9][0-9]* different$|DIFFERENT|OVER|only in" \
+    "$out/digests-compare.log"
 fi
 if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then
   echo "== benchmarks"
