@@ -328,15 +328,19 @@ Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
 }
 
 Status validate_config(const ssd_kernel_config& c) {
-  if (!is_named(kKernels, c.kernel))
+  // Enum fields as integers first (the struct may come from C); past these checks they are valid.
+  if (!is_named(kKernels, enum_value(c.kernel)))
     return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("kernel: unknown id {} (legal: {})", int(c.kernel), legal_names(kKernels)));
-  if (!is_named(kModes, c.mode))
+                      fmt::format("kernel: unknown id {} (legal: {})", enum_value(c.kernel), legal_names(kKernels)));
+  if (!is_named(kModes, enum_value(c.mode)))
     return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("mode: unknown value {} (legal: 0 deterministic, 1 fast)", int(c.mode)));
-  if (!is_named(kArchs, c.arch))
+                      fmt::format("mode: unknown value {} (legal: 0 deterministic, 1 fast)", enum_value(c.mode)));
+  if (!is_named(kArchs, enum_value(c.arch)))
+    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("arch: unknown value {} (legal: 80 sm_80, 90 sm_90, 901 sm_90a)",
+                                                            enum_value(c.arch)));
+  if (!is_named(kDtypes, enum_value(c.dtype)))
     return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("arch: unknown value {} (legal: 80 sm_80, 90 sm_90, 901 sm_90a)", int(c.arch)));
+                      fmt::format("dtype: unknown value {} (legal: {})", enum_value(c.dtype), legal_values(kDtypes)));
   if (c.flags & ~allowed_flags(c.kernel)) {
     std::string legal;
     for (const Named& n : kFlags)

@@ -176,6 +176,11 @@ TEST_CASE("read_config range-checks the enum fields as integers, naming the fiel
   CHECK(contains(with_raw(offsetof(ssd_kernel_config, mode), 2), "mode: unknown value 2 (legal: 0 deterministic, 1 fast)"));
   CHECK(contains(with_raw(offsetof(ssd_kernel_config, arch), 12345), "arch: unknown value 12345 (legal: 80 sm_80"));
   CHECK(contains(with_raw(offsetof(ssd_kernel_config, arch), int32_t(0x80000000u)), "arch: unknown value"));
+  // validate_config checks the integers too (its argument may be a struct from C).
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  const int32_t raw = 12345;
+  std::memcpy(&c.dtype, &raw, sizeof raw);
+  CHECK(contains(error_of(c), "dtype: unknown value 12345 (legal: 1 bf16"));
 }
 
 TEST_CASE("JSON round trip and errors") {

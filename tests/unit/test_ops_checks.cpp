@@ -61,8 +61,12 @@ namespace {
 
 // A tensor of `shape` whose every stride is 0 (legal for inputs: one element seen everywhere).
 ssd_tensor broadcast(ssd_dtype dtype, std::initializer_list<int64_t> shape) {
-  ssd_tensor t = contiguous_tensor(fake_pointer(), dtype, shape);
-  for (int64_t& s : t.strides) s = 0;
+  ssd_tensor t{};  // not contiguous_tensor(): its strides would overflow for these shapes
+  t.data = fake_pointer();
+  t.dtype = dtype;
+  t.ndim = int32_t(shape.size());
+  int i = 0;
+  for (int64_t s : shape) t.shape[i++] = s;
   return t;
 }
 ssd_tensor dense(ssd_dtype dtype, std::initializer_list<int64_t> shape) {
