@@ -606,13 +606,14 @@ def first_call_cost():
            f"{time.time() - t1:.3f} s warm", info=True)
 
 
-# kwargs (the longest: one JIT per specialization) runs last but one, so a time-boxed run still
-# reports every other section.
+# The long sections run last, so a time-boxed run still reports every other one: kwargs (one JIT
+# per specialization), then peer (mamba_ssm's Triton autotuning took over 5 minutes for its one
+# shape on the H200, 2026-11-30).
 SECTIONS = [("import", None), ("first-call", first_call_cost), ("opcheck", section_opcheck),
-            ("shapes", section_shapes), ("peer", None),
+            ("shapes", section_shapes),
             ("compile", section_compile_and_graphs), ("repeat", section_repeat), ("layouts", section_layouts),
             ("batch", section_batch), ("training", section_training), ("cold-capture", section_cold_capture),
-            ("kwargs", section_kwargs), ("devices", section_devices)]
+            ("devices", section_devices), ("kwargs", section_kwargs), ("peer", None)]
 KWARGS_BUDGET_S = None  # --kwargs-budget: stop the kwargs sweep after this many seconds (reported)
 
 

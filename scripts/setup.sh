@@ -23,5 +23,6 @@ if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
   echo "setup: no CUDA toolkit at $cuda (need nvrtc.h, cuda.h, libnvrtc); set SSD_CUDA_ROOT" >&2
   exit 1
 fi
-bash "$(dirname "$0")/setup-python.sh"
+# SSD_SETUP_PYTHON=0 leaves the Python side out (tests/scripts/setup_test.sh checks the apt part alone).
+[ "${SSD_SETUP_PYTHON:-1}" = 0 ] || bash "$(dirname "$0")/setup-python.sh"
 echo "setup: dependencies present"

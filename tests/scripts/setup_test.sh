@@ -38,7 +38,7 @@ chmod +x "$work/bin/"*
 status=0
 for uid in 0 1000; do
   export APT_LOG=$work/apt-$uid.log
-  env -u DEBIAN_FRONTEND -u DEBCONF_NOWARNINGS FAKE_UID=$uid PATH="$work/bin:$PATH" SSD_CUDA_ROOT="$work/cuda" \
+  env -u DEBIAN_FRONTEND -u DEBCONF_NOWARNINGS FAKE_UID=$uid PATH="$work/bin:$PATH" SSD_CUDA_ROOT="$work/cuda" SSD_SETUP_PYTHON=0 \
     bash "$repo/scripts/setup.sh" >"$work/out" 2>"$work/err" || { echo "uid $uid: setup.sh failed"; status=1; }
   if [ -s "$work/err" ]; then
     echo "uid $uid: setup.sh wrote to stderr:"; cat "$work/err"; status=1
