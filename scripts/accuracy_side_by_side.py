@@ -22,21 +22,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_bench import BackwardArgs, ForwardArgs, Layout, tensor  # noqa: E402  (the C structs)
+from peer_bench import BackwardArgs, ForwardArgs, Layout, Ssdgen, tensor  # noqa: E402  (the C structs)
 
 
-class Lib:
-    def __init__(self, path):
-        self.lib = C.CDLL(path)
-        self.lib.ssd_last_error_detail.restype = C.c_char_p
-        self.lib.ssd_status_string.restype = C.c_char_p
-        self.rt = C.c_void_p()
-        self.check(self.lib.ssd_runtime_create(None, C.byref(self.rt)), "ssd_runtime_create")
-
-    def check(self, status, what):
-        if status != 0:
-            raise RuntimeError(f"{what}: {self.lib.ssd_status_string(status).decode()}: "
-                               f"{self.lib.ssd_last_error_detail().decode()}")
+class Lib(Ssdgen):
+    """peer_bench's binding (library, runtime, status check) with every option of both calls."""
 
     def stream(self):
         return C.c_void_p(torch.cuda.current_stream().cuda_stream)
