@@ -14,6 +14,8 @@
 #               changes no bits"); LABEL (e.g. the commit) is stored in the record.
 #   --digests-compare=FILE: recompute and compare with FILE (a record in the working tree, path
 #               relative to the repository root); fails on any difference.
+#   --python[=ARGS]: then the PyTorch package's GPU tests, scripts/python-gpu-test.sh (pip install
+#               ./python, scripts/python_gpu_test.py), ARGS passed on, e.g. --python=--kwargs-budget=120.
 #
 # Logs go to $OUT (the device tool brings them back), else build-gpu/out.
 set -uo pipefail
@@ -22,6 +24,8 @@ out=${OUT:-$root/build-gpu/out}
 sanitize=0
 bench=0
 accuracy=0
+python=0
+python_args=
 digests=0
 digests_label=
 digests_compare=
@@ -31,11 +35,13 @@ for arg in "$@"; do
     --sanitize) sanitize=1 ;;
     --bench) bench=1 ;;
     --accuracy) accuracy=1 ;;
+    --python) python=1 ;;
+    --python=*) python=1; python_args=${arg#--python=} ;;
     --digests) digests=1 ;;
     --digests=*) digests=1; digests_label=${arg#--digests=} ;;
     --digests-compare=*) digests_compare=${arg#--digests-compare=} ;;
     --only=*) only=${arg#--only=} ;;
-    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests[=LABEL]] [--digests-compare=FILE]" \
+    *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests[=LABEL]] [--digests-compare=FILE] [--python[=ARGS]]" \
             "[--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
   esac
 done
@@ -67,6 +73,12 @@ if [ $sanitize = 1 ]; then
       >"$out/sanitize-$tool.log" 2>&1 || status=1
     tail -4 "$out/sanitize-$tool.log"
   done
+fi
+if [ $python = 1 ]; then
+  echo "== the PyTorch package (scripts/python-gpu-test.sh $python_args)"
+  # shellcheck disable=SC2086  # ARGS are words for python_gpu_test.py
+  bash "$root/scripts/python-gpu-test.sh" --peer "$root/.peer/mamba" $python_args 2>&1 | grep -E "^\[|^(PASS|FAIL|SKIP|INFO) |python GPU tests" \
+    || status=1  # pipefail: a failing test run fails this too
 fi
 if [ $accuracy = 1 ]; then
   echo "== accuracy side by side with mamba_ssm (issue 11)"

@@ -46,6 +46,8 @@ Testing Time: 3.00s
   <testcase name="crashed" classname="crashed" time="0.1" status="fail"><failure message=""/><system-out>Segmentation fault
 </system-out></testcase>
   <testcase name="disabled" classname="disabled" time="0" status="notrun"><skipped message="Disabled"/><system-out></system-out></testcase>
+  <testcase name="by_exit_code" classname="by_exit_code" time="0" status="notrun"><skipped message="SKIP_RETURN_CODE=77"/><system-out>skipped
+</system-out></testcase>
   <testcase name="not_built" classname="not_built" time="0" status="notrun"><skipped message="Unable to find executable: /x/y"/><system-out></system-out></testcase>
 </testsuite>
 """
@@ -72,11 +74,12 @@ expect = {
     "install_consumer": "1 check passed",
     "crashed": "1 check failed",
     "disabled": "1 check skipped",
+    "by_exit_code": "1 check skipped",
     "not_built": "1 check failed (Unable to find executable: /x/y)",
 }
 for name, want in expect.items():
     assert lines[name].endswith(want), (name, lines[name], want)
-# 60 + 1 + 13 + 2 + 75 + 4 + 1 passed; 2 + 1 + 2 + 1 + 1 failed; 25 + 1 + 2 + 1 skipped.
-assert text.splitlines()[-1] == "tests: 156 passed, 7 failed, 29 skipped", text.splitlines()[-1]
+# 60 + 1 + 13 + 2 + 75 + 4 + 1 passed; 2 + 1 + 2 + 1 + 1 failed; 25 + 1 + 2 + 1 + 1 skipped.
+assert text.splitlines()[-1] == "tests: 156 passed, 7 failed, 30 skipped", text.splitlines()[-1]
 assert rc == 1
 print("test_summary: ok")
