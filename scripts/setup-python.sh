@@ -15,14 +15,18 @@ need=()
 "$python" -c "import scikit_build_core" 2>/dev/null || need+=("scikit-build-core>=0.10")
 "$python" -c "import numpy" 2>/dev/null || need+=(numpy)
 "$python" -c "import venv, ensurepip" 2>/dev/null || { echo "setup-python: $python has no venv/ensurepip" >&2; exit 1; }
-# torch >= 2.4 (torch.library.custom_op, register_fake, register_autograd) is kept if present.
+# torch >= 2.4 (torch.library.custom_op, register_fake, register_autograd) is kept if present. The
+# version comes from the installed metadata: importing torch costs seconds on every test run (the
+# Python tests import it and fail loudly if it is broken).
+torch_installed() { "$python" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null; }
 if ! "$python" -c "
-import sys, torch
-sys.exit(tuple(int(v) for v in torch.__version__.split('+')[0].split('.')[:2]) < (2, 4))" 2>/dev/null; then
+import importlib.metadata as m, sys
+v = m.version('torch')
+sys.exit(tuple(int(x) for x in v.split('+')[0].split('.')[:2]) < (2, 4))" 2>/dev/null; then
   need+=("torch==$torch_version")
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup-python: installing ${need[*]} for $python"
   "$python" -m pip install -q --disable-pip-version-check "${need[@]}"
 fi
-echo "setup-python: pytest, scikit-build-core, torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) present"
+echo "setup-python: pytest, scikit-build-core, torch $(torch_installed) present"

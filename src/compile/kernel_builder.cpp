@@ -21,7 +21,7 @@ const char* source_name(BuiltKernel::Source source) {
   }
 }
 
-KernelBuilder::KernelBuilder(cache::DiskCache* cache) : cache_(cache) {}
+KernelBuilder::KernelBuilder(cache::DiskCache* cache, bool keep_ptx) : cache_(cache), keep_ptx_(keep_ptx) {}
 
 Result<KernelBuilder::Plan> KernelBuilder::plan(const ssd_kernel_config& config) const {
   auto normalized = normalize_config(config);
@@ -66,12 +66,14 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   bool compiled_here = false;
   std::string compile_log;
   int32_t spill_bytes = -1;
+  std::string ptx;
   auto compile = [&]() -> Result<cache::Entry> {
     compiled_here = true;
-    auto cubin = compile_cubin(p.unit, p.config.arch);
+    auto cubin = compile_cubin(p.unit, p.config.arch, keep_ptx_);
     if (!cubin.ok()) return cubin.status();
     compile_log = cubin->log;
     spill_bytes = cubin->spill_bytes;
+    ptx = std::move(cubin->ptx);
     cache::Entry e;
     e.info.key = p.key.hex;
     e.info.key_record = p.key.record;
@@ -103,6 +105,7 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   built->source = compiled_here ? BuiltKernel::Source::Compiled : BuiltKernel::Source::Disk;
   built->compile_log = std::move(compile_log);
   built->spill_bytes = spill_bytes;
+  built->ptx = std::move(ptx);
   std::lock_guard<std::mutex> lock(mutex_);
   memory_.emplace(built->key.hex, built);
   return std::shared_ptr<const BuiltKernel>(built);

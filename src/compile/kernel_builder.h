@@ -26,12 +26,14 @@ struct BuiltKernel {
   // the cache keeps only the cubin and its register / shared memory figures.
   std::string compile_log;
   int32_t spill_bytes = -1;
+  std::string ptx;  // the compile's PTX, kept only by a builder made with keep_ptx (tests)
 };
 
 class KernelBuilder {
  public:
   // `cache` may be null (no disk cache). It must outlive the builder.
-  explicit KernelBuilder(cache::DiskCache* cache);
+  // keep_ptx: kernels compiled here also keep their PTX (one compile gives both; for audits).
+  explicit KernelBuilder(cache::DiskCache* cache, bool keep_ptx = false);
 
   // Everything up to the key, without compiling (for `ssdgen key` / `emit`).
   struct Plan {
@@ -52,6 +54,7 @@ class KernelBuilder {
 
  private:
   cache::DiskCache* cache_;
+  bool keep_ptx_ = false;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const BuiltKernel>> memory_;
   std::unordered_map<std::string, std::shared_ptr<std::mutex>> key_locks_;

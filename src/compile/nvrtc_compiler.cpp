@@ -98,7 +98,20 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
-Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch) {
+namespace {
+Result<std::string> program_ptx(nvrtcProgram prog) {
+  size_t size = 0;
+  nvrtcResult r = nvrtcGetPTXSize(prog, &size);
+  if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetPTXSize: {}", nvrtcGetErrorString(r)));
+  std::string ptx(size, '\0');
+  r = nvrtcGetPTX(prog, ptx.data());
+  if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetPTX: {}", nvrtcGetErrorString(r)));
+  while (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
+  return ptx;
+}
+}  // namespace
+
+Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch, bool with_ptx) {
   Program program;
   SSD_RETURN_IF_ERROR(program.compile(unit, arch));
   size_t size = 0;
@@ -114,20 +127,18 @@ Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch) {
   out.registers = report.registers;
   out.shared_bytes = report.shared_bytes;
   out.spill_bytes = report.spill_bytes;
+  if (with_ptx) {
+    auto ptx = program_ptx(program.get());
+    if (!ptx.ok()) return ptx.status();
+    out.ptx = std::move(ptx.value());
+  }
   return out;
 }
 
 Result<std::string> compile_ptx(const GeneratedUnit& unit, ssd_arch arch) {
   Program program;
   SSD_RETURN_IF_ERROR(program.compile(unit, arch));
-  size_t size = 0;
-  nvrtcResult r = nvrtcGetPTXSize(program.get(), &size);
-  if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetPTXSize: {}", nvrtcGetErrorString(r)));
-  std::string ptx(size, '\0');
-  r = nvrtcGetPTX(program.get(), ptx.data());
-  if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetPTX: {}", nvrtcGetErrorString(r)));
-  while (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
-  return ptx;
+  return program_ptx(program.get());
 }
 
 }  // namespace ssd

@@ -21,6 +21,7 @@ struct CompiledCubin {
   int32_t registers = -1;      // parsed from the ptxas report
   int32_t shared_bytes = -1;   // static shared memory, from the ptxas report
   int32_t spill_bytes = 0;     // spill stores + loads
+  std::string ptx;             // the same compile's PTX, when asked for (with_ptx)
 };
 
 // The resource figures of a `ptxas -v` report (the first entry function's): registers (-1 if the
@@ -34,7 +35,8 @@ struct PtxasReport {
 PtxasReport parse_ptxas_report(std::string_view log);
 
 // On failure: SSD_ERROR_COMPILE with the full compile log in the detail.
-Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch);
+// with_ptx: also return the PTX of this compile (what compile_ptx gives, without a second compile).
+Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch, bool with_ptx = false);
 Result<std::string> compile_ptx(const GeneratedUnit& unit, ssd_arch arch);
 
 }  // namespace ssd
