@@ -31,7 +31,7 @@ inline size_t utf8_sequence_length(std::string_view s, size_t i) {
   return n;
 }
 
-// `s` with control bytes (C0, DEL; also newline and tab) and bytes that are not well-formed UTF-8
+// `s` with control bytes (C0, DEL, the C1 range U+0080..U+009F; also newline and tab) and bytes that are not well-formed UTF-8
 // written as \xNN, so a message can neither drive the terminal (ESC sequences), be cut short (NUL),
 // forge extra lines, nor make a JSON serializer throw. Other text, including UTF-8, is unchanged.
 // keep_line_breaks keeps '\n' and '\t' (for whole messages that are multi-line by design, such as
@@ -43,7 +43,9 @@ inline std::string printable(std::string_view s, bool keep_line_breaks = false) 
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     const bool control = (c < 0x20 || c == 0x7f) && !(keep_line_breaks && (c == '\n' || c == '\t'));
-    const size_t n = control ? 0 : utf8_sequence_length(s, i);
+    size_t n = control ? 0 : utf8_sequence_length(s, i);
+    // C1 controls (U+0080..U+009F, 0xC2 0x80..0x9F) are valid UTF-8 but some terminals obey them.
+    if (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) <= 0x9f) n = 0;
     if (n == 0) {
       out += "\\x";
       out += digits[c >> 4];

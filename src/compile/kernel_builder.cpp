@@ -127,15 +127,25 @@ std::vector<Result<std::shared_ptr<const BuiltKernel>>> KernelBuilder::build_man
         results[i] = Status(make_error(SSD_ERROR_OUT_OF_MEMORY, "host allocation failed"));
       } catch (const std::exception& e) {
         results[i] = Status(make_error(SSD_ERROR_INTERNAL, std::string("unexpected exception: ") + e.what()));
+      } catch (...) {
+        results[i] = Status(make_error(SSD_ERROR_INTERNAL, "unexpected exception"));
       }
-      std::lock_guard<std::mutex> lock(progress_mutex);
-      ++done;
-      if (progress) progress(done, configs.size());
+      try {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        ++done;
+        if (progress) progress(done, configs.size());
+      } catch (...) {  // a throwing progress callback must not terminate the process
+      }
     }
   };
   jobs = std::max(1, std::min<int>(jobs, int(configs.size())));
   std::vector<std::thread> threads;
-  for (int t = 1; t < jobs; ++t) threads.emplace_back(worker);
+  // The process may refuse more threads (std::system_error) while this runs inside a host
+  // application (prepare): then the threads made so far and this one share the work.
+  try {
+    for (int t = 1; t < jobs; ++t) threads.emplace_back(worker);
+  } catch (...) {
+  }
   worker();
   for (std::thread& t : threads) t.join();
   return results;

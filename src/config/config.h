@@ -26,7 +26,7 @@ Result<ssd_arch> parse_arch(std::string_view name);
 int arch_compute_capability(ssd_arch arch);     // 80, 90, 90
 
 // What ssd_kernel_config_init gives: bf16, chunk 256, deterministic, sm_90, default tile
-// (reduce_head_partials: fp32, 1 partial).
+// (reduce_head_partials: fp32 outputs, 1 partial; the partials it reads are fp64).
 ssd_kernel_config default_config(ssd_kernel_id kernel);
 
 // Copies a caller's struct honouring struct_size (missing trailing fields take defaults).

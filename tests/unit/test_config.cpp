@@ -227,6 +227,8 @@ TEST_CASE("hostile JSON values: invalid UTF-8, control bytes, huge integers are 
   CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"dtype", "b\xc3\xa9" "f"}}), "unknown value 'b\xc3\xa9" "f'"));
   CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"flags", {"\x7f"}}}), "unknown flag '\\x7f'"));
   CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"\x1b", 1}}), "\\x1b: unknown field"));
+  // C1 controls (CSI is U+009B, "\xc2\x9b" in UTF-8) are valid UTF-8 but escaped as well.
+  CHECK(contains(error(json{{"kernel", "a\xc2\x9b" "2J"}}), "unknown value 'a\\xc2\\x9b2J'"));
   CHECK(contains(error(json{{"kernel", "chunk_cumsum_fwd"}, {"chunk_size", std::string(39, 'x') + "\xc3\xa9yyy"}}),
                  "got \"" + std::string(39, 'x') + "...\""));
   // 2^63 and more: the value as given, not wrapped to a negative number.
