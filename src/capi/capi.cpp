@@ -63,6 +63,19 @@ void write_report(ssd_prepare_report* report, ssd_prepare_report full) {
   std::memcpy(report, &full, std::min(size, sizeof(full)));
 }
 
+// ssd_forward_prepare / ssd_backward_prepare: the report's size is checked before any work, and
+// written (as far as the caller's struct_size reaches) only on success.
+template <class Prepare>
+ssd_status prepare_entry(ssd_prepare_report* report, Prepare prepare) {
+  return guarded([&]() -> ssd::Status {
+    if (report) SSD_RETURN_IF_ERROR(check_report_size(report));
+    auto r = prepare();
+    if (!r.ok()) return r.status();
+    if (report) write_report(report, r.value());
+    return ssd::Status::Ok();
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -275,24 +288,12 @@ SSD_API void ssd_prepare_options_init(ssd_prepare_options* options) {
 
 SSD_API ssd_status ssd_forward_prepare(ssd_runtime* runtime, const ssd_forward_args* args,
                                        const ssd_prepare_options* options, ssd_prepare_report* report) {
-  return guarded([&]() -> ssd::Status {
-    if (report) SSD_RETURN_IF_ERROR(check_report_size(report));
-    auto r = ssd::forward_prepare(runtime, args, options);
-    if (!r.ok()) return r.status();
-    if (report) write_report(report, r.value());
-    return ssd::Status::Ok();
-  });
+  return prepare_entry(report, [&] { return ssd::forward_prepare(runtime, args, options); });
 }
 
 SSD_API ssd_status ssd_backward_prepare(ssd_runtime* runtime, const ssd_backward_args* args,
                                         const ssd_prepare_options* options, ssd_prepare_report* report) {
-  return guarded([&]() -> ssd::Status {
-    if (report) SSD_RETURN_IF_ERROR(check_report_size(report));
-    auto r = ssd::backward_prepare(runtime, args, options);
-    if (!r.ok()) return r.status();
-    if (report) write_report(report, r.value());
-    return ssd::Status::Ok();
-  });
+  return prepare_entry(report, [&] { return ssd::backward_prepare(runtime, args, options); });
 }
 
 }  // extern "C"

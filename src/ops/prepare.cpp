@@ -20,8 +20,6 @@
 namespace ssd {
 namespace {
 
-constexpr int kMaxJobs = 256;
-
 // Stands in for device pointers during validation. Never dereferenced (the host never reads
 // tensor data); aligned for every element size and the 256-byte workspace rule.
 void* placeholder() { return reinterpret_cast<void*>(uintptr_t{1} << 12); }
@@ -81,9 +79,9 @@ Result<ssd_prepare_options> read_options(const ssd_prepare_options* user) {
   if (v.mode != -1 && v.mode != SSD_MODE_DETERMINISTIC && v.mode != SSD_MODE_FAST)
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
                       fmt::format("options.mode: {} (legal: -1 the call's, 0 deterministic, 1 fast)", v.mode));
-  if (v.jobs < 0 || v.jobs > kMaxJobs)
+  if (v.jobs < 0 || v.jobs > kMaxCompileJobs)
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                      fmt::format("options.jobs: {} (legal: 0 one per CPU, 1..{})", v.jobs, kMaxJobs));
+                      fmt::format("options.jobs: {} (legal: 0 one per CPU, 1..{})", v.jobs, kMaxCompileJobs));
   return v;
 }
 
@@ -137,7 +135,7 @@ int default_compile_jobs() {
   int n = 0;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
   if (n <= 0) n = int(std::thread::hardware_concurrency());
-  return std::clamp(n, 1, kMaxJobs);
+  return std::clamp(n, 1, kMaxCompileJobs);
 }
 
 Result<std::vector<ssd_kernel_config>> forward_prepare_configs(const ssd_forward_args* user_args, ssd_arch arch,
@@ -183,20 +181,27 @@ Result<ssd_prepare_report> build_prepared(KernelBuilder& builder, const std::vec
   return r;
 }
 
-Result<ssd_prepare_report> forward_prepare(ssd_runtime* runtime, const ssd_forward_args* args,
-                                           const ssd_prepare_options* user_options) {
+namespace {
+
+// What both entry points do: options; the arguments' own errors first, before anything needs a
+// runtime or a driver; the runtime, arch and mode; then the build. `configs_of(arch, mode)` lists
+// the call's kernels; `call_mode(runtime_mode)` is the mode the call itself would use. `seconds`
+// covers the whole call.
+template <class ConfigsOf, class CallMode>
+Result<ssd_prepare_report> prepare_call(ssd_runtime* runtime, const ssd_prepare_options* user_options,
+                                        ConfigsOf configs_of, CallMode call_mode) {
   const auto start = std::chrono::steady_clock::now();
   auto o = read_options(user_options);
   if (!o.ok()) return o.status();
-  // The arguments' own errors come first, before anything needs a runtime or a driver.
-  SSD_RETURN_IF_ERROR(forward_prepare_configs(args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC).status());
+  SSD_RETURN_IF_ERROR(configs_of(SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC).status());
   auto target = target_runtime(runtime);
   if (!target.ok()) return target.status();
   ssd_runtime& rt = *target->rt;
   auto arch = resolve_arch(rt, o.value());
   if (!arch.ok()) return arch.status();
-  const ssd_mode mode = o->mode >= 0 ? ssd_mode(o->mode) : rt.mode;
-  auto configs = forward_prepare_configs(args, arch.value(), mode);
+  Result<ssd_mode> mode = o->mode >= 0 ? Result<ssd_mode>(ssd_mode(o->mode)) : call_mode(ssd_mode(rt.mode));
+  if (!mode.ok()) return mode.status();
+  auto configs = configs_of(arch.value(), mode.value());
   if (!configs.ok()) return configs.status();
   auto report = build_prepared(*rt.builder, configs.value(), o->jobs);
   if (report.ok())
@@ -204,32 +209,26 @@ Result<ssd_prepare_report> forward_prepare(ssd_runtime* runtime, const ssd_forwa
   return report;
 }
 
+}  // namespace
+
+Result<ssd_prepare_report> forward_prepare(ssd_runtime* runtime, const ssd_forward_args* args,
+                                           const ssd_prepare_options* user_options) {
+  return prepare_call(
+      runtime, user_options, [&](ssd_arch arch, ssd_mode mode) { return forward_prepare_configs(args, arch, mode); },
+      [](ssd_mode runtime_mode) -> Result<ssd_mode> { return runtime_mode; });
+}
+
 Result<ssd_prepare_report> backward_prepare(ssd_runtime* runtime, const ssd_backward_args* args,
                                             const ssd_prepare_options* user_options) {
-  const auto start = std::chrono::steady_clock::now();
-  auto o = read_options(user_options);
-  if (!o.ok()) return o.status();
-  SSD_RETURN_IF_ERROR(backward_prepare_configs(args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC).status());
-  auto target = target_runtime(runtime);
-  if (!target.ok()) return target.status();
-  ssd_runtime& rt = *target->rt;
-  auto arch = resolve_arch(rt, o.value());
-  if (!arch.ok()) return arch.status();
-  ssd_mode mode = rt.mode;
-  if (o->mode >= 0) {
-    mode = ssd_mode(o->mode);
-  } else {
-    // The call's own rule: args.mode when set (its struct_size covers it), else the runtime's.
-    auto a = read_sized_struct(args, default_backward_args(), "args", sizeof(ssd_backward_args));
-    if (!a.ok()) return a.status();
-    if (a->mode == SSD_MODE_DETERMINISTIC || a->mode == SSD_MODE_FAST) mode = ssd_mode(a->mode);
-  }
-  auto configs = backward_prepare_configs(args, arch.value(), mode);
-  if (!configs.ok()) return configs.status();
-  auto report = build_prepared(*rt.builder, configs.value(), o->jobs);
-  if (report.ok())
-    report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return report;
+  return prepare_call(
+      runtime, user_options, [&](ssd_arch arch, ssd_mode mode) { return backward_prepare_configs(args, arch, mode); },
+      [&](ssd_mode runtime_mode) -> Result<ssd_mode> {
+        // The call's own rule: args.mode when set (its struct_size covers it), else the runtime's.
+        auto a = read_sized_struct(args, default_backward_args(), "args", sizeof(ssd_backward_args));
+        if (!a.ok()) return a.status();
+        if (a->mode == SSD_MODE_DETERMINISTIC || a->mode == SSD_MODE_FAST) return ssd_mode(a->mode);
+        return runtime_mode;
+      });
 }
 
 }  // namespace ssd

@@ -32,7 +32,10 @@ Result<ssd_prepare_report> forward_prepare(ssd_runtime* runtime, const ssd_forwa
 Result<ssd_prepare_report> backward_prepare(ssd_runtime* runtime, const ssd_backward_args* args,
                                             const ssd_prepare_options* options);
 
-// Threads for `jobs` = 0: the CPUs in this process's affinity mask.
+// The most compile threads a caller may ask for (options.jobs, `ssdgen compile -j`).
+constexpr int kMaxCompileJobs = 256;
+
+// Threads for `jobs` = 0: the CPUs in this process's affinity mask, at most kMaxCompileJobs.
 int default_compile_jobs();
 
 }  // namespace ssd

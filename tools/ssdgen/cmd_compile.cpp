@@ -16,13 +16,13 @@
 #include "cli.h"
 #include "compile/kernel_builder.h"
 #include "config/config.h"
+#include "ops/prepare.h"
 
 namespace ssdgen {
 namespace {
 
 // Presets are compiled for this arch unless --arch is given (the H100/H200 clusters).
 constexpr ssd_arch kDefaultPresetArch = SSD_ARCH_SM90A;
-constexpr int kMaxJobs = 256;
 
 using BuildResult = ssd::Result<std::shared_ptr<const ssd::BuiltKernel>>;
 
@@ -178,11 +178,6 @@ std::string cache_summary(const ssd::cache::Options& options, const ssd::cache::
   return fmt::format("cache: {}", options.root);
 }
 
-int default_jobs() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : int(std::min<unsigned>(n, kMaxJobs));
-}
-
 }  // namespace
 
 int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
@@ -192,7 +187,7 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
   };
   std::vector<Source> sources;
   Targets targets;
-  int jobs = default_jobs();
+  int jobs = ssd::default_compile_jobs();  // as ssd_*_prepare: the CPUs this process may use
 
   ArgCursor cur(args);
   while (!cur.done()) {
@@ -209,7 +204,7 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
     } else if (auto v = cur.value("--mode")) {
       if (auto s = set_modes(&targets, *v); !s.ok()) return fail(ctx, s);
     } else if (auto v = cur.value("--jobs", "-j")) {
-      auto n = parse_positive_int(*v, "-j", kMaxJobs);
+      auto n = parse_positive_int(*v, "-j", ssd::kMaxCompileJobs);
       if (!n.ok()) return fail(ctx, n.status());
       jobs = n.value();
     } else if (cur.error()) {
