@@ -72,7 +72,7 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
     auto cubin = compile_cubin(p.unit, p.config.arch, keep_ptx_);
     if (!cubin.ok()) return cubin.status();
     compile_log = cubin->log;
-    spill_bytes = cubin->spill_bytes;
+    spill_bytes = cubin->report.spill_bytes;
     ptx = std::move(cubin->ptx);
     cache::Entry e;
     e.info.key = p.key.hex;
@@ -82,8 +82,8 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
     e.info.symbol = p.unit.symbol;
     e.info.arch = arch_name(p.config.arch);
     e.info.toolchain = "nvrtc " + nvrtc_version();
-    e.info.registers = cubin->registers;
-    e.info.shared_bytes = cubin->shared_bytes;
+    e.info.registers = cubin->report.registers;
+    e.info.shared_bytes = cubin->report.shared_bytes;
     e.cubin = std::move(cubin->cubin);
     e.cubin_sha256 = sha256_hex(e.cubin.data(), e.cubin.size());
     e.created_unix = std::chrono::duration_cast<std::chrono::seconds>(

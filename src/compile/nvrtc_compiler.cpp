@@ -123,10 +123,7 @@ Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch, bo
   r = nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(out.cubin.data()));
   if (r != NVRTC_SUCCESS) return make_error(SSD_ERROR_COMPILE, fmt::format("nvrtcGetCUBIN: {}", nvrtcGetErrorString(r)));
   out.log = program.log();
-  const PtxasReport report = parse_ptxas_report(out.log);
-  out.registers = report.registers;
-  out.shared_bytes = report.shared_bytes;
-  out.spill_bytes = report.spill_bytes;
+  out.report = parse_ptxas_report(out.log);
   if (with_ptx) {
     auto ptx = program_ptx(program.get());
     if (!ptx.ok()) return ptx.status();

@@ -15,15 +15,6 @@ namespace ssd {
 std::vector<std::string> compile_options(ssd_arch arch);
 std::string nvrtc_version();  // "13.0"
 
-struct CompiledCubin {
-  std::vector<uint8_t> cubin;
-  std::string log;             // NVRTC + ptxas (-v) log
-  int32_t registers = -1;      // parsed from the ptxas report
-  int32_t shared_bytes = -1;   // static shared memory, from the ptxas report
-  int32_t spill_bytes = 0;     // spill stores + loads
-  std::string ptx;             // the same compile's PTX, when asked for (with_ptx)
-};
-
 // The resource figures of a `ptxas -v` report (the first entry function's): registers (-1 if the
 // log has no report: some NVRTC builds give none), static shared memory (0 when absent: ptxas omits
 // it for kernels without any), spill stores + loads.
@@ -33,6 +24,13 @@ struct PtxasReport {
   int32_t spill_bytes = 0;
 };
 PtxasReport parse_ptxas_report(std::string_view log);
+
+struct CompiledCubin {
+  std::vector<uint8_t> cubin;
+  std::string log;     // NVRTC + ptxas (-v) log
+  PtxasReport report;  // parsed from the log's ptxas report
+  std::string ptx;     // the same compile's PTX, when asked for (with_ptx)
+};
 
 // On failure: SSD_ERROR_COMPILE with the full compile log in the detail.
 // with_ptx: also return the PTX of this compile (what compile_ptx gives, without a second compile).

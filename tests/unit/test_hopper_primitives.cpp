@@ -27,6 +27,13 @@ GeneratedUnit hopper_unit() {
   return u;
 }
 
+// The test kernels compiled once for both cases below: one NVRTC run gives the cubin (with its ptxas
+// report) and the PTX.
+const Result<CompiledCubin>& hopper_compile() {
+  static const Result<CompiledCubin> compiled = compile_cubin(hopper_unit(), SSD_ARCH_SM90A, /*with_ptx=*/true);
+  return compiled;
+}
+
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -38,8 +45,9 @@ size_t count(const std::string& text, const std::string& what) {
 TEST_CASE("hopper primitives: the test kernels compile for sm_90a and their PTX has every primitive") {
   const GeneratedUnit u = hopper_unit();
   CHECK(std::find(u.headers.begin(), u.headers.end(), "ssd/primitives/hopper.cuh") != u.headers.end());
-  auto ptx = compile_ptx(u, SSD_ARCH_SM90A);
-  REQUIRE_MESSAGE(ptx.ok(), ptx.status().detail);
+  const auto& compiled = hopper_compile();
+  REQUIRE_MESSAGE(compiled.ok(), compiled.status().detail);
+  const std::string* ptx = &compiled->ptx;
   for (const char* instruction :
        {"mbarrier.init.shared::cta.b64", "fence.mbarrier_init.release.cluster", "mbarrier.arrive.shared::cta.b64",
         "mbarrier.arrive.expect_tx.shared::cta.b64",
@@ -75,8 +83,7 @@ TEST_CASE("hopper primitives: the test kernels compile for sm_90a and their PTX 
 }
 
 TEST_CASE("hopper primitives: the cubin builds for sm_90a, setmaxnreg is honoured, nothing spills") {
-  const GeneratedUnit u = hopper_unit();
-  auto cubin = compile_cubin(u, SSD_ARCH_SM90A);
+  const auto& cubin = hopper_compile();
   REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
   CHECK(cubin->cubin.size() > 1000);
   INFO(cubin->log);
