@@ -300,6 +300,28 @@ ssd_kernel_config default_config(ssd_kernel_id kernel) {
   return c;
 }
 
+namespace {
+
+// The enum fields of a config, read as the integers a C caller may have stored: each must name an
+// enumerator before anything uses it as the enum type.
+Status check_enum_fields(const ssd_kernel_config& c) {
+  if (!is_named(kKernels, enum_value(c.kernel)))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("kernel: unknown id {} (legal: {})", enum_value(c.kernel), legal_values(kKernels)));
+  if (!is_named(kDtypes, enum_value(c.dtype)))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("dtype: unknown value {} (legal: {})", enum_value(c.dtype), legal_values(kDtypes)));
+  if (!is_named(kModes, enum_value(c.mode)))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("mode: unknown value {} (legal: {})", enum_value(c.mode), legal_values(kModes)));
+  if (!is_named(kArchs, enum_value(c.arch)))
+    return make_error(SSD_ERROR_INVALID_CONFIG,
+                      fmt::format("arch: unknown value {} (legal: {})", enum_value(c.arch), legal_values(kArchs)));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
   if (!user) return make_error(SSD_ERROR_INVALID_ARGUMENT, "config: NULL pointer");
   constexpr size_t kMinimum = offsetof(ssd_kernel_config, partials);
@@ -307,40 +329,20 @@ Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
                       fmt::format("config.struct_size: {} (set it to sizeof(ssd_kernel_config) = {})",
                                   user->struct_size, sizeof(ssd_kernel_config)));
-  // The enum fields are range-checked as integers before anything reads them as enums.
+  // The enum fields are range-checked as integers before anything reads them as enums; an unknown
+  // kernel takes some kernel's defaults until check_enum_fields names it.
   const int64_t kernel = enum_value(user->kernel);
-  if (!is_named(kKernels, kernel))
-    return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("kernel: unknown id {} (legal: {})", kernel, legal_values(kKernels)));
-  ssd_kernel_config c = default_config(static_cast<ssd_kernel_id>(kernel));
+  ssd_kernel_config c =
+      default_config(is_named(kKernels, kernel) ? static_cast<ssd_kernel_id>(kernel) : SSD_KERNEL_CHUNK_CUMSUM_FWD);
   std::memcpy(&c, user, std::min(user->struct_size, sizeof(ssd_kernel_config)));
   c.struct_size = sizeof(ssd_kernel_config);
-  if (!is_named(kDtypes, enum_value(c.dtype)))
-    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("dtype: unknown value {} (legal: {})",
-                                                            enum_value(c.dtype), legal_values(kDtypes)));
-  if (!is_named(kModes, enum_value(c.mode)))
-    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("mode: unknown value {} (legal: {})",
-                                                            enum_value(c.mode), legal_values(kModes)));
-  if (!is_named(kArchs, enum_value(c.arch)))
-    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("arch: unknown value {} (legal: {})",
-                                                            enum_value(c.arch), legal_values(kArchs)));
+  SSD_RETURN_IF_ERROR(check_enum_fields(c));
   return c;
 }
 
 Status validate_config(const ssd_kernel_config& c) {
   // Enum fields as integers first (the struct may come from C); past these checks they are valid.
-  if (!is_named(kKernels, enum_value(c.kernel)))
-    return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("kernel: unknown id {} (legal: {})", enum_value(c.kernel), legal_names(kKernels)));
-  if (!is_named(kModes, enum_value(c.mode)))
-    return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("mode: unknown value {} (legal: 0 deterministic, 1 fast)", enum_value(c.mode)));
-  if (!is_named(kArchs, enum_value(c.arch)))
-    return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("arch: unknown value {} (legal: 80 sm_80, 90 sm_90, 901 sm_90a)",
-                                                            enum_value(c.arch)));
-  if (!is_named(kDtypes, enum_value(c.dtype)))
-    return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("dtype: unknown value {} (legal: {})", enum_value(c.dtype), legal_values(kDtypes)));
+  SSD_RETURN_IF_ERROR(check_enum_fields(c));
   if (c.flags & ~allowed_flags(c.kernel)) {
     std::string legal;
     for (const Named& n : kFlags)
