@@ -31,10 +31,6 @@ std::string dims_text(const ForwardDims& d) {
   return fmt::format("b={} L={} h={} p={} g={} n={} chunk_size={}", d.b, d.L, d.h, d.p, d.g, d.n, d.Q);
 }
 
-namespace {
-
-}  // namespace
-
 Status check_forward_inputs(const ssd_forward_args& a, ForwardDims& d) {
   if (!one_of(a.chunk_size, {64, 128, 256}))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("args.chunk_size: {} (legal: 64, 128, 256)", a.chunk_size));
