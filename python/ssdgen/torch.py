@@ -92,34 +92,36 @@ def _forward_outputs(x, B, z, return_final_states):
     return out, out_x, final
 
 
-def _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo,
-                  dt_limit_hi, out=None, out_x=None, final_states=None, placeholders=False):
-    args = _capi.ForwardArgs()
-    library.ssd_forward_args_init(ctypes.byref(args))
+def _call_args(args, chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi, tensors, placeholders):
+    """The settings and tensors the forward's and the backward's argument structs share."""
     args.chunk_size = chunk_size
     args.dt_softplus = int(dt_softplus)
     args.dt_limit_lo = dt_limit_lo
     args.dt_limit_hi = dt_limit_hi
-    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
-                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("out", out), ("out_x", out_x),
-                    ("final_states", final_states)):
+    for name, t in tensors:
         setattr(args, name, _ssd_tensor(t, placeholders))
     return args
+
+
+def _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo,
+                  dt_limit_hi, out=None, out_x=None, final_states=None, placeholders=False):
+    args = _capi.ForwardArgs()
+    library.ssd_forward_args_init(ctypes.byref(args))
+    return _call_args(args, chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi,
+                      (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
+                       ("initial_states", initial_states), ("seq_idx", seq_idx), ("out", out), ("out_x", out_x),
+                       ("final_states", final_states)), placeholders)
 
 
 def _backward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo,
                    dt_limit_hi, fast, out_x=None, dout=None, dfinal_states=None, grads=None, placeholders=False):
     args = _capi.BackwardArgs()
     library.ssd_backward_args_init(ctypes.byref(args))
-    args.chunk_size = chunk_size
-    args.dt_softplus = int(dt_softplus)
-    args.dt_limit_lo = dt_limit_lo
-    args.dt_limit_hi = dt_limit_hi
     args.mode = _capi.MODE_FAST if fast else _capi.MODE_DETERMINISTIC
-    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
-                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("out_x", out_x), ("dout", dout),
-                    ("dfinal_states", dfinal_states)):
-        setattr(args, name, _ssd_tensor(t, placeholders))
+    _call_args(args, chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi,
+               (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
+                ("initial_states", initial_states), ("seq_idx", seq_idx), ("out_x", out_x), ("dout", dout),
+                ("dfinal_states", dfinal_states)), placeholders)
     if grads is not None:
         dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = grads
         for name, t, given in (("dx", dx, True), ("ddt", ddt, True), ("dA", dA, True), ("dB", dB, True),
