@@ -21,7 +21,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "python")]
+import ssd_reference  # noqa: E402  (the float64 reference)
 from peer_bench import BackwardArgs, ForwardArgs, Layout, Ssdgen, tensor  # noqa: E402  (the C structs)
 
 
@@ -75,56 +77,11 @@ class Lib(Ssdgen):
 
 
 def reference_fp64(t, o):
-    """The chunked SSD forward (math §2.3) in float64 with seq_idx masks, partial last chunks,
-    initial states, D (h) or (h, p), z, dt_bias, softplus and dt_limit. Returns (out, final)."""
-    x, dt, A, B, Cm = (t[k].double() for k in ("x", "dt", "A", "B", "C"))
-    b, L, h, p = x.shape
-    g, n = B.shape[2], B.shape[3]
-    Q, r = o["Q"], h // g
-    nc = (L + Q - 1) // Q
-    Lp = nc * Q
-    pad = Lp - L
-    u = dt + (t["dt_bias"].double() if t.get("dt_bias") is not None else 0)
-    v = torch.where(u <= 20, torch.log1p(torch.exp(u)), u) if o["softplus"] else u
-    delta = torch.clamp(v, o["dt_limit"][0], o["dt_limit"][1])
-    seq = t["seq_idx"].long() if t.get("seq_idx") is not None else torch.zeros(b, L, dtype=torch.long, device="cuda")
-    if pad:
-        fz = lambda a: torch.cat([a, a.new_zeros((a.shape[0], pad) + tuple(a.shape[2:]))], 1)  # noqa: E731
-        x, B, Cm, delta = fz(x), fz(B), fz(Cm), fz(delta)
-        seq = torch.cat([seq, seq[:, -1:].expand(b, pad)], 1)
-    xc = x.view(b, nc, Q, h, p).permute(0, 1, 3, 2, 4)
-    Bc = B.repeat_interleave(r, dim=2).view(b, nc, Q, h, n).permute(0, 1, 3, 2, 4)
-    Cc = Cm.repeat_interleave(r, dim=2).view(b, nc, Q, h, n).permute(0, 1, 3, 2, 4)
-    dl = delta.view(b, nc, Q, h).permute(0, 1, 3, 2)
-    cs = torch.cumsum(dl * A.view(1, 1, h, 1), dim=-1)                       # (b, c, h, Q)
-    q = seq.view(b, nc, Q)
-    q_prev = torch.cat([torch.zeros(b, 1, dtype=torch.long, device="cuda"), seq.view(b, nc, Q)[:, :-1, -1]], 1)
-    S = t["initial_states"].double() if t.get("initial_states") is not None else x.new_zeros(b, h, p, n)
-    causal = torch.ones(Q, Q, dtype=torch.bool, device="cuda").tril()
-    ys = []
-    for c in range(nc):
-        qc = q[:, c]                                                          # (b, Q)
-        sigma = (qc[:, :, None] == qc[:, None, :]) & causal                   # (b, Q, Q)
-        xi = (qc == qc[:, -1:]).double()                                      # (b, Q)
-        eta = (qc == q_prev[:, c:c + 1]).double()
-        theta = (qc[:, -1] == q_prev[:, c]).double()                          # (b,)
-        csc = cs[:, c]                                                        # (b, h, Q)
-        diff = (csc[..., :, None] - csc[..., None, :]).masked_fill(~sigma[:, None], float("-inf"))
-        M = (Cc[:, c] @ Bc[:, c].transpose(-1, -2)) * torch.exp(diff) * dl[:, c][..., None, :]
-        y = M @ xc[:, c] + (eta[:, None, :, None] * torch.exp(csc)[..., None]) * (Cc[:, c] @ S.transpose(-1, -2))
-        ys.append(y)
-        w = xi[:, None, :] * torch.exp(csc[..., -1:] - csc) * dl[:, c]
-        S = (theta[:, None, None, None] * torch.exp(csc[..., -1])[..., None, None]) * S + \
-            (xc[:, c] * w[..., None]).transpose(-1, -2) @ Bc[:, c]
-    y = torch.stack(ys, 1).permute(0, 1, 3, 2, 4).reshape(b, Lp, h, p)[:, :L]
-    x = x[:, :L]
-    if t.get("D") is not None:
-        D = t["D"].double()
-        y = y + (D.view(1, 1, h, -1)) * x
-    if t.get("z") is not None:
-        z = t["z"].double()
-        y = y * z * torch.sigmoid(z)
-    return y, S
+    """Float64 (out, final_states) of the chunked algorithm with every option: the tested reference of
+    tests/python/ssd_reference.py (checked there against the naive recurrence)."""
+    return ssd_reference.chunked(t["x"], t["dt"], t["A"], t["B"], t["C"], o["Q"], D=t.get("D"), z=t.get("z"),
+                                 dt_bias=t.get("dt_bias"), initial_states=t.get("initial_states"),
+                                 seq_idx=t.get("seq_idx"), dt_softplus=o["softplus"], dt_limit=o["dt_limit"])
 
 
 def make_case(cfg, gen):
