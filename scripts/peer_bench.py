@@ -19,6 +19,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import ssd_reference  # noqa: E402  (the float64 reference)
+
 MAX_DIMS = 6
 DTYPE = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3, torch.int32: 4}
 
@@ -144,30 +147,8 @@ def inputs(b, L, h, p, g, n, gen):
 
 
 def reference_fp64(x, dt, A, B, Cm, D, dt_bias, Q):
-    """The chunked SSD forward (math §2.3) in float64 on the GPU; L must be a multiple of Q."""
-    b, L, h, p = x.shape
-    g, n = B.shape[2], B.shape[3]
-    nc, r = L // Q, h // g
-    x, A, D = x.double(), A.double(), D.double()
-    delta = torch.nn.functional.softplus(dt.double() + dt_bias.double())  # threshold 20, as the kernels
-    xc = x.view(b, nc, Q, h, p).permute(0, 1, 3, 2, 4)                                  # (b, c, h, l, p)
-    Bc = B.double().repeat_interleave(r, dim=2).view(b, nc, Q, h, n).permute(0, 1, 3, 2, 4)
-    Cc = Cm.double().repeat_interleave(r, dim=2).view(b, nc, Q, h, n).permute(0, 1, 3, 2, 4)
-    dlt = delta.view(b, nc, Q, h).permute(0, 1, 3, 2)                                   # (b, c, h, l)
-    cs = torch.cumsum(dlt * A.view(1, 1, h, 1), dim=-1)
-    w = torch.exp(cs[..., -1:] - cs) * dlt
-    states = (xc * w[..., None]).transpose(-1, -2) @ Bc                                 # (b, c, h, p, n)
-    P = torch.zeros_like(states)
-    S = torch.zeros_like(states[:, 0])
-    for c in range(nc):
-        P[:, c] = S
-        S = torch.exp(cs[:, c, :, -1])[..., None, None] * S + states[:, c]
-    diff = cs[..., :, None] - cs[..., None, :]
-    causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
-    M = (Cc @ Bc.transpose(-1, -2)) * torch.exp(diff.masked_fill(~causal, float("-inf"))) * dlt[..., None, :]
-    y = M @ xc + torch.exp(cs)[..., None] * (Cc @ P.transpose(-1, -2))
-    y = y.permute(0, 1, 3, 2, 4).reshape(b, L, h, p) + D.view(1, 1, h, 1) * x
-    return y, S
+    """The chunked SSD forward (math §2.3) in float64: tests/python/ssd_reference.py's, with softplus."""
+    return ssd_reference.chunked(x, dt, A, B, Cm, Q, D=D, dt_bias=dt_bias, dt_softplus=True)
 
 
 def grad_buffers(x, dt, A, B, Cm, D, dt_bias):
