@@ -31,9 +31,10 @@ inline size_t utf8_sequence_length(std::string_view s, size_t i) {
   return n;
 }
 
-// `s` with control bytes (C0, DEL, the C1 range U+0080..U+009F; also newline and tab) and bytes that are not well-formed UTF-8
-// written as \xNN, so a message can neither drive the terminal (ESC sequences), be cut short (NUL),
-// forge extra lines, nor make a JSON serializer throw. Other text, including UTF-8, is unchanged.
+// `s` with control bytes (C0, DEL, the C1 range U+0080..U+009F; also newline and tab) and bytes
+// that are not well-formed UTF-8 written as \xNN, so a message can neither drive the terminal (ESC
+// sequences), be cut short (NUL), forge extra lines, nor make a JSON serializer throw. Other text,
+// including UTF-8, is unchanged.
 // keep_line_breaks keeps '\n' and '\t' (for whole messages that are multi-line by design, such as
 // compile logs). Applying it twice changes nothing more.
 inline std::string printable(std::string_view s, bool keep_line_breaks = false) {
