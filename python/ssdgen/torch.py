@@ -14,6 +14,7 @@ compiled and loaded its kernels).
 import contextlib
 import ctypes
 import os
+import threading
 from typing import Optional, Tuple
 
 import torch
@@ -146,17 +147,61 @@ def _spec_key(x, dt, B, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_s
             seq_idx is not None, bool(dt_softplus), bool(fast))
 
 
-def _prepare_once(kind, args, fast, key):
+def _concurrently(calls):
+    """Runs the zero-argument callables at the same time (the library's prepare calls release the
+    GIL: one pool of compiles instead of one after another); their results in order. An exception
+    is raised in this thread after all have finished."""
+    results, errors = [None] * len(calls), [None] * len(calls)
+
+    def run(i):
+        try:
+            results[i] = calls[i]()
+        except BaseException as e:  # noqa: BLE001  re-raised below, in the caller's thread
+            errors[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,), name="ssdgen-prepare") for i in range(1, len(calls))]
+    for t in threads:
+        t.start()
+    run(0)
+    for t in threads:
+        t.join()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+def _backward_prepare_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, lo, hi,
+                           fast):
+    """The backward's arguments as far as they select kernels, before it runs: outputs and dout are
+    described by meta tensors (nothing allocated), their pointers by placeholders."""
+    meta = [t.to("meta") if t is not None else None for t in (x, dt, A, B, C, D, z, dt_bias, initial_states)]
+    out, out_x, _ = _forward_outputs(meta[0], meta[3], z, False)
+    return _backward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, lo, hi,
+                          fast, out_x if z is not None else None, out, None, _backward_outputs(*meta),
+                          placeholders=True)
+
+
+def _prepare_once(kind, args, fast, key, backward_args=None):
     """The first call of a specialization builds all of its kernels at once, in parallel
     (ssd_forward_prepare / ssd_backward_prepare, where the library has them), instead of one after
-    another inside the call. Failures are left to the call, which reports them itself."""
+    another inside the call. backward_args (the forward of a call whose gradient will be taken):
+    the backward's kernels are built in the same go, so a new shape's forward and backward cost one
+    round of parallel compiles. Failures are left to the calls, which report them themselves."""
     if not _HAS_PREPARE or (kind, key) in _prepared:
         return
     options = _capi.PrepareOptions()
     library.ssd_prepare_options_init(ctypes.byref(options))
     options.mode = _capi.MODE_FAST if fast else _capi.MODE_DETERMINISTIC
+    rt = runtime()
     fn = library.ssd_forward_prepare if kind == "forward" else library.ssd_backward_prepare
-    if fn(runtime(), ctypes.byref(args), ctypes.byref(options), None) == 0:
+    calls = [lambda: fn(rt, ctypes.byref(args), ctypes.byref(options), None)]
+    if backward_args is not None and ("backward", key) not in _prepared:
+        calls.append(lambda: library.ssd_backward_prepare(rt, ctypes.byref(backward_args), ctypes.byref(options),
+                                                          None))
+    # Only the call's own list is marked done: the backward's real arguments (dfinal_states) may
+    # name a kernel more, which its own first call then builds.
+    if _concurrently(calls)[0] == 0:
         _prepared.add((kind, key))
 
 
@@ -164,8 +209,8 @@ def _prepare_once(kind, args, fast, key):
 def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor],
                              z: Optional[Tensor], dt_bias: Optional[Tensor], initial_states: Optional[Tensor],
                              seq_idx: Optional[Tensor], chunk_size: int, dt_softplus: bool, dt_limit_lo: float,
-                             dt_limit_hi: float, return_final_states: bool,
-                             fast: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                             dt_limit_hi: float, return_final_states: bool, fast: bool,
+                             prepare_backward: bool) -> Tuple[Tensor, Tensor, Tensor]:
     out, out_x, final = _forward_outputs(x, B, z, return_final_states)
     args = _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
                          dt_limit_lo, dt_limit_hi, out, out_x if z is not None else None,
@@ -180,8 +225,12 @@ def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Ten
     # The device's primary context becomes current (PyTorch's), so the runtime loads and launches
     # the kernels in the context that owns the tensors and the stream.
     with torch.cuda.device(x.device):
-        _prepare_once("forward", args, fast, _spec_key(x, dt, B, D, z, dt_bias, initial_states, seq_idx, chunk_size,
-                                                       dt_softplus, fast))
+        key = _spec_key(x, dt, B, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, fast)
+        backward_args = None
+        if prepare_backward and _HAS_PREPARE and ("forward", key) not in _prepared:
+            backward_args = _backward_prepare_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx,
+                                                   chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi, fast)
+        _prepare_once("forward", args, fast, key, backward_args)
         keep, ws = _workspace(layout.total_bytes, x.device)
         args.workspace = ws
         args.workspace_bytes = layout.total_bytes
@@ -193,7 +242,7 @@ def _chunk_scan_combined_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Ten
 
 @_chunk_scan_combined_fwd.register_fake
 def _(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi,
-      return_final_states, fast):
+      return_final_states, fast, prepare_backward):
     return _forward_outputs(x, B, z, return_final_states)
 
 
@@ -252,7 +301,7 @@ def _(dout, dfinal_states, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_id
 
 def _setup_context(ctx, inputs, output):
     (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi,
-     return_final_states, fast) = inputs
+     return_final_states, fast, _prepare_backward) = inputs
     out, out_x, final = output
     ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, out_x if z is not None else None)
     ctx.params = (chunk_size, dt_softplus, dt_limit_lo, dt_limit_hi, fast)
@@ -271,7 +320,7 @@ def _backward(ctx, dout, dout_x, dfinal_states):
         dt_limit_lo, dt_limit_hi, fast)
     return (dx, ddt, dA, dB, dC, dD if D is not None else None, dz if z is not None else None,
             ddt_bias if dt_bias is not None else None, dinit if initial_states is not None else None,
-            None, None, None, None, None, None, None)
+            None, None, None, None, None, None, None, None)
 
 
 torch.library.register_autograd("ssdgen::chunk_scan_combined_fwd", _backward, setup_context=_setup_context)
@@ -429,9 +478,13 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit,
         return_varlen_states, state_dtype)
     fast = (not deterministic) or _FAST_FROM_ENV
+    # A gradient will follow: the first call of a shape builds the backward's kernels with the
+    # forward's, in one round of parallel compiles.
+    prepare_backward = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, dt, A, B, C, D, z, dt_bias, initial_states))
     out, _, final_states = torch.ops.ssdgen.chunk_scan_combined_fwd(
         x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, bool(dt_softplus), lo, hi,
-        bool(return_final_states), fast)
+        bool(return_final_states), fast, bool(prepare_backward))
     return (out, final_states) if return_final_states else out
 
 
@@ -471,15 +524,19 @@ def prepare(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_st
               _forward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus, lo, hi,
                             out, out_x, placeholders=True))]
     if backward:
-        grads = _backward_outputs(*meta)
         calls.append(("backward", library.ssd_backward_prepare,
-                      _backward_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size, dt_softplus,
-                                     lo, hi, fast, out_x, out, None, grads, placeholders=True)))
-    reports = {}
+                      _backward_prepare_args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk_size,
+                                             dt_softplus, lo, hi, fast)))
     with torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext():
-        for kind, fn, args in calls:
-            report = _capi.PrepareReport()
+        rt = runtime()
+        reports = [_capi.PrepareReport() for _ in calls]
+        for report in reports:
             report.struct_size = ctypes.sizeof(report)
-            check(fn(runtime(), ctypes.byref(args), ctypes.byref(options), ctypes.byref(report)), f"ssd_{kind}_prepare")
-            reports[kind] = {name: getattr(report, name) for name, _ in _capi.PrepareReport._fields_[1:]}
-    return reports
+        # Both lists at once (the library builds a kernel both name once): one round of compiles.
+        # Each status is checked in the thread that made the call (the error detail is per thread).
+        _concurrently([
+            (lambda kind=kind, fn=fn, args=args, report=report:
+             check(fn(rt, ctypes.byref(args), ctypes.byref(options), ctypes.byref(report)), f"ssd_{kind}_prepare"))
+            for (kind, fn, args), report in zip(calls, reports)])
+    return {kind: {name: getattr(report, name) for name, _ in _capi.PrepareReport._fields_[1:]}
+            for (kind, _, _), report in zip(calls, reports)}

@@ -169,7 +169,9 @@ def test_deterministic_env_is_validated():
 
 
 def test_mode_reaches_the_operator():
-    # deterministic=False is the op's `fast` argument (the last one), as is SSDGEN_DETERMINISTIC=0.
+    # deterministic=False is the op's `fast` argument (the last but one), as is SSDGEN_DETERMINISTIC=0.
+    # The last one, prepare_backward, says whether a gradient will follow (inputs that require it,
+    # grad mode on): then the first call builds the backward's kernels too.
     from torch.fx.experimental.proxy_tensor import make_fx
     kw = inputs()
     x, dt, A, B, C = kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"]
@@ -177,5 +179,14 @@ def test_mode_reaches_the_operator():
         gm = make_fx(lambda x, dt, A, B, C: mamba_chunk_scan_combined(x, dt, A, B, C, 64, deterministic=deterministic))(
             x, dt, A, B, C)
         node = next(nd for nd in gm.graph.nodes if str(nd.target) == "ssdgen.chunk_scan_combined_fwd.default")
-        assert node.args[-1] is fast
+        assert node.args[-2] is fast
+        assert node.args[-1] is False  # nothing requires a gradient
+    seen = []
+    x_grad = x.detach().requires_grad_()
+    for grad_mode, expected in ((True, True), (False, False)):
+        with torch.set_grad_enabled(grad_mode):
+            gm = make_fx(lambda x, dt, A, B, C: mamba_chunk_scan_combined(x, dt, A, B, C, 64))(x_grad, dt, A, B, C)
+        node = next(nd for nd in gm.graph.nodes if str(nd.target) == "ssdgen.chunk_scan_combined_fwd.default")
+        seen.append(node.args[-1])
+    assert seen == [True, False], seen
     assert st._FAST_FROM_ENV is (os.environ.get("SSDGEN_DETERMINISTIC", "1") == "0")

@@ -63,7 +63,7 @@ def test_fake_op_outputs_directly():
         x, dt, A, B, C = args
         out, out_x, final = torch.ops.ssdgen.chunk_scan_combined_fwd(
             x, dt, A, B, C, kw["D"], kw["z"], kw["dt_bias"], kw["initial_states"], None, 256, True, 0.0,
-            float("inf"), False, False)
+            float("inf"), False, False, True)
         assert out_x.shape == (b, L, h, p) and final.shape == (0,) and final.dtype == f32
         grads = torch.ops.ssdgen.chunk_scan_combined_bwd(
             out, None, x, dt, A, B, C, kw["D"], kw["z"], kw["dt_bias"], kw["initial_states"], None, out_x, 256, True,
@@ -136,7 +136,7 @@ def test_opcheck_on_meta():
     args, kw = make("meta", D="hp", z=True, dt_bias=True, init_dtype=f32, seq_idx=True, requires_grad=True)
     x, dt, A, B, C = args
     fwd = (x, dt, A, B, C, kw["D"], kw["z"], kw["dt_bias"], kw["initial_states"], kw["seq_idx"], 64, True, 0.0,
-           float("inf"), True, False)
+           float("inf"), True, False, True)
     result = torch.library.opcheck(torch.ops.ssdgen.chunk_scan_combined_fwd.default, fwd)
     assert set(result.values()) == {"SUCCESS"}, result
     d = [t.detach() for t in (x, dt, A, B, C, kw["D"], kw["z"], kw["dt_bias"], kw["initial_states"])]
