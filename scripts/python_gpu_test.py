@@ -22,6 +22,7 @@ builds and installs the package, then runs this). Ends with a PASS/FAIL table; e
 Usage: python3 scripts/python_gpu_test.py [--peer DIR] [--only NAME[,NAME]]
 """
 import argparse
+import gc
 import itertools
 import math
 import os
@@ -398,6 +399,12 @@ def section_compile_and_graphs():
                if ok_ro else "differs from eager")
     except Exception as e:  # noqa: BLE001
         record("torch.compile(mode=\"reduce-overhead\")", False, f"{type(e).__name__}: {str(e)[:300]}")
+    # The earlier steps' outputs keep their autograd graphs, and with them AccumulateGrad nodes
+    # bound to the default stream, which would join the capture below to that stream (PyTorch
+    # warns; the capture is invalidated). Only bits were kept from them.
+    out = fin = compiled = overhead = None
+    torch._dynamo.reset()
+    gc.collect()
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -604,27 +611,42 @@ def section_cold_capture():
                "(warm up before capturing)", info=True)
 
 
-def first_call_cost():
-    args, Q, kw, dout, dfinal = make_case(b=1, L=256, h=8, g=1, p=128, n=128, Q=256, D="h", z=True, dt_bias=True,
-                                          softplus=True, seed=900)
+def timed_first_call(seed, **shape):
+    """Seconds of the forward and of the backward of one call (each synchronized)."""
+    args, Q, kw, dout, dfinal = make_case(**shape, D="h", z=True, dt_bias=True, softplus=True, seed=seed)
+    lv = leaves_of(args, kw)
+    torch.cuda.synchronize()
     t0 = time.time()
-    run_fn(mamba_chunk_scan_combined, args, Q, kw, dout, dfinal)
+    out = mamba_chunk_scan_combined(lv["x"], lv["dt"], lv["A"], lv["B"], lv["C"], Q, D=lv["D"], z=lv["z"],
+                                    dt_bias=lv["dt_bias"], dt_softplus=True)
     torch.cuda.synchronize()
     t1 = time.time()
-    run_fn(mamba_chunk_scan_combined, args, Q, kw, dout, dfinal)
+    torch.autograd.grad(out, list(lv.values()), dout)
     torch.cuda.synchronize()
-    record("first call of a new shape (fwd+bwd)", True, f"{t1 - t0:.2f} s cold (cache {os.environ.get('SSD_CACHE_DIR', 'default')}), "
-           f"{time.time() - t1:.3f} s warm", info=True)
-    # Issue 13's goal: a new shape's forward + backward compiled in <= 1.5 s on 16 cores. Another
-    # new shape (headdim 64, dstate 64: no kernel shared with the one above), built by prepare.
-    args, Q, kw, dout, dfinal = make_case(b=1, L=256, h=8, g=1, p=64, n=64, Q=256, D="h", z=True, dt_bias=True,
-                                          softplus=True, seed=901)
+    return t1 - t0, time.time() - t1
+
+
+def first_call_cost():
+    # The process's first call (runtime, NVRTC and PyTorch's first custom-op call included), then a
+    # new shape in a warm process, then a third new shape built ahead by prepare. The shapes share
+    # only the chunk_cumsum kernels (same chunk size and dt options).
+    fwd, bwd = timed_first_call(900, b=1, L=256, h=8, g=1, p=128, n=128, Q=256)
+    again = sum(timed_first_call(900, b=1, L=256, h=8, g=1, p=128, n=128, Q=256))
+    record("first call in a process (fwd+bwd, new shape, empty cache)", True,
+           f"{fwd + bwd:.2f} s (forward {fwd:.2f} s with the backward's kernels, backward {bwd:.2f} s); "
+           f"then {again * 1e3:.1f} ms", info=True)
+    fwd, bwd = timed_first_call(901, b=1, L=256, h=8, g=1, p=64, n=64, Q=256)
+    record("first call of a new shape in a warm process (fwd+bwd, goal <= 1.5 s on 16 cores)", fwd + bwd <= 1.5,
+           f"{fwd + bwd:.2f} s (forward {fwd:.2f} s with the backward's kernels, backward {bwd:.2f} s) on "
+           f"{os.cpu_count()} CPUs")
+    args, Q, kw, dout, dfinal = make_case(b=1, L=256, h=8, g=1, p=32, n=32, Q=256, D="h", z=True, dt_bias=True,
+                                          softplus=True, seed=902)
     x, dt, A, B, C = args
     t0 = time.time()
     reports = ssdgen.torch.prepare(x, dt, A, B, C, Q, **{k: v for k, v in kw.items() if k != "return_final_states"})
     took = time.time() - t0
-    counts = ", ".join(f"{k} {r['kernels']} kernels ({r['compiled']} compiled, {r['from_memory']} shared) "
-                       f"{r['seconds']:.2f} s" for k, r in reports.items())
+    counts = ", ".join(f"{k} {r['kernels']} kernels ({r['compiled']} compiled, {r['from_memory']} shared, "
+                       f"{r['from_disk']} from disk) {r['seconds']:.2f} s" for k, r in reports.items())
     compiled = sum(r["compiled"] for r in reports.values())
     record("prepare of a new shape, fwd+bwd (goal <= 1.5 s on 16 cores)", took <= 1.5 and compiled > 0,
            f"{took:.2f} s for {compiled} compiles on {os.cpu_count()} CPUs: {counts}")
