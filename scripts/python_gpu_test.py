@@ -630,7 +630,15 @@ def first_call_cost():
     # The process's first call (runtime, NVRTC and PyTorch's first custom-op call included), then a
     # new shape in a warm process, then a third new shape built ahead by prepare. The shapes share
     # only the chunk_cumsum kernels (same chunk size and dt options).
+    if PROFILE_FIRST_CALL:
+        import cProfile
+        import pstats
+        profile = cProfile.Profile()
+        profile.enable()
     fwd, bwd = timed_first_call(900, b=1, L=256, h=8, g=1, p=128, n=128, Q=256)
+    if PROFILE_FIRST_CALL:
+        profile.disable()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(15)
     again = sum(timed_first_call(900, b=1, L=256, h=8, g=1, p=128, n=128, Q=256))
     record("first call in a process (fwd+bwd, new shape, empty cache)", True,
            f"{fwd + bwd:.2f} s (forward {fwd:.2f} s with the backward's kernels, backward {bwd:.2f} s); "
@@ -660,6 +668,7 @@ SECTIONS = [("import", None), ("first-call", first_call_cost), ("opcheck", secti
             ("compile", section_compile_and_graphs), ("repeat", section_repeat), ("layouts", section_layouts),
             ("batch", section_batch), ("training", section_training), ("cold-capture", section_cold_capture),
             ("devices", section_devices), ("kwargs", section_kwargs), ("peer", None)]
+PROFILE_FIRST_CALL = False  # --profile-first-call: cProfile of the process's first call (where its time goes)
 KWARGS_BUDGET_S = None  # --kwargs-budget: stop the kwargs sweep after this many seconds (reported)
 
 
@@ -668,8 +677,11 @@ def main():
     ap.add_argument("--peer", help="directory holding mamba_ssm/ (default: .peer or .peer/mamba)")
     ap.add_argument("--only", help="comma-separated section names: " + ", ".join(n for n, _ in SECTIONS))
     ap.add_argument("--kwargs-budget", type=float, help="seconds after which the kwargs sweep stops (reported)")
+    ap.add_argument("--profile-first-call", action="store_true",
+                    help="print a cProfile of the process's first call (first-call section)")
     opts = ap.parse_args()
-    global KWARGS_BUDGET_S
+    global KWARGS_BUDGET_S, PROFILE_FIRST_CALL
+    PROFILE_FIRST_CALL = opts.profile_first_call
     KWARGS_BUDGET_S = opts.kwargs_budget
     only = set(opts.only.split(",")) if opts.only else None
     if not torch.cuda.is_available():
