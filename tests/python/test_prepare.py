@@ -17,40 +17,38 @@ needs_prepare = pytest.mark.skipif(not _capi.has_prepare(ssdgen.library),
                                    reason="the library has no ssd_forward_prepare / ssd_backward_prepare")
 
 PREPARE_SCRIPT = r"""
-import json, sys, torch, ssdgen.torch as st
+import json, sys, torch, ssdgen, ssdgen.torch as st
 b, L, h, g, p, n = 1, 100, 4, 2, 32, 16
 m = dict(device="meta")
 x = torch.empty(b, L, h, p, dtype=torch.bfloat16, **m)
 B = torch.empty(b, L, g, n, dtype=torch.bfloat16, **m)
-r = st.prepare(x, torch.empty(b, L, h, **m), torch.empty(h, **m), B, B, 64, D=torch.empty(h, **m),
-               z=torch.empty_like(x), dt_bias=torch.empty(h, **m), dt_softplus=True, arch="sm_90a")
-print(json.dumps(r))
+def prepare():
+    return st.prepare(x, torch.empty(b, L, h, **m), torch.empty(h, **m), B, B, 64, D=torch.empty(h, **m),
+                      z=torch.empty_like(x), dt_bias=torch.empty(h, **m), dt_softplus=True, arch="sm_90a")
+first = prepare()
+ssdgen._runtime = None  # a new runtime, as in a restarted process: it knows only the disk cache
+print(json.dumps([first, prepare()]))
 """
-
-
-def run_prepare(cache_dir):
-    env = dict(os.environ, SSD_CACHE_DIR=str(cache_dir), SSD_CACHE_MODE="readwrite")
-    r = subprocess.run([sys.executable, "-c", PREPARE_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, f"exit {r.returncode} (a signal if negative)\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 @needs_prepare
 def test_prepare_compiles_in_process_then_reads_the_cache(tmp_path):
-    first = run_prepare(tmp_path)
+    env = dict(os.environ, SSD_CACHE_DIR=str(tmp_path), SSD_CACHE_MODE="readwrite")
+    r = subprocess.run([sys.executable, "-c", PREPARE_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode} (a signal if negative)\n{r.stderr[-3000:]}"
+    first, second = json.loads(r.stdout.strip().splitlines()[-1])
     for kind in ("forward", "backward"):
-        r = first[kind]
-        assert r["kernels"] > 0
+        f = first[kind]
+        assert f["kernels"] > 0
         # An empty cache: NVRTC in this process. The two lists are built at once and share kernels:
         # each shared one is compiled by one list and found in memory by the other.
-        assert r["from_disk"] == 0 and r["compiled"] + r["from_memory"] == r["kernels"], r
+        assert f["from_disk"] == 0 and f["compiled"] + f["from_memory"] == f["kernels"], f
     compiled = first["forward"]["compiled"] + first["backward"]["compiled"]
     assert compiled >= max(first["forward"]["kernels"], first["backward"]["kernels"])
-    second = run_prepare(tmp_path)  # a new process: everything from the disk cache
-    for kind in ("forward", "backward"):
-        r = second[kind]
-        assert r["compiled"] == 0 and r["from_disk"] + r["from_memory"] == r["kernels"], r
-    # Each kernel was compiled once and stored once: the second process reads exactly those.
+    for kind in ("forward", "backward"):  # the new runtime: everything from the disk cache
+        s = second[kind]
+        assert s["compiled"] == 0 and s["from_disk"] + s["from_memory"] == s["kernels"], s
+    # Each kernel was compiled once and stored once: the new runtime reads exactly those.
     assert second["forward"]["from_disk"] + second["backward"]["from_disk"] == compiled, (first, second)
 
 

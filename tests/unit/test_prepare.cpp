@@ -231,7 +231,7 @@ TEST_CASE("prepare: validation names the field, as the call does") {
   CHECK(forward_prepare(nullptr, &a, &o).status().detail.rfind("options.struct_size", 0) == 0);
 }
 
-TEST_CASE("prepare: the backward's mode follows args.mode unless options.mode is given (NVRTC)") {
+TEST_CASE("prepare: the backward's mode follows args.mode unless options.mode is given") {
   Shape s;
   ssd_backward_args b = backward_shape(s);
   b.mode = SSD_MODE_FAST;
@@ -240,23 +240,35 @@ TEST_CASE("prepare: the backward's mode follows args.mode unless options.mode is
   REQUIRE(fast.ok());
   REQUIRE(det.ok());
   CHECK(fast->size() + 1 == det->size());  // deterministic mode adds the dA reduction
+  // A deterministic runtime that may only read its (empty) cache: prepare compiles nothing, and its
+  // error names the first kernel it needed, mode included ("... det sm_90a" / "... fast sm_90a").
   TempCacheDir dir;
-  auto rt = runtime_on(dir.path);  // deterministic runtime
+  ssd_runtime_options ro{};
+  ro.struct_size = sizeof(ro);
+  ro.mode = SSD_MODE_DETERMINISTIC;
+  ro.cache_dir = dir.path.c_str();
+  ro.cache_mode = 2;  // require-cached
+  auto rt = create_runtime(ro);
+  REQUIRE(rt.ok());
   ssd_prepare_options o = options_for(SSD_ARCH_SM90A);
-  auto r = backward_prepare(rt.get(), &b, &o);
-  REQUIRE_MESSAGE(r.ok(), r.status().detail);
-  CHECK(r->kernels == int32_t(fast->size()));
-  CHECK(r->compiled == r->kernels);
-  b.mode = -1;  // the runtime's mode
-  r = backward_prepare(rt.get(), &b, &o);
-  REQUIRE(r.ok());
-  CHECK(r->kernels == int32_t(det->size()));
-  CHECK(r->compiled == r->kernels);  // the mode is part of every kernel's key
-  o.mode = SSD_MODE_FAST;   // options.mode wins
-  r = backward_prepare(rt.get(), &b, &o);
-  REQUIRE(r.ok());
-  CHECK(r->kernels == int32_t(fast->size()));
-  CHECK(r->from_memory == r->kernels);
+  const auto mode_built = [&]() -> std::string {
+    auto r = backward_prepare(rt.value().get(), &b, &o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code == SSD_ERROR_CACHE_MISS);
+    const std::string& d = r.status().detail;
+    const bool is_fast = d.find(" fast sm_90a") != std::string::npos;
+    const bool is_det = d.find(" det sm_90a") != std::string::npos;
+    CHECK_MESSAGE(is_fast != is_det, d);
+    return is_fast ? "fast" : "det";
+  };
+  CHECK(mode_built() == "fast");  // args.mode
+  b.mode = -1;
+  CHECK(mode_built() == "det");   // the runtime's mode
+  o.mode = SSD_MODE_FAST;
+  CHECK(mode_built() == "fast");  // options.mode wins
+  b.mode = SSD_MODE_FAST;
+  o.mode = SSD_MODE_DETERMINISTIC;
+  CHECK(mode_built() == "det");
 }
 
 TEST_CASE("prepare: kernels land in memory and on disk; a second prepare compiles nothing (NVRTC)") {
