@@ -86,7 +86,7 @@ SSD_API void ssd_kernel_config_init(ssd_kernel_config* config, ssd_kernel_id ker
   if (ssd::is_kernel_value(id)) {
     *config = ssd::default_config(static_cast<ssd_kernel_id>(id));
   } else {  // keep the caller's id: validation and ssd_get_kernel then name it
-    *config = ssd::default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+    *config = ssd::default_config(ssd_kernel_id{});  // names no kernel: the first kernel's defaults
     std::memcpy(&config->kernel, &kernel, sizeof kernel);
   }
 }

@@ -8,8 +8,7 @@
 
 #include "common/struct_io.h"
 #include "common/text.h"
-#include "ssd/backward_params.cuh"
-#include "ssd/forward_params.cuh"
+#include "kernels/family.h"
 
 namespace ssd {
 namespace {
@@ -19,22 +18,6 @@ struct Named {
   const char* name;
 };
 
-constexpr Named kKernels[] = {{SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd"},
-                              {SSD_KERNEL_CHUNK_CUMSUM_BWD, "chunk_cumsum_bwd"},
-                              {SSD_KERNEL_REDUCE_HEAD_PARTIALS, "reduce_head_partials"},
-                              {SSD_KERNEL_BMM_CHUNK_FWD, "bmm_chunk_fwd"},
-                              {SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd"},
-                              {SSD_KERNEL_STATE_PASSING_FWD, "state_passing_fwd"},
-                              {SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd"},
-                              {SSD_KERNEL_GATE_BWD, "gate_bwd"},
-                              {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, "chunk_scan_bwd_dstates"},
-                              {SSD_KERNEL_STATE_PASSING_BWD, "state_passing_bwd"},
-                              {SSD_KERNEL_CHUNK_SCAN_BWD_DX, "chunk_scan_bwd_dx"},
-                              {SSD_KERNEL_CHUNK_SCAN_BWD_DCB, "chunk_scan_bwd_dcb"},
-                              {SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, "chunk_scan_bwd_ddA_intra"},
-                              {SSD_KERNEL_CHUNK_STATE_BWD_DB, "chunk_state_bwd_db"},
-                              {SSD_KERNEL_CHUNK_SCAN_BWD_DC, "chunk_scan_bwd_dc"},
-                              {SSD_KERNEL_CHUNK_SCAN_BWD_DDA, "chunk_scan_bwd_ddA"}};
 constexpr Named kDtypes[] = {{SSD_DTYPE_BF16, "bf16"}, {SSD_DTYPE_FP16, "fp16"}, {SSD_DTYPE_FP32, "fp32"},
                              {SSD_DTYPE_INT32, "int32"}};
 constexpr Named kModes[] = {{SSD_MODE_DETERMINISTIC, "deterministic"}, {SSD_MODE_FAST, "fast"}};
@@ -79,49 +62,8 @@ bool is_named(const Named (&table)[N], int64_t value) {
   return std::strcmp(name_of(table, value), "?") != 0;
 }
 
-bool is_cumsum(ssd_kernel_id k) {
-  return k == SSD_KERNEL_CHUNK_CUMSUM_FWD || k == SSD_KERNEL_CHUNK_CUMSUM_BWD;
-}
-
-bool one_of(int v, std::initializer_list<int> legal) {
-  for (int l : legal)
-    if (v == l) return true;
-  return false;
-}
-
-std::string list(std::initializer_list<int> legal) {
-  std::string s;
-  for (int l : legal) s += (s.empty() ? "" : ", ") + std::to_string(l);
-  return s;
-}
-
-Status field_error(const ssd_kernel_config& c, const char* field, const std::string& value,
-                   const std::string& legal) {
-  return make_error(SSD_ERROR_INVALID_CONFIG, fmt::format("{}: {} is not legal for {} (legal: {})", field,
-                                                          value, kernel_name(c.kernel), legal));
-}
-
-// A dtype in a message: its name (`int32`), or the number when it has none.
-std::string dtype_text(ssd_dtype dtype) {
-  return is_named(kDtypes, dtype) ? std::string(name_of(kDtypes, dtype)) : std::to_string(int(dtype));
-}
-
-Status require_zero(const ssd_kernel_config& c, const char* field, int value) {
-  if (value == 0) return Status::Ok();
-  return field_error(c, field, std::to_string(value), "0, the kernel does not use it");
-}
-
-struct NamedField {
-  const char* name;
-  int value;
-};
-// The fields a kernel does not read must be 0, so that one kernel has one key.
-Status require_zeros(const ssd_kernel_config& c, std::initializer_list<NamedField> fields) {
-  for (const NamedField& f : fields) SSD_RETURN_IF_ERROR(require_zero(c, f.name, f.value));
-  return Status::Ok();
-}
-
-std::string flags_text(uint32_t flags) {
+// "0x..." for bits without a name.
+std::string flags_text_impl(uint32_t flags) {
   std::string s;
   uint32_t known = 0;
   for (const Named& n : kFlags) {
@@ -132,117 +74,33 @@ std::string flags_text(uint32_t flags) {
   return s.empty() ? "none" : s;
 }
 
-// The flags each kernel reads; any other bit is a config error (it would only split the cache).
-uint32_t allowed_flags(ssd_kernel_id k) {
-  switch (k) {
-    case SSD_KERNEL_CHUNK_CUMSUM_FWD: return SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
-    case SSD_KERNEL_CHUNK_CUMSUM_BWD: return SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS | SSD_FLAG_DDA_INCREMENTS;
-    case SSD_KERNEL_BMM_CHUNK_FWD:
-    case SSD_KERNEL_CHUNK_STATE_FWD: return SSD_FLAG_SEQ_IDX;
-    case SSD_KERNEL_STATE_PASSING_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES;
-    case SSD_KERNEL_CHUNK_SCAN_FWD: return SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
-    case SSD_KERNEL_GATE_BWD: return SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z;
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES:
-    case SSD_KERNEL_STATE_PASSING_BWD:
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DCB:
-    case SSD_KERNEL_CHUNK_STATE_BWD_DB:
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DC:
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA: return SSD_FLAG_SEQ_IDX;
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DX: return SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM;
-    default: return 0;
-  }
+// The kernel names, from the families (src/kernels), in enum order.
+std::string kernel_names() {
+  std::string s;
+  for (const KernelFamily* f : kernel_families()) s += (s.empty() ? "" : ", ") + std::string(f->name);
+  return s;
 }
-
-// Tile constraints of the forward templates (their static_asserts, evaluated on the host).
-bool divides(int a, int b) { return a > 0 && b % a == 0; }
-std::string forward_tile_problem(const ssd_kernel_config& c) {
-  using namespace ssd_kernels::fwd_geom;
-  const ssd_tile& t = c.tile;
-  const int Q = c.chunk_size, P = c.headdim, N = c.dstate;
-  switch (c.kernel) {
-    case SSD_KERNEL_BMM_CHUNK_FWD:
-      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128})) return "m, n in 16, 32, 64, 128";
-      if (!divides(t.m, Q) || !divides(t.n, Q)) return "m and n must divide chunk_size";
-      if (t.k) return "k must be 0 (derived)";
-      if (bmm_chunk_smem_bytes(N, t.m, t.n) > kMaxStaticSmem) return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    case SSD_KERNEL_CHUNK_STATE_FWD:
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES:
-      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128, 256}) || !one_of(t.k, {16, 32, 64}))
-        return "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64";
-      if (!divides(t.m, P) || !divides(t.n, N) || !divides(t.k, Q)) return "m | headdim, n | dstate, k | chunk_size";
-      if (chunk_state_smem_bytes(Q, t.m, t.n, t.k) > kMaxStaticSmem) return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    case SSD_KERNEL_CHUNK_SCAN_FWD: {
-      if (!one_of(t.m, {64, 128}) || !one_of(t.n, {16, 32, 64, 128}) || !one_of(t.k, {16, 32, 64}))
-        return "m in 64, 128; n in 16, 32, 64, 128; k in 16, 32, 64";
-      if (!divides(t.m, Q) || !divides(t.n, P) || !divides(t.k, Q)) return "m | chunk_size, n | headdim, k | chunk_size";
-      if ((t.m / 64) * (t.n / 8) * 4 > 64) return "m * n <= 8192 (accumulator registers)";
-      if (N % chunk_scan_block_kn(N, t.k) != 0) return "k must divide dstate or exceed it";
-      if (chunk_scan_smem_bytes(Q, N, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
-        return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    }
-    case SSD_KERNEL_STATE_PASSING_FWD:
-    case SSD_KERNEL_STATE_PASSING_BWD:
-      if (!one_of(t.m, {64, 128, 256, 512}) || t.n || t.k) return "m in 64, 128, 256, 512; n = k = 0";
-      return "";
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DX: {
-      using namespace ssd_kernels::bwd_geom;
-      if (!one_of(t.m, {64, 128}) || t.n || !one_of(t.k, {16, 32, 64})) return "m in 64, 128; n = 0; k in 16, 32, 64";
-      if (!divides(t.m, Q) || !divides(t.k, Q)) return "m and k must divide chunk_size";
-      if (t.m * P > 8192) return "m * headdim <= 8192 (accumulator registers)";
-      if (N % dx_block_kn(N, t.k) != 0) return "k must divide dstate or exceed it";
-      if (dx_smem_bytes(Q, P, N, t.m, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
-        return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    }
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: {
-      using namespace ssd_kernels::bwd_geom;
-      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128}) || !one_of(t.k, {16, 32, 64}))
-        return "m, n in 16, 32, 64, 128; k in 16, 32, 64";
-      if (!divides(t.m, Q) || !divides(t.n, Q)) return "m and n must divide chunk_size";
-      if (P % dcb_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
-      if (dcb_smem_bytes(Q, P, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
-        return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    }
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: {
-      using namespace ssd_kernels::bwd_geom;
-      if (!one_of(t.m, {64, 128}) || !one_of(t.n, {16, 32, 64}) || !one_of(t.k, {16, 32, 64}))
-        return "m in 64, 128; n in 16, 32, 64; k in 16, 32, 64";
-      if (!divides(t.m, Q)) return "m must divide chunk_size";
-      if (P % dcb_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
-      if (intra_smem_bytes(Q, P, t.m, t.n, t.k) > kMaxStaticSmem) return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    }
-    case SSD_KERNEL_CHUNK_STATE_BWD_DB:
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DC: {
-      using namespace ssd_kernels::bwd_geom;
-      if (!one_of(t.m, {16, 32, 64, 128}) || !one_of(t.n, {16, 32, 64, 128, 256}) || !one_of(t.k, {16, 32, 64}))
-        return "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64";
-      if (!divides(t.m, Q) || !divides(t.n, N) || !divides(t.k, Q)) return "m | chunk_size, n | dstate, k | chunk_size";
-      if (P % bc_block_kp(P, t.k) != 0) return "k must divide headdim or exceed it";
-      if (bc_threads(t.m, t.n) > bc_max_threads()) return "m x n too large (two live accumulator tiles)";
-      if (bc_smem_bytes(Q, P, t.m, t.n, t.k, c.flags & SSD_FLAG_SEQ_IDX) > kMaxStaticSmem)
-        return "the tiles' shared memory must fit in 48 KiB";
-      return "";
-    }
-    case SSD_KERNEL_CHUNK_SCAN_BWD_DDA:
-      if (!one_of(t.m, {64, 128, 256}) || t.n || t.k) return "m in 64, 128, 256; n = k = 0";
-      return "";
-    default: return "";
-  }
+std::string kernel_values() {
+  std::string s;
+  for (const KernelFamily* f : kernel_families()) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", int(f->id), f->name);
+  return s;
 }
 
 }  // namespace
 
-const char* kernel_name(ssd_kernel_id kernel) { return name_of(kKernels, kernel); }
-Result<ssd_kernel_id> parse_kernel_name(std::string_view name) {
-  return parse_named<ssd_kernel_id>(kKernels, name, "kernel");
+const char* kernel_name(ssd_kernel_id kernel) {
+  const KernelFamily* f = find_family(kernel);
+  return f ? f->name : "?";
 }
+Result<ssd_kernel_id> parse_kernel_name(std::string_view name) {
+  for (const KernelFamily* f : kernel_families())
+    if (name == f->name) return f->id;
+  return make_error(SSD_ERROR_INVALID_CONFIG,
+                    fmt::format("kernel: unknown value '{}' (legal: {})", printable(name), kernel_names()));
+}
+std::string flags_text(uint32_t flags) { return flags_text_impl(flags); }
 const char* dtype_name(ssd_dtype dtype) { return name_of(kDtypes, dtype); }
-bool is_kernel_value(int64_t value) { return is_named(kKernels, value); }
+bool is_kernel_value(int64_t value) { return find_family(value) != nullptr; }
 bool is_dtype_value(int64_t value) { return is_named(kDtypes, value); }
 Result<ssd_dtype> parse_dtype(std::string_view name) { return parse_named<ssd_dtype>(kDtypes, name, "dtype"); }
 const char* mode_name(ssd_mode mode) { return name_of(kModes, mode); }
@@ -257,46 +115,9 @@ ssd_kernel_config default_config(ssd_kernel_id kernel) {
   c.kernel = kernel;
   c.mode = SSD_MODE_DETERMINISTIC;
   c.arch = SSD_ARCH_SM90;
-  if (kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
-    c.dtype = SSD_DTYPE_FP32;
-    c.partials = 1;
-  } else if (kernel == SSD_KERNEL_STATE_PASSING_FWD || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
-    c.dtype = SSD_DTYPE_FP32;
-    c.chunk_size = 256;
-  } else if (kernel == SSD_KERNEL_STATE_PASSING_BWD) {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-  } else if (kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA) {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-    c.headdim = 64;
-    c.heads_per_group = 1;
-  } else if (kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX ||
-             kernel == SSD_KERNEL_CHUNK_STATE_BWD_DB || kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DC) {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-    c.headdim = 64;
-    c.dstate = 64;
-    c.heads_per_group = 1;
-  } else if (kernel == SSD_KERNEL_GATE_BWD) {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-    c.headdim = 64;
-    c.flags = SSD_FLAG_D;
-  } else if (kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-    c.dstate = 64;
-  } else if (kernel == SSD_KERNEL_CHUNK_STATE_FWD || kernel == SSD_KERNEL_CHUNK_SCAN_FWD) {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-    c.headdim = 64;
-    c.dstate = 64;
-    c.heads_per_group = 1;
-  } else {
-    c.dtype = SSD_DTYPE_BF16;
-    c.chunk_size = 256;
-  }
+  // A value that names no kernel takes the first kernel's defaults (validation then names it).
+  const KernelFamily* f = find_family(kernel);
+  (f ? f : kernel_families().front())->set_defaults(c);
   return c;
 }
 
@@ -305,9 +126,9 @@ namespace {
 // The enum fields of a config, read as the integers a C caller may have stored: each must name an
 // enumerator before anything uses it as the enum type.
 Status check_enum_fields(const ssd_kernel_config& c) {
-  if (!is_named(kKernels, enum_value(c.kernel)))
+  if (!find_family(enum_value(c.kernel)))
     return make_error(SSD_ERROR_INVALID_CONFIG,
-                      fmt::format("kernel: unknown id {} (legal: {})", enum_value(c.kernel), legal_values(kKernels)));
+                      fmt::format("kernel: unknown id {} (legal: {})", enum_value(c.kernel), kernel_values()));
   if (!is_named(kDtypes, enum_value(c.dtype)))
     return make_error(SSD_ERROR_INVALID_CONFIG,
                       fmt::format("dtype: unknown value {} (legal: {})", enum_value(c.dtype), legal_values(kDtypes)));
@@ -333,7 +154,7 @@ Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
   // kernel takes some kernel's defaults until check_enum_fields names it.
   const int64_t kernel = enum_value(user->kernel);
   ssd_kernel_config c =
-      default_config(is_named(kKernels, kernel) ? static_cast<ssd_kernel_id>(kernel) : SSD_KERNEL_CHUNK_CUMSUM_FWD);
+      default_config(find_family(kernel) ? static_cast<ssd_kernel_id>(kernel) : ssd_kernel_id{});
   std::memcpy(&c, user, std::min(user->struct_size, sizeof(ssd_kernel_config)));
   c.struct_size = sizeof(ssd_kernel_config);
   SSD_RETURN_IF_ERROR(check_enum_fields(c));
@@ -343,180 +164,21 @@ Result<ssd_kernel_config> read_config(const ssd_kernel_config* user) {
 Status validate_config(const ssd_kernel_config& c) {
   // Enum fields as integers first (the struct may come from C); past these checks they are valid.
   SSD_RETURN_IF_ERROR(check_enum_fields(c));
-  if (c.flags & ~allowed_flags(c.kernel)) {
+  const KernelFamily& family = *find_family(c.kernel);
+  if (c.flags & ~family.allowed_flags) {
     std::string legal;
     for (const Named& n : kFlags)
-      if (allowed_flags(c.kernel) & uint32_t(n.value)) legal += (legal.empty() ? "" : ", ") + std::string(n.name);
+      if (family.allowed_flags & uint32_t(n.value)) legal += (legal.empty() ? "" : ", ") + std::string(n.name);
     return field_error(c, "flags", flags_text(c.flags), legal.empty() ? "none" : legal);
   }
   // Warps and stages are derived from the tile by every kernel today.
   SSD_RETURN_IF_ERROR(require_zeros(c, {{"tile.warps", c.tile.warps}, {"tile.stages", c.tile.stages}}));
-  if (is_cumsum(c.kernel)) {
-    SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
-                                          {"heads_per_group", c.heads_per_group}, {"tile.k", c.tile.k},
-                                          {"partials", c.partials}}));
-    if (!one_of(c.chunk_size, {16, 32, 64, 128, 256}))
-      return field_error(c, "chunk_size", std::to_string(c.chunk_size), list({16, 32, 64, 128, 256}));
-    if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
-      return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16, fp32");
-    if (!one_of(c.tile.m, {0, 32, 64, 128}))
-      return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
-    if (!one_of(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
-      return field_error(c, "tile.n", std::to_string(c.tile.n), "0 (default), 8, 16, 32, 64; at most chunk_size");
-    // Two fp32 staging tiles of m x (n + 1) must fit in 48 KiB of static shared memory.
-    if (c.tile.m * c.tile.n > 4096)
-      return field_error(c, "tile", fmt::format("{}x{}", c.tile.m, c.tile.n), "m * n <= 4096");
-  } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
-    SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
-                                          {"heads_per_group", c.heads_per_group}, {"chunk_size", c.chunk_size},
-                                          {"tile.k", c.tile.k}}));
-    if (c.dtype != SSD_DTYPE_FP32) return field_error(c, "dtype", dtype_text(c.dtype), "fp32");
-    if (!one_of(c.tile.m, {0, 32, 64, 128, 256}))
-      return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128, 256");
-    SSD_RETURN_IF_ERROR(require_zero(c, "tile.n", c.tile.n));
-    if (c.partials < 1 || c.partials > 8)
-      return field_error(c, "partials", std::to_string(c.partials), "1..8");
-  } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
-    SSD_RETURN_IF_ERROR(require_zeros(c, {{"dstate", c.dstate}, {"heads_per_group", c.heads_per_group},
-                                          {"partials", c.partials}, {"tile.m", c.tile.m}, {"tile.n", c.tile.n},
-                                          {"tile.k", c.tile.k}}));
-    if (!one_of(c.chunk_size, {64, 128, 256}))
-      return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
-    if (!one_of(c.headdim, {32, 64, 128})) return field_error(c, "headdim", std::to_string(c.headdim), "32, 64, 128");
-    if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
-      return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16");
-    if (!(c.flags & (SSD_FLAG_Z | SSD_FLAG_D)))
-      return field_error(c, "flags", flags_text(c.flags), "z and/or D (without both there is nothing to compute)");
-    if ((c.flags & SSD_FLAG_D_PER_HEADDIM) && !(c.flags & SSD_FLAG_D))
-      return field_error(c, "flags", flags_text(c.flags), "D_per_headdim only together with D");
-  } else {  // the SSD forward kernels
-    SSD_RETURN_IF_ERROR(require_zero(c, "partials", c.partials));
-    if (!one_of(c.chunk_size, {64, 128, 256}))
-      return field_error(c, "chunk_size", std::to_string(c.chunk_size), "64, 128, 256");
-    if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD || c.kernel == SSD_KERNEL_STATE_PASSING_BWD ||
-        c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
-      SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
-                                            {"heads_per_group", c.heads_per_group}}));
-      if (c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
-        if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
-          return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16 (the dtype ds is stored in)");
-      } else if (c.dtype != SSD_DTYPE_FP32) {
-        return field_error(c, "dtype", dtype_text(c.dtype), "fp32");
-      }
-    } else {
-      if (!one_of(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}))
-        return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16 (tensor cores)");
-      const bool uses_dstate =
-          c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DCB && c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA;
-      if (!uses_dstate) {
-        SSD_RETURN_IF_ERROR(require_zero(c, "dstate", c.dstate));
-      } else if (!one_of(c.dstate, {16, 32, 64, 128, 256})) {
-        return field_error(c, "dstate", std::to_string(c.dstate), "16, 32, 64, 128, 256");
-      }
-      if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
-        SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"heads_per_group", c.heads_per_group}}));
-      } else {
-        if (!one_of(c.headdim, {32, 64, 128}))
-          return field_error(c, "headdim", std::to_string(c.headdim), "32, 64, 128");
-        if (c.heads_per_group < 1 || c.heads_per_group > 1024)
-          return field_error(c, "heads_per_group", std::to_string(c.heads_per_group), "1..1024 (nheads / ngroups)");
-      }
-    }
-    if ((c.flags & SSD_FLAG_D_PER_HEADDIM) && !(c.flags & SSD_FLAG_D))
-      return field_error(c, "flags", flags_text(c.flags), "D_per_headdim only together with D");
-    if (c.tile.m || c.tile.n || c.tile.k) {  // partially given tiles are completed by normalize_config
-      ssd_kernel_config filled = c;
-      ssd_tile d = default_tile(c);
-      if (!filled.tile.m) filled.tile.m = d.m;
-      if (!filled.tile.n) filled.tile.n = d.n;
-      if (!filled.tile.k) filled.tile.k = d.k;
-      std::string problem = forward_tile_problem(filled);
-      if (!problem.empty())
-        return field_error(c, "tile", fmt::format("{}x{}x{}", filled.tile.m, filled.tile.n, filled.tile.k), problem);
-    }
-  }
-  return Status::Ok();
+  return family.validate(c);
 }
 
-ssd_tile default_tile(const ssd_kernel_config& c) {
-  ssd_tile t{};
-  if (is_cumsum(c.kernel)) {
-    // One thread scans one head; 64 heads per block keeps the (b, L, h) loads 128 B wide for bf16
-    // and gives b * nchunks * h / 64 blocks. 32 positions are staged through shared memory per step.
-    t.m = 64;
-    t.n = std::min(32, c.chunk_size);
-  } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
-    t.m = 128;
-  } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
-    // no tile: one block per (batch, chunk, head), one thread per headdim element
-  } else if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) {
-    t.m = 64;
-    t.n = 64;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_STATE_FWD) {
-    // 64 x 128 x 32 measured best of seven candidates at the nemotronh-56b shape (docs/perf.md).
-    t.m = std::min(64, c.headdim);
-    t.n = std::min(128, c.dstate);
-    t.k = 32;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_FWD) {
-    t.m = 64;
-    t.n = std::min(64, c.headdim);
-    t.k = 32;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES) {
-    t.m = std::min(64, c.headdim);
-    t.n = std::min(128, c.dstate);
-    t.k = 32;
-  } else if (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DX && c.kernel <= SSD_KERNEL_CHUNK_SCAN_BWD_DC) {
-    // The backward's tensor-core kernels: the fastest of the candidates measured at the
-    // nemotronh-56b shape (scripts/tile_sweep.sh, docs/perf.md), else the fallback that is legal for
-    // every shape. Every legal tile gives the same bits (D2), so this is only about speed.
-    ssd_tile best{}, fallback{};
-    switch (c.kernel) {
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DX: best = {128, 0, 32, 0, 0}; fallback = {64, 0, 32, 0, 0}; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: best = {32, 64, 64, 0, 0}; fallback = {64, 64, 32, 0, 0}; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: best = {64, 32, 64, 0, 0}; fallback = {64, 32, 32, 0, 0}; break;
-      case SSD_KERNEL_CHUNK_STATE_BWD_DB: best = {64, std::min(128, c.dstate), 32, 0, 0}; fallback = {64, std::min(64, c.dstate), 32, 0, 0}; break;
-      default: best = {std::min(128, c.chunk_size), std::min(64, c.dstate), 32, 0, 0}; fallback = {64, std::min(64, c.dstate), 32, 0, 0}; break;
-    }
-    ssd_kernel_config probe = c;
-    probe.tile = best;
-    t = forward_tile_problem(probe).empty() ? best : fallback;
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
-    t.m = 128;
-  } else if (c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
-    t.m = 128;  // 0.72 vs 0.77 ms for 256 at the preset (docs/perf.md)
-  } else {  // state_passing_fwd
-    t.m = 256;
-  }
-  return t;
-}
+ssd_tile default_tile(const ssd_kernel_config& c) { return find_family(c.kernel)->default_tile(c); }
 
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) {
-  std::vector<ssd_tile> tiles;
-  if (is_cumsum(c.kernel)) {
-    for (int m : {32, 64, 128})
-      for (int n : {8, 16, 32, 64})
-        if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
-  } else if (c.kernel == SSD_KERNEL_REDUCE_HEAD_PARTIALS) {
-    for (int m : {32, 64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
-  } else if (c.kernel == SSD_KERNEL_STATE_PASSING_FWD || c.kernel == SSD_KERNEL_STATE_PASSING_BWD) {
-    for (int m : {64, 128, 256, 512}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
-  } else if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
-    for (int m : {64, 128, 256}) tiles.push_back(ssd_tile{m, 0, 0, 0, 0});
-  } else if (c.kernel == SSD_KERNEL_GATE_BWD) {
-    tiles.push_back(ssd_tile{});
-  } else {
-    for (int m : {16, 32, 64, 128})
-      for (int n : {0, 16, 32, 64, 128, 256})
-        for (int k : {0, 16, 32, 64}) {
-          if ((c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX) != (n == 0)) continue;
-          if ((c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) != (k == 0)) continue;
-          ssd_kernel_config t = c;
-          t.tile = ssd_tile{m, n, k, 0, 0};
-          if (forward_tile_problem(t).empty()) tiles.push_back(t.tile);
-        }
-  }
-  return tiles;
-}
+std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return find_family(c.kernel)->legal_tiles(c); }
 
 Result<ssd_kernel_config> normalize_config(const ssd_kernel_config& config) {
   SSD_RETURN_IF_ERROR(validate_config(config));
@@ -610,7 +272,7 @@ Result<std::string> json_string(const nlohmann::json& j, const std::string& fiel
 Result<ssd_kernel_config> config_from_json(const nlohmann::json& j) {
   if (!j.is_object())
     return make_error(SSD_ERROR_INVALID_CONFIG, "config: expected a JSON object");
-  if (!j.contains("kernel")) return make_error(SSD_ERROR_INVALID_CONFIG, "kernel: missing (legal: " + legal_names(kKernels) + ")");
+  if (!j.contains("kernel")) return make_error(SSD_ERROR_INVALID_CONFIG, "kernel: missing (legal: " + kernel_names() + ")");
   std::string kname;
   SSD_ASSIGN_OR_RETURN(kname, json_string(j.at("kernel"), "kernel"));
   ssd_kernel_id kid;
@@ -745,121 +407,6 @@ Result<std::vector<ssd_kernel_config>> configs_from_json_text(const std::string&
     auto c = config_from_json(j[i]);
     if (!c.ok()) return make_error(c.status().code, fmt::format("configs[{}].{}", i, c.status().detail));
     out.push_back(c.value());
-  }
-  return out;
-}
-
-const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = {
-      {"small", 32, 64, 64, 1, 256, SSD_DTYPE_BF16, "h=32 p=64 n=64 g=1, chunk 256, bf16"},
-      {"nemotronh-56b", 256, 64, 256, 8, 256, SSD_DTYPE_BF16,
-       "Nemotron-H 56B mixer: h=256 p=64 n=256 g=8, chunk 256, bf16"},
-  };
-  return presets;
-}
-
-Result<ModelPreset> find_preset(std::string_view name) {
-  std::string names;
-  for (const ModelPreset& p : model_presets()) {
-    if (p.name == name) return p;
-    names += (names.empty() ? "" : ", ") + p.name;
-  }
-  return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("preset: unknown '{}' (legal: {})", printable(name), names));
-}
-
-std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
-                                               ssd_arch arch) {
-  std::vector<ssd_kernel_config> out;
-  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
-                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
-    ssd_kernel_config c = default_config(k);
-    c.chunk_size = shape.chunk_size;
-    c.mode = mode;
-    c.arch = arch;
-    if (k != SSD_KERNEL_STATE_PASSING_FWD) {
-      c.dtype = shape.dtype;
-      c.dstate = shape.dstate;
-    }
-    if (k == SSD_KERNEL_CHUNK_STATE_FWD || k == SSD_KERNEL_CHUNK_SCAN_FWD) {
-      c.headdim = shape.headdim;
-      c.heads_per_group = shape.heads_per_group;
-    }
-    c.flags = flags & allowed_flags(k);
-    out.push_back(c);
-  }
-  return out;
-}
-
-std::vector<ssd_kernel_config> backward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
-                                                ssd_arch arch) {
-  std::vector<ssd_kernel_config> out;
-  if (flags & (SSD_FLAG_Z | SSD_FLAG_D)) {
-    ssd_kernel_config c = default_config(SSD_KERNEL_GATE_BWD);
-    c.chunk_size = shape.chunk_size;
-    c.headdim = shape.headdim;
-    c.dtype = shape.dtype;
-    c.flags = flags & allowed_flags(SSD_KERNEL_GATE_BWD);
-    c.mode = mode;
-    c.arch = arch;
-    out.push_back(c);
-  }
-  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX,
-                          SSD_KERNEL_CHUNK_SCAN_BWD_DCB, SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA,
-                          SSD_KERNEL_CHUNK_STATE_BWD_DB, SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA}) {
-    ssd_kernel_config c = default_config(k);
-    c.chunk_size = shape.chunk_size;
-    c.mode = mode;
-    c.arch = arch;
-    if (k != SSD_KERNEL_CHUNK_SCAN_BWD_DDA) c.dtype = shape.dtype;
-    if (k != SSD_KERNEL_STATE_PASSING_BWD && k != SSD_KERNEL_CHUNK_SCAN_BWD_DDA) {
-      c.headdim = shape.headdim;
-      c.heads_per_group = shape.heads_per_group;
-      if (k != SSD_KERNEL_CHUNK_SCAN_BWD_DCB && k != SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA) c.dstate = shape.dstate;
-    }
-    c.flags = flags & allowed_flags(k);
-    out.push_back(c);
-  }
-  return out;
-}
-
-std::vector<ssd_kernel_config> preset_configs(const ModelPreset& p, ssd_arch arch, ssd_mode mode) {
-  std::vector<ssd_kernel_config> out;
-  // A Mamba2 layer passes dt_bias and dt_softplus=True; dt is a slice of the in_proj output.
-  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_CHUNK_CUMSUM_BWD}) {
-    ssd_kernel_config c = default_config(k);
-    c.chunk_size = p.chunk_size;
-    c.dtype = p.dtype;
-    c.flags = SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS;
-    c.mode = mode;
-    c.arch = arch;
-    out.push_back(c);
-  }
-  // The forward: D per head, no z (the layer gates in its RMSNorm), no seq_idx, no initial states.
-  for (const ssd_kernel_config& c :
-       forward_configs({p.chunk_size, p.headdim, p.dstate, p.nheads / p.ngroups, p.dtype}, SSD_FLAG_D, mode, arch))
-    out.push_back(c);
-  // The backward of the same layer: ssd_backward's kernels after the forward recompute, then the
-  // increments variant of chunk_cumsum_bwd.
-  for (const ssd_kernel_config& c :
-       backward_configs({p.chunk_size, p.headdim, p.dstate, p.nheads / p.ngroups, p.dtype}, SSD_FLAG_D, mode, arch))
-    out.push_back(c);
-  {
-    ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
-    c.chunk_size = p.chunk_size;
-    c.dtype = p.dtype;
-    c.flags = SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS | SSD_FLAG_DDA_INCREMENTS;
-    c.mode = mode;
-    c.arch = arch;
-    out.push_back(c);
-  }
-  if (mode == SSD_MODE_DETERMINISTIC) {  // dA and ddt_bias: two partials per (b, c, h); dD (h): one
-    for (int partials : {2, 1}) {
-      ssd_kernel_config c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-      c.partials = partials;
-      c.mode = mode;
-      c.arch = arch;
-      out.push_back(c);
-    }
   }
   return out;
 }

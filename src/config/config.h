@@ -1,4 +1,5 @@
-// Kernel specializations: names, validation, default tiles, canonical record, JSON form.
+// Kernel specializations: names, validation, default tiles, canonical record, JSON form. What is
+// particular to one kernel lives in its family descriptor (src/kernels); this is the table's loop.
 #pragma once
 
 #include <string>
@@ -12,7 +13,7 @@
 
 namespace ssd {
 
-const char* kernel_name(ssd_kernel_id kernel);  // "chunk_cumsum_fwd"; "?" when unknown
+const char* kernel_name(ssd_kernel_id kernel);  // "chunk_cumsum_fwd"; "?" when unknown (src/kernels)
 // Whether an integer from a caller is one of the enumerators (check before converting to the enum).
 bool is_kernel_value(int64_t value);
 bool is_dtype_value(int64_t value);
@@ -24,9 +25,11 @@ Result<ssd_mode> parse_mode(std::string_view name);
 const char* arch_name(ssd_arch arch);           // "sm_80", "sm_90", "sm_90a"
 Result<ssd_arch> parse_arch(std::string_view name);
 int arch_compute_capability(ssd_arch arch);     // 80, 90, 90
+std::string flags_text(uint32_t flags);         // "dt_bias|dt_softplus", "none", unnamed bits as 0x...
 
-// What ssd_kernel_config_init gives: bf16, chunk 256, deterministic, sm_90, default tile
-// (reduce_head_partials: fp32 outputs, 1 partial; the partials it reads are fp64).
+// What ssd_kernel_config_init gives: deterministic, sm_90, zero tile (the default), and the
+// family's own defaults (bf16, chunk 256, ...; reduce_head_partials: fp32 outputs, 1 partial). A
+// value that names no kernel gets the first kernel's defaults.
 ssd_kernel_config default_config(ssd_kernel_id kernel);
 
 // Copies a caller's struct honouring struct_size (missing trailing fields take defaults).
@@ -60,33 +63,5 @@ Result<std::vector<ssd_kernel_config>> configs_from_json_text(const std::string&
 // key given twice is "<path>: given twice" (e.g. "configs[1].chunk_size"), as in the key=value form,
 // instead of the last value silently winning. Both SSD_ERROR_INVALID_CONFIG.
 Result<nlohmann::json> parse_config_json(const std::string& text);
-
-// The SSD forward's kernels after chunk_cumsum, in launch order: bmm_chunk, chunk_state,
-// state_passing, chunk_scan. `flags` may hold SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D,
-// _D_PER_HEADDIM and _Z; each kernel gets only the ones it reads.
-struct ForwardShape {
-  int32_t chunk_size, headdim, dstate, heads_per_group;
-  ssd_dtype dtype;
-};
-std::vector<ssd_kernel_config> forward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
-                                               ssd_arch arch);
-
-// The SSD backward's kernels after the forward recompute, in launch order: gate_bwd (with z or D),
-// chunk_scan_bwd_dstates, state_passing_bwd, chunk_scan_bwd_dx, chunk_scan_bwd_dcb,
-// chunk_scan_bwd_ddA_intra, chunk_state_bwd_db, chunk_scan_bwd_dc, chunk_scan_bwd_ddA.
-std::vector<ssd_kernel_config> backward_configs(const ForwardShape& shape, uint32_t flags, ssd_mode mode,
-                                                ssd_arch arch);
-
-// Model presets for `ssdgen compile --preset`.
-struct ModelPreset {
-  std::string name;
-  int32_t nheads, headdim, dstate, ngroups, chunk_size;
-  ssd_dtype dtype;
-  std::string description;
-};
-const std::vector<ModelPreset>& model_presets();
-Result<ModelPreset> find_preset(std::string_view name);
-// Every kernel specialization a training step of that model needs, for one arch and mode.
-std::vector<ssd_kernel_config> preset_configs(const ModelPreset& preset, ssd_arch arch, ssd_mode mode);
 
 }  // namespace ssd

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/struct_io.h"
 #include "config/config.h"
+#include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/tensor_check.h"
 #include "ssd/backward_params.cuh"
@@ -352,8 +353,16 @@ std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const For
   std::vector<ssd_kernel_config> out = forward_stage_configs(f, d, arch, mode, &tn.forward);
   out.pop_back();
   const uint32_t flags = specialization_flags(f);
-  const ForwardShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
-  for (const ssd_kernel_config& c : backward_configs(shape, flags, mode, arch)) {
+  const SsdShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
+  // gate_bwd only with z or D (without both it has nothing to compute), then the backward proper.
+  std::vector<ssd_kernel_id> kernels;
+  if (flags & (SSD_FLAG_Z | SSD_FLAG_D)) kernels.push_back(SSD_KERNEL_GATE_BWD);
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX,
+                          SSD_KERNEL_CHUNK_SCAN_BWD_DCB, SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA,
+                          SSD_KERNEL_CHUNK_STATE_BWD_DB, SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA})
+    kernels.push_back(k);
+  for (ssd_kernel_id k : kernels) {
+    const ssd_kernel_config c = config_for_shape(k, shape, flags, mode, arch);
     const ssd_tile* t = nullptr;
     switch (c.kernel) {
       case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES: t = &tn.dstates; break;

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/struct_io.h"
 #include "config/config.h"
+#include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/tensor_check.h"
 #include "ssd/forward_params.cuh"
@@ -130,8 +131,10 @@ std::vector<ssd_kernel_config> forward_stage_configs(const ssd_forward_args& a, 
   cs.mode = mode;
   cs.arch = arch;
   out.push_back(cs);
-  const ForwardShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
-  for (ssd_kernel_config c : forward_configs(shape, specialization_flags(a), mode, arch)) {
+  const SsdShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
+  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
+                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
+    ssd_kernel_config c = config_for_shape(k, shape, specialization_flags(a), mode, arch);
     if (tiles) {
       c.tile = c.kernel == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
                : c.kernel == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state

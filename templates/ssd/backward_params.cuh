@@ -283,5 +283,51 @@ SSD_HOST_DEVICE constexpr int bc_smem_bytes(int q, int p, int bm, int bn, int bk
   return bc_stages(q, p, bm, bn, bk, seq) * bc_stage_bytes(p, bm, bn, bk) + bc_fixed_bytes(bm);
 }
 
+// ---- Tile legality (as fwd_geom's): nullptr when legal, else what is wrong.
+using fwd_geom::divides;
+using fwd_geom::pow2_in;
+
+SSD_HOST_DEVICE constexpr const char* dx_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return !pow2_in(bm, 64, 128) || bn != 0 || !pow2_in(bk, 16, 64) ? "m in 64, 128; n = 0; k in 16, 32, 64"
+         : !divides(bm, q) || !divides(bk, q)                      ? "m and k must divide chunk_size"
+         : bm * p > 8192                                           ? "m * headdim <= 8192 (accumulator registers)"
+         : n % dx_block_kn(n, bk) != 0                             ? "k must divide dstate or exceed it"
+         : dx_smem_bytes(q, p, n, bm, bk, seq) > kMaxStaticSmem   ? "the tiles' shared memory must fit in 48 KiB"
+                                                                   : nullptr;
+}
+
+SSD_HOST_DEVICE constexpr const char* dcb_tile_problem(int q, int p, int bm, int bn, int bk, bool seq) {
+  return !pow2_in(bm, 16, 128) || !pow2_in(bn, 16, 128) || !pow2_in(bk, 16, 64)
+             ? "m, n in 16, 32, 64, 128; k in 16, 32, 64"
+         : !divides(bm, q) || !divides(bn, q)                    ? "m and n must divide chunk_size"
+         : p % dcb_block_kp(p, bk) != 0                          ? "k must divide headdim or exceed it"
+         : dcb_smem_bytes(q, p, bm, bn, bk, seq) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
+                                                                  : nullptr;
+}
+
+SSD_HOST_DEVICE constexpr const char* intra_tile_problem(int q, int p, int bm, int bn, int bk) {
+  return !pow2_in(bm, 64, 128) || !pow2_in(bn, 16, 64) || !pow2_in(bk, 16, 64)
+             ? "m in 64, 128; n in 16, 32, 64; k in 16, 32, 64"
+         : !divides(bm, q)                                     ? "m must divide chunk_size"
+         : p % dcb_block_kp(p, bk) != 0                        ? "k must divide headdim or exceed it"
+         : intra_smem_bytes(q, p, bm, bn, bk) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
+                                                               : nullptr;
+}
+
+// chunk_state_bwd_db and chunk_scan_bwd_dc (the same template).
+SSD_HOST_DEVICE constexpr const char* bc_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return !pow2_in(bm, 16, 128) || !pow2_in(bn, 16, 256) || !pow2_in(bk, 16, 64)
+             ? "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64"
+         : !divides(bm, q) || !divides(bn, n) || !divides(bk, q) ? "m | chunk_size, n | dstate, k | chunk_size"
+         : p % bc_block_kp(p, bk) != 0                           ? "k must divide headdim or exceed it"
+         : bc_threads(bm, bn) > bc_max_threads()                 ? "m x n too large (two live accumulator tiles)"
+         : bc_smem_bytes(q, p, bm, bn, bk, seq) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
+                                                                 : nullptr;
+}
+
+SSD_HOST_DEVICE constexpr const char* ddA_tile_problem(int bm, int bn, int bk) {
+  return !pow2_in(bm, 64, 256) || bn != 0 || bk != 0 ? "m in 64, 128, 256; n = k = 0" : nullptr;
+}
+
 }  // namespace bwd_geom
 }  // namespace ssd_kernels

@@ -52,9 +52,20 @@
 
 namespace ssd_kernels {
 
-template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool IS_DC,
-          bool HAS_SEQ_IDX>
+template <class Spec>
 __device__ void bc_bwd(const BcBwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  constexpr int N = Spec::kDstate;
+  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_N = Spec::kBlockN;
+  constexpr int BLOCK_K = Spec::kBlockK;
+  using T = typename Spec::Element;
+  constexpr bool IS_DC = Spec::kIsDC;
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  static_assert(bwd_geom::bc_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
   static_assert(is_16bit_float<T>::value, "bc_bwd: element type must be bf16 or fp16");
   static_assert(Q % BLOCK_M == 0 && N % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide Q, N, Q");

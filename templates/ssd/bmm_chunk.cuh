@@ -31,8 +31,16 @@
 
 namespace ssd_kernels {
 
-template <int Q, int N, int BLOCK_M, int BLOCK_N, class T, bool HAS_SEQ_IDX>
+template <class Spec>
 __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int N = Spec::kDstate;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_N = Spec::kBlockN;
+  using T = typename Spec::Element;
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  static_assert(fwd_geom::bmm_chunk_tile_problem(Q, N, BLOCK_M, BLOCK_N, 0) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
   static_assert(is_16bit_float<T>::value, "bmm_chunk_fwd: element type must be bf16 or fp16");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");

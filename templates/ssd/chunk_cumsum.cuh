@@ -38,8 +38,14 @@ __device__ __forceinline__ CumsumWork cumsum_work(long long w, long long head_bl
   return r;
 }
 
-template <int Q, int BLOCK_H, int BLOCK_L, class T, bool kHasBias, bool kSoftplus>
+template <class Spec>
 __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK_H = Spec::kBlockH;
+  constexpr int BLOCK_L = Spec::kBlockL;
+  using T = typename Spec::Element;
+  constexpr bool kHasBias = Spec::kHasBias;
+  constexpr bool kSoftplus = Spec::kSoftplus;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   // Staging tiles (+1 column: conflict-free transposed reads).
   __shared__ float s_dt[BLOCK_H][BLOCK_L + 1];
@@ -92,9 +98,16 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
 // kIncrements (the SSD backward): ddA_cumsum holds the gradient w.r.t. the increments a_l = Δ_l A
 // itself (chunk_scan_bwd_ddA's output), so g_l = ddA(l) and there is no reverse scan; everything
 // after g_l is the same code and order.
-template <int Q, int BLOCK_H, int BLOCK_L, class T, bool kHasBias, bool kSoftplus, bool kDeterministic,
-          bool kIncrements = false>
+template <class Spec>
 __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK_H = Spec::kBlockH;
+  constexpr int BLOCK_L = Spec::kBlockL;
+  using T = typename Spec::Element;
+  constexpr bool kHasBias = Spec::kHasBias;
+  constexpr bool kSoftplus = Spec::kSoftplus;
+  constexpr bool kDeterministic = Spec::kDeterministic;
+  constexpr bool kIncrements = Spec::kIncrements;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
   __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];

@@ -77,9 +77,23 @@ __device__ __forceinline__ bool vec16_bhlp(const void* ptr, long long sb, long l
 
 }  // namespace detail
 
-template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, class S,
-          bool HAS_D, bool D_PER_HEADDIM, bool HAS_Z, bool HAS_SEQ_IDX>
+template <class Spec>
 __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  constexpr int N = Spec::kDstate;
+  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_N = Spec::kBlockN;
+  constexpr int BLOCK_K = Spec::kBlockK;
+  using T = typename Spec::Element;
+  using S = typename Spec::State;
+  constexpr bool HAS_D = Spec::kD;
+  constexpr bool D_PER_HEADDIM = Spec::kDPerHeaddim;
+  constexpr bool HAS_Z = Spec::kZ;
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  static_assert(fwd_geom::chunk_scan_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
   static_assert(is_16bit_float<T>::value, "chunk_scan_fwd: element type must be bf16 or fp16");
   static_assert(same_type<S, float>::value || same_type<S, T>::value, "state type must be float or the element type");

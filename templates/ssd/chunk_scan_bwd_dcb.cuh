@@ -50,8 +50,18 @@ __device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s
 
 }  // namespace detail
 
-template <int Q, int P, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool HAS_SEQ_IDX>
+template <class Spec>
 __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_N = Spec::kBlockN;
+  constexpr int BLOCK_K = Spec::kBlockK;
+  using T = typename Spec::Element;
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  static_assert(bwd_geom::dcb_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
   static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dcb: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");

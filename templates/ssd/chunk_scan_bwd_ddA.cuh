@@ -23,8 +23,14 @@
 
 namespace ssd_kernels {
 
-template <int Q, int BLOCK, bool kHasSeqIdx, bool kDeterministic>
+template <class Spec>
 __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK = Spec::kBlock;
+  constexpr bool kHasSeqIdx = Spec::kSeqIdx;
+  constexpr bool kDeterministic = Spec::kDeterministic;
+  static_assert(bwd_geom::ddA_tile_problem(BLOCK, 0, 0) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(BLOCK % 64 == 0, "BLOCK must hold at least two warps");
   constexpr int R = (Q + kIntraRowGroup - 1) / kIntraRowGroup;
   __shared__ float s_w[Q], s_v[Q];

@@ -47,8 +47,18 @@
 
 namespace ssd_kernels {
 
-template <int Q, int P, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_N, int BLOCK_K, class T, bool DETERMINISTIC>
+template <class Spec>
 __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_N = Spec::kBlockN;
+  constexpr int BLOCK_K = Spec::kBlockK;
+  using T = typename Spec::Element;
+  constexpr bool DETERMINISTIC = Spec::kDeterministic;
+  static_assert(bwd_geom::intra_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
   static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_ddA_intra: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");

@@ -141,9 +141,20 @@ __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, 
 
 }  // namespace detail
 
-template <int Q, int P, int N, int HEADS_PER_GROUP, int BLOCK_M, int BLOCK_K, class T, bool HAS_D, bool D_PER_HEADDIM,
-          bool HAS_SEQ_IDX>
+template <class Spec>
 __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  constexpr int N = Spec::kDstate;
+  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_K = Spec::kBlockK;
+  using T = typename Spec::Element;
+  constexpr bool HAS_D = Spec::kD;
+  constexpr bool D_PER_HEADDIM = Spec::kDPerHeaddim;
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  static_assert(bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
   static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dx: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");

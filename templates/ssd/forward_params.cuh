@@ -187,5 +187,44 @@ SSD_HOST_DEVICE constexpr int chunk_scan_smem_bytes(int q, int n, int bm, int bn
          chunk_scan_fixed_bytes(q, seq);
 }
 
+// ---- Tile legality, one function per kernel: nullptr when the tile is legal, else what is wrong.
+// The host's config validation reports the text (src/kernels/); each template static_asserts the
+// same function, so the two cannot disagree.
+SSD_HOST_DEVICE constexpr bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+SSD_HOST_DEVICE constexpr bool divides(int a, int b) { return a > 0 && b % a == 0; }
+
+SSD_HOST_DEVICE constexpr const char* bmm_chunk_tile_problem(int q, int n, int bm, int bn, int bk) {
+  return !pow2_in(bm, 16, 128) || !pow2_in(bn, 16, 128)      ? "m, n in 16, 32, 64, 128"
+         : !divides(bm, q) || !divides(bn, q)                ? "m and n must divide chunk_size"
+         : bk != 0                                           ? "k must be 0 (derived)"
+         : bmm_chunk_smem_bytes(n, bm, bn) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
+                                                             : nullptr;
+}
+
+// chunk_state_fwd and chunk_scan_bwd_dstates (the same template).
+SSD_HOST_DEVICE constexpr const char* chunk_state_tile_problem(int q, int p, int n, int bm, int bn, int bk) {
+  return !pow2_in(bm, 16, 128) || !pow2_in(bn, 16, 256) || !pow2_in(bk, 16, 64)
+             ? "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64"
+         : !divides(bm, p) || !divides(bn, n) || !divides(bk, q) ? "m | headdim, n | dstate, k | chunk_size"
+         : chunk_state_smem_bytes(q, bm, bn, bk) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
+                                                                  : nullptr;
+}
+
+SSD_HOST_DEVICE constexpr const char* chunk_scan_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return !pow2_in(bm, 64, 128) || !pow2_in(bn, 16, 128) || !pow2_in(bk, 16, 64)
+             ? "m in 64, 128; n in 16, 32, 64, 128; k in 16, 32, 64"
+         : !divides(bm, q) || !divides(bn, p) || !divides(bk, q) ? "m | chunk_size, n | headdim, k | chunk_size"
+         : (bm / 64) * (bn / 8) * 4 > 64                        ? "m * n <= 8192 (accumulator registers)"
+         : n % chunk_scan_block_kn(n, bk) != 0                  ? "k must divide dstate or exceed it"
+         : chunk_scan_smem_bytes(q, n, bm, bn, bk, seq) > kMaxStaticSmem
+             ? "the tiles' shared memory must fit in 48 KiB"
+             : nullptr;
+}
+
+// state_passing_fwd and state_passing_bwd: one block of `m` state elements.
+SSD_HOST_DEVICE constexpr const char* state_passing_tile_problem(int bm, int bn, int bk) {
+  return !pow2_in(bm, 64, 512) || bn != 0 || bk != 0 ? "m in 64, 128, 256, 512; n = k = 0" : nullptr;
+}
+
 }  // namespace fwd_geom
 }  // namespace ssd_kernels

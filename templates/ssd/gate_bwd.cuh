@@ -18,8 +18,15 @@
 
 namespace ssd_kernels {
 
-template <int Q, int P, class T, bool kZ, bool kD, bool kDPerHeaddim, bool kDeterministic>
+template <class Spec>
 __device__ void gate_bwd(const GateBwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  using T = typename Spec::Element;
+  constexpr bool kZ = Spec::kZ;
+  constexpr bool kD = Spec::kD;
+  constexpr bool kDPerHeaddim = Spec::kDPerHeaddim;
+  constexpr bool kDeterministic = Spec::kDeterministic;
   __shared__ double s_col[P];
   const int e = threadIdx.x;
   const long long work = p.batch * p.nchunks * p.nheads;

@@ -14,8 +14,10 @@
 
 namespace ssd_kernels {
 
-template <int BLOCK, int P>
+template <class Spec>
 __device__ void reduce_head_partials(const ReduceHeadPartialsParams& p) {
+  constexpr int BLOCK = Spec::kBlock;
+  constexpr int P = Spec::kPartials;
   for (long long h = (long long)blockIdx.x * BLOCK + threadIdx.x; h < p.nheads; h += (long long)gridDim.x * BLOCK) {
     float total[P];
 #pragma unroll

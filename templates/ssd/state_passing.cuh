@@ -10,12 +10,19 @@
 // bits depend on nothing but the inputs. BLOCK elements of the flattened p*n axis per block.
 #pragma once
 
+#include "ssd/forward_params.cuh"  // fwd_geom::state_passing_tile_problem
 #include "ssd/kernel_params.cuh"
 
 namespace ssd_kernels {
 
-template <int Q, int BLOCK, bool kHasInit, bool kHasSeqIdx>
+template <class Spec>
 __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK = Spec::kBlock;
+  constexpr bool kHasInit = Spec::kInitialStates;
+  constexpr bool kHasSeqIdx = Spec::kSeqIdx;
+  static_assert(fwd_geom::state_passing_tile_problem(BLOCK, 0, 0) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   const long long blocks_e = (p.state_size + BLOCK - 1) / BLOCK;
   const long long work = blocks_e * p.batch * p.nheads;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {

@@ -29,8 +29,15 @@
 
 namespace ssd_kernels {
 
-template <int Q, int BLOCK, class T, bool kHasSeqIdx, bool kDeterministic>
+template <class Spec>
 __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK = Spec::kBlock;
+  using T = typename Spec::Element;
+  constexpr bool kHasSeqIdx = Spec::kSeqIdx;
+  constexpr bool kDeterministic = Spec::kDeterministic;
+  static_assert(fwd_geom::state_passing_tile_problem(BLOCK, 0, 0) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(BLOCK % 32 == 0, "BLOCK must be a multiple of the warp");
   const long long blocks_e = (p.state_size + BLOCK - 1) / BLOCK;
   const long long work = blocks_e * p.batch * p.nheads;

@@ -18,6 +18,7 @@
 #include "compile/kernel_key.h"
 #include "compile/nvrtc_compiler.h"
 #include "config/config.h"
+#include "presets.h"
 
 using namespace ssd;
 
@@ -113,9 +114,9 @@ void check_preset_kernels(ssd_arch arch) {
   std::vector<ssd_kernel_config> configs;
   std::set<std::string> keys;
   KernelBuilder planner(nullptr);
-  for (const ModelPreset& p : model_presets())
+  for (const ssdgen::ModelPreset& p : ssdgen::model_presets())
     for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
-      for (const ssd_kernel_config& raw : preset_configs(p, arch, m)) {
+      for (const ssd_kernel_config& raw : ssdgen::preset_configs(p, arch, m)) {
         auto plan = planner.plan(raw);
         REQUIRE_MESSAGE(plan.ok(), plan.status().detail);
         if (keys.insert(plan->key.hex).second) configs.push_back(plan->config);

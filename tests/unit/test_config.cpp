@@ -5,6 +5,8 @@
 #include <string>
 
 #include "config/config.h"
+#include "kernels/family.h"
+#include "presets.h"
 
 using namespace ssd;
 
@@ -270,13 +272,13 @@ TEST_CASE("duplicate JSON keys are refused, naming the key") {
 }
 
 TEST_CASE("presets expand to valid configs") {
-  REQUIRE(find_preset("small").ok());
-  REQUIRE(find_preset("nemotronh-56b").ok());
-  CHECK(contains(find_preset("tiny").status().detail, "nemotronh-56b"));
-  for (const ModelPreset& p : model_presets())
+  REQUIRE(ssdgen::find_preset("small").ok());
+  REQUIRE(ssdgen::find_preset("nemotronh-56b").ok());
+  CHECK(contains(ssdgen::find_preset("tiny").status().detail, "nemotronh-56b"));
+  for (const ssdgen::ModelPreset& p : ssdgen::model_presets())
     for (ssd_arch a : {SSD_ARCH_SM80, SSD_ARCH_SM90, SSD_ARCH_SM90A})
       for (ssd_mode m : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST})
-        for (const ssd_kernel_config& c : preset_configs(p, a, m)) CHECK(validate_config(c).ok());
+        for (const ssd_kernel_config& c : ssdgen::preset_configs(p, a, m)) CHECK(validate_config(c).ok());
 }
 
 TEST_CASE("legal tiles all validate") {
@@ -292,7 +294,7 @@ TEST_CASE("legal tiles all validate") {
 }
 
 TEST_CASE("backward kernels: defaults are legal for every shape; fields they do not read must be 0") {
-  const ssd_kernel_id kernels[] = {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD,
+  const ssd_kernel_id kernels[] = {SSD_KERNEL_GATE_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD,
                                    SSD_KERNEL_CHUNK_SCAN_BWD_DX,      SSD_KERNEL_CHUNK_SCAN_BWD_DCB,
                                    SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, SSD_KERNEL_CHUNK_STATE_BWD_DB,
                                    SSD_KERNEL_CHUNK_SCAN_BWD_DC,      SSD_KERNEL_CHUNK_SCAN_BWD_DDA};
@@ -300,9 +302,10 @@ TEST_CASE("backward kernels: defaults are legal for every shape; fields they do 
   for (int32_t Q : {64, 128, 256})
     for (int32_t P : {32, 64, 128})
       for (int32_t N : {16, 64, 256})
-        for (const ssd_kernel_config& c : backward_configs({Q, P, N, 8, SSD_DTYPE_BF16},
-                                                           SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_Z, SSD_MODE_DETERMINISTIC,
-                                                           SSD_ARCH_SM90A)) {
+        for (ssd_kernel_id k : kernels) {
+          const ssd_kernel_config c = config_for_shape(k, {Q, P, N, 8, SSD_DTYPE_BF16},
+                                                       SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_Z,
+                                                       SSD_MODE_DETERMINISTIC, SSD_ARCH_SM90A);
           CAPTURE(config_label(c));
           REQUIRE(validate_config(c).ok());
           auto n = normalize_config(c);

@@ -14,6 +14,7 @@
 
 #include "cache/disk_cache.h"
 #include "cli.h"
+#include "presets.h"
 #include "compile/kernel_builder.h"
 #include "config/config.h"
 #include "ops/prepare.h"
@@ -65,11 +66,11 @@ std::vector<ssd_mode> preset_modes(const Targets& t) {
   return t.modes.empty() ? std::vector<ssd_mode>{SSD_MODE_DETERMINISTIC, SSD_MODE_FAST} : t.modes;
 }
 
-std::vector<ssd_kernel_config> expand_preset(const ssd::ModelPreset& p, const Targets& t) {
+std::vector<ssd_kernel_config> expand_preset(const ModelPreset& p, const Targets& t) {
   std::vector<ssd_kernel_config> out;
   for (ssd_arch arch : preset_archs(t))
     for (ssd_mode mode : preset_modes(t))
-      for (const ssd_kernel_config& c : ssd::preset_configs(p, arch, mode)) out.push_back(c);
+      for (const ssd_kernel_config& c : preset_configs(p, arch, mode)) out.push_back(c);
   return out;
 }
 
@@ -230,7 +231,7 @@ int cmd_compile(Context& ctx, const std::vector<std::string>& args) {
   };
   for (const Source& s : sources) {
     if (s.kind == Source::Preset) {
-      auto preset = ssd::find_preset(s.text);
+      auto preset = find_preset(s.text);
       if (!preset.ok()) return fail(ctx, preset.status());
       for (const ssd_kernel_config& c : expand_preset(preset.value(), targets))
         if (auto st = add(c, "preset " + s.text); !st.ok()) return fail(ctx, st);
@@ -383,7 +384,7 @@ int cmd_presets(Context& ctx, const std::vector<std::string>& args) {
 
   if (ctx.json) {
     nlohmann::json list = nlohmann::json::array();
-    for (const ssd::ModelPreset& p : ssd::model_presets()) {
+    for (const ModelPreset& p : model_presets()) {
       nlohmann::json cfgs = nlohmann::json::array();
       for (const ssd_kernel_config& c : expand_preset(p, targets)) cfgs.push_back(ssd::config_to_json(c));
       list.push_back({{"name", p.name},
@@ -402,9 +403,9 @@ int cmd_presets(Context& ctx, const std::vector<std::string>& args) {
   }
 
   size_t width = 4;
-  for (const ssd::ModelPreset& p : ssd::model_presets()) width = std::max(width, p.name.size());
+  for (const ModelPreset& p : model_presets()) width = std::max(width, p.name.size());
   std::string text = fmt::format("{:<{}}  {:>7}  {}\n", "NAME", width, "KERNELS", "DESCRIPTION");
-  for (const ssd::ModelPreset& p : ssd::model_presets())
+  for (const ModelPreset& p : model_presets())
     text += fmt::format("{:<{}}  {:>7}  {}\n", p.name, width, expand_preset(p, targets).size(), p.description);
   text += fmt::format("(kernel counts for arch {}, mode {})\n", archs, modes);
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "presets.h"
 #include "common/float16.h"
 #include "config/config.h"
 #include "ops/tensor_check.h"
@@ -221,14 +222,14 @@ ssd::Result<ssd::BackwardTuning> parse_bwd_tiles(const std::string& text) {
 struct GpuSession {
   const Driver* drv = nullptr;
   std::unique_ptr<ssd_runtime> rt;
-  ssd::ModelPreset preset;
+  ModelPreset preset;
   ForwardInputs in;
   ssd_forward_args args{};
   ssd_forward_layout layout{};
 };
 
 ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
-  auto preset = ssd::find_preset(ga.preset);
+  auto preset = find_preset(ga.preset);
   if (!preset.ok()) return preset.status();
   s.preset = preset.value();
   auto drv = ssd::cuda::driver();
@@ -243,7 +244,7 @@ ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
   auto rt = ssd::create_runtime(ro);
   if (!rt.ok()) return rt.status();
   s.rt = std::move(rt).value();
-  const ssd::ModelPreset& m = s.preset;
+  const ModelPreset& m = s.preset;
   const Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
   SSD_RETURN_IF_ERROR(prepare(*s.drv, pr, keep_host, s.in));
   ssd_forward_args a = forward_args(s.in);
@@ -263,7 +264,7 @@ double median(std::vector<float> v) {
 // `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
 int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const ssd::BackwardTuning& tuning) {
   const Driver& drv = *session.drv;
-  const ssd::ModelPreset& m = session.preset;
+  const ModelPreset& m = session.preset;
   const Problem& pr = session.in.pr;
   const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p), nbc = size_t(pr.b * pr.L * pr.g * pr.n);
   std::mt19937_64 rng(std::random_device{}());
@@ -374,7 +375,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
   const Driver& drv = *session.drv;
-  const ssd::ModelPreset& m = session.preset;
+  const ModelPreset& m = session.preset;
   const Problem& pr = session.in.pr;
   const ssd_forward_args& a = session.args;
   const ssd_forward_layout* layout = &session.layout;
@@ -432,7 +433,7 @@ int cmd_check(Context& ctx, const std::vector<std::string>& args) {
   GpuSession session;
   if (ssd::Status st = open_session(ga, true, session); !st.ok()) return fail(ctx, st);
   const Driver& drv = *session.drv;
-  const ssd::ModelPreset& m = session.preset;
+  const ModelPreset& m = session.preset;
   ForwardInputs& in = session.in;
   const Problem& pr = in.pr;
   const ssd_forward_args& a = session.args;

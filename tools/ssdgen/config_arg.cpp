@@ -1,6 +1,7 @@
 // CONFIG arguments: a JSON file, inline JSON, or compact `key=value,...` pairs (docs/cli.md).
 // Every form becomes JSON and goes through ssd::config_from_json, so the field checks and their
-// messages are the library's; this file only reports what is not JSON-shaped at all.
+// messages are the library's; this file only reports what is not JSON-shaped at all. SHAPE
+// arguments (`compile --shape`) are read here too; shape_arg.cpp expands them into kernels.
 #include <sys/stat.h>
 
 #include <fmt/format.h>
@@ -190,6 +191,38 @@ ssd::Result<std::vector<ssd_kernel_config>> read_configs_file(const std::string&
   auto configs = ssd::configs_from_json_text(file.value());
   if (!configs.ok()) return ssd::make_error(configs.status().code, shown + ": " + configs.status().detail);
   return configs.value();
+}
+
+namespace {
+ssd::Status shape_arg_error(const std::string& detail) { return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, detail); }
+}  // namespace
+
+ssd::Result<std::vector<nlohmann::json>> parse_shape_arg(const std::string& text) {
+  std::string t = text;
+  const size_t first = t.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return shape_arg_error("shape: empty argument");
+  ssd::Result<std::string> body = std::string();
+  struct stat st {};
+  if (t[first] == '{' || t[first] == '[') {
+    body = t;
+  } else if (::stat(t.c_str(), &st) != 0 && t.find('=') != std::string::npos) {
+    auto j = compact_config_to_json(t);
+    if (!j.ok()) return shape_arg_error(j.status().detail);
+    for (auto it = j->begin(); it != j->end(); ++it)  // compact numbers are JSON numbers already
+      if (it.value().is_object() || it.value().is_array())
+        return shape_arg_error(fmt::format("shape.{}: expected a single value", it.key()));
+    return std::vector<nlohmann::json>{j.value()};
+  } else {
+    body = read_text_file(t);
+    if (!body.ok()) return body.status();
+  }
+  nlohmann::json j = nlohmann::json::parse(body.value(), nullptr, false);
+  if (j.is_discarded()) return shape_arg_error(fmt::format("shape: '{}' is not valid JSON", t.size() > 64 ? t.substr(0, 64) + "..." : t));
+  if (json_nested_deeper_than(j, 8)) return shape_arg_error("shape: JSON nested too deeply");
+  if (j.is_object() && j.contains("shapes")) j = j.at("shapes");
+  if (j.is_object()) return std::vector<nlohmann::json>{j};
+  if (!j.is_array()) return shape_arg_error("shape: expected an object, an array of them, or {\"shapes\": [...]}");
+  return std::vector<nlohmann::json>(j.begin(), j.end());
 }
 
 }  // namespace ssdgen

@@ -1,8 +1,7 @@
-// SHAPE arguments of `ssdgen compile --shape/--shapes` (docs/cli.md): the arguments of an
-// ssd_forward/ssd_backward call, without tensors, expanded into the kernels the call uses through
-// the library's own ssd_forward_prepare/ssd_backward_prepare code (same validation, same keys).
-#include <sys/stat.h>
-
+// A SHAPE of `ssdgen compile --shape` (docs/cli.md; parsed by config_arg.cpp) and of the presets:
+// the arguments of an ssd_forward/ssd_backward call, without tensors, expanded into the kernels the
+// call uses through the library's own ssd_forward_prepare/ssd_backward_prepare code (same
+// validation, same keys). Needs nothing else of the CLI (the unit tests link it).
 #include <fmt/format.h>
 
 #include "cli.h"
@@ -161,34 +160,6 @@ ssd::Result<std::vector<ssd_kernel_config>> shape_kernel_configs(const nlohmann:
     SSD_RETURN_IF_ERROR(append(ssd::backward_prepare_configs(&a, arch, mode)));
   }
   return out;
-}
-
-ssd::Result<std::vector<nlohmann::json>> parse_shape_arg(const std::string& text) {
-  std::string t = text;
-  const size_t first = t.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return shape_error("shape: empty argument");
-  ssd::Result<std::string> body = std::string();
-  struct stat st {};
-  if (t[first] == '{' || t[first] == '[') {
-    body = t;
-  } else if (::stat(t.c_str(), &st) != 0 && t.find('=') != std::string::npos) {
-    auto j = compact_config_to_json(t);
-    if (!j.ok()) return shape_error(j.status().detail);
-    for (auto it = j->begin(); it != j->end(); ++it)  // compact numbers are JSON numbers already
-      if (it.value().is_object() || it.value().is_array())
-        return shape_error(fmt::format("shape.{}: expected a single value", it.key()));
-    return std::vector<nlohmann::json>{j.value()};
-  } else {
-    body = read_text_file(t);
-    if (!body.ok()) return body.status();
-  }
-  nlohmann::json j = nlohmann::json::parse(body.value(), nullptr, false);
-  if (j.is_discarded()) return shape_error(fmt::format("shape: '{}' is not valid JSON", t.size() > 64 ? t.substr(0, 64) + "..." : t));
-  if (json_nested_deeper_than(j, 8)) return shape_error("shape: JSON nested too deeply");
-  if (j.is_object() && j.contains("shapes")) j = j.at("shapes");
-  if (j.is_object()) return std::vector<nlohmann::json>{j};
-  if (!j.is_array()) return shape_error("shape: expected an object, an array of them, or {\"shapes\": [...]}");
-  return std::vector<nlohmann::json>(j.begin(), j.end());
 }
 
 }  // namespace ssdgen

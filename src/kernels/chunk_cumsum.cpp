@@ -1,0 +1,77 @@
+// chunk_cumsum_fwd / chunk_cumsum_bwd (templates/ssd/chunk_cumsum.cuh): Δ and its chunk-local
+// cumulative sum A·Δ, and their gradient with the chunk partials of dA and ddt_bias.
+#include <algorithm>
+
+#include "kernels/family.h"
+
+namespace ssd {
+namespace {
+
+void cumsum_defaults(ssd_kernel_config& c) {
+  c.dtype = SSD_DTYPE_BF16;
+  c.chunk_size = 256;
+}
+
+Status cumsum_validate(const ssd_kernel_config& c) {
+  SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
+                                        {"heads_per_group", c.heads_per_group}, {"tile.k", c.tile.k},
+                                        {"partials", c.partials}}));
+  if (!in_list(c.chunk_size, {16, 32, 64, 128, 256}))
+    return field_error(c, "chunk_size", std::to_string(c.chunk_size), int_list({16, 32, 64, 128, 256}));
+  if (!in_list(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
+    return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16, fp32");
+  if (!in_list(c.tile.m, {0, 32, 64, 128}))
+    return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
+  if (!in_list(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
+    return field_error(c, "tile.n", std::to_string(c.tile.n), "0 (default), 8, 16, 32, 64; at most chunk_size");
+  // Two fp32 staging tiles of m x (n + 1) must fit in 48 KiB of static shared memory.
+  if (c.tile.m * c.tile.n > 4096)
+    return field_error(c, "tile", std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n), "m * n <= 4096");
+  return Status::Ok();
+}
+
+// One thread scans one head; 64 heads per block keeps the (b, L, h) loads 128 B wide for bf16 and
+// gives b * nchunks * h / 64 blocks. 32 positions are staged through shared memory per step.
+ssd_tile cumsum_default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(32, c.chunk_size), 0, 0, 0}; }
+
+std::vector<ssd_tile> cumsum_legal_tiles(const ssd_kernel_config& c) {
+  std::vector<ssd_tile> tiles;
+  for (int m : {32, 64, 128})
+    for (int n : {8, 16, 32, 64})
+      if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
+  return tiles;
+}
+
+SpecWriter cumsum_members(const ssd_kernel_config& c) {
+  SpecWriter s;
+  s.integer("kChunk", c.chunk_size)
+      .integer("kBlockH", c.tile.m, "heads per block, one thread each")
+      .integer("kBlockL", c.tile.n, "positions staged per step")
+      .element("Element", c.dtype)
+      .boolean("kHasBias", c.flags & SSD_FLAG_DT_BIAS)
+      .boolean("kSoftplus", c.flags & SSD_FLAG_DT_SOFTPLUS);
+  return s;
+}
+
+KernelSpec fwd_spec(const ssd_kernel_config& c) { return {cumsum_members(c).members(), c.tile.m, 0}; }
+
+KernelSpec bwd_spec(const ssd_kernel_config& c) {
+  SpecWriter s = cumsum_members(c);
+  s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC)
+      .boolean("kIncrements", c.flags & SSD_FLAG_DDA_INCREMENTS);  // ddA is w.r.t. the increments a_l
+  return {s.members(), c.tile.m, 0};
+}
+
+}  // namespace
+
+extern const KernelFamily kChunkCumsumFwdFamily = {
+    SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd", "ssd/chunk_cumsum.cuh", "ChunkCumsumFwdParams",
+    "chunk_cumsum_fwd", SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS, cumsum_defaults, cumsum_validate,
+    cumsum_default_tile, cumsum_legal_tiles, fwd_spec};
+
+extern const KernelFamily kChunkCumsumBwdFamily = {
+    SSD_KERNEL_CHUNK_CUMSUM_BWD, "chunk_cumsum_bwd", "ssd/chunk_cumsum.cuh", "ChunkCumsumBwdParams",
+    "chunk_cumsum_bwd", SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS | SSD_FLAG_DDA_INCREMENTS, cumsum_defaults,
+    cumsum_validate, cumsum_default_tile, cumsum_legal_tiles, bwd_spec};
+
+}  // namespace ssd

@@ -1,0 +1,63 @@
+// chunk_state_fwd and chunk_scan_bwd_dstates (templates/ssd/chunk_state.cuh, one template): the
+// chunk states s_c = Xᵀ diag(ξ E_end Δ) B (math F2), and with kDstates the backward's
+// ds contributions from dy (the same contraction on (dy, C)).
+#include <algorithm>
+
+#include "kernels/family.h"
+#include "ssd/forward_params.cuh"
+
+namespace ssd {
+namespace {
+
+void defaults(ssd_kernel_config& c) {
+  c.dtype = SSD_DTYPE_BF16;
+  c.chunk_size = 256;
+  c.headdim = 64;
+  c.dstate = 64;
+  c.heads_per_group = 1;
+}
+
+const char* tile_problem(const ssd_kernel_config& c) {
+  return ssd_kernels::fwd_geom::chunk_state_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
+                                                         c.tile.k);
+}
+
+Status validate(const ssd_kernel_config& c) {
+  return validate_ssd_kernel(c, {true, true, true}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)",
+                             tile_problem);
+}
+
+// 64 x 128 x 32 measured best of seven candidates at the nemotronh-56b shape (docs/perf.md).
+ssd_tile default_tile(const ssd_kernel_config& c) {
+  return ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0};
+}
+std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+
+KernelSpec spec_of(const ssd_kernel_config& c, bool dstates) {
+  SpecWriter s;
+  s.integer("kChunk", c.chunk_size)
+      .integer("kHeaddim", c.headdim)
+      .integer("kDstate", c.dstate)
+      .integer("kHeadsPerGroup", c.heads_per_group)
+      .integer("kBlockM", c.tile.m, "headdim")
+      .integer("kBlockN", c.tile.n, "dstate")
+      .integer("kBlockK", c.tile.k, "positions")
+      .element("Element", c.dtype)
+      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
+      .boolean("kDstates", dstates);
+  return {s.members(), ssd_kernels::fwd_geom::chunk_state_threads(c.tile.m, c.tile.n), 0};
+}
+KernelSpec fwd_spec(const ssd_kernel_config& c) { return spec_of(c, false); }
+KernelSpec dstates_spec(const ssd_kernel_config& c) { return spec_of(c, true); }
+
+}  // namespace
+
+extern const KernelFamily kChunkStateFwdFamily = {
+    SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd", "ssd/chunk_state.cuh", "ChunkStateFwdParams", "chunk_state_fwd",
+    SSD_FLAG_SEQ_IDX, defaults, validate, default_tile, legal_tiles, fwd_spec};
+
+extern const KernelFamily kChunkScanBwdDstatesFamily = {
+    SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, "chunk_scan_bwd_dstates", "ssd/chunk_state.cuh", "ChunkStateFwdParams",
+    "chunk_state_fwd", SSD_FLAG_SEQ_IDX, defaults, validate, default_tile, legal_tiles, dstates_spec};
+
+}  // namespace ssd
