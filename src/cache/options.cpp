@@ -76,9 +76,7 @@ Result<Options> options_from_env() {
   }
 
   if (const char* m = env_or_null("SSD_CACHE_MODE")) {
-    auto mode = parse_mode(m);
-    if (!mode.ok()) return mode.status();
-    o.mode = mode.value();
+    SSD_ASSIGN_OR_RETURN(o.mode, parse_mode(m));
   }
 
   if (const char* mb = env_or_null("SSD_CACHE_MAX_BYTES")) {
