@@ -1,4 +1,6 @@
-// On-disk kernel cache. Layout, format and guarantees: docs/cache.md.
+// The on-disk kernel cache itself: lookup and publish of entries, per-key compile locks, quarantine of
+// bad entries, the LRU size bound and index.json. Layout, format and guarantees: docs/cache.md. The
+// entry file format is entry_format.h, the file-system helpers fs.h, the options options.h.
 //
 // <root>/v1/entries/<key[0:2]>/<key>.ssdk   immutable entry (header + cubin), published by link()
 // <root>/v1/entries/<key[0:2]>/<key>.used   last use, "<unix seconds>.<nanoseconds>\n" (temp+rename)
@@ -10,24 +12,20 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <climits>
-#include <limits>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <cctype>
 #include <mutex>
 #include <set>
 #include <system_error>
@@ -37,6 +35,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cache/fs.h"
 #include "common/log.h"
 #include "common/sha256.h"
 
@@ -45,12 +44,6 @@ namespace {
 
 using nlohmann::json;
 
-// ---- format constants (docs/cache.md, "Entry file") ----
-constexpr char kMagic[8] = {'S', 'S', 'D', 'K', '\r', '\n', '\x1a', '\n'};
-constexpr uint32_t kSchemaVersion = 1;
-constexpr size_t kPrefixBytes = 48;                 // magic 8 + schema 4 + header length 4 + sha256 32
-constexpr uint32_t kMaxHeaderBytes = 1u << 20;      // 1 MiB of JSON header is already absurd
-constexpr uint64_t kMaxEntryBytes = 1ull << 31;     // 2 GiB: larger is not a cubin we wrote
 constexpr const char* kVersionDir = "v1";
 constexpr const char* kEntrySuffix = ".ssdk";
 constexpr const char* kUsedSuffix = ".used";
@@ -60,288 +53,11 @@ constexpr const char* kUsedSuffix = ".used";
 constexpr int64_t kTempGraceNs = 120ll * 1000000000ll;
 constexpr int64_t kStaleTempNs = 3600ll * 1000000000ll;
 
-std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
-
-int64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t(ts.tv_sec) * 1000000000ll + ts.tv_nsec;
-}
-
-int64_t now_unix() { return now_ns() / 1000000000ll; }
-
 bool is_hex_key(const std::string& key) {
   if (key.size() != 64) return false;
   for (char c : key)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
-}
-
-std::string join(const std::string& a, const std::string& b) { return a + "/" + b; }
-
-// Absolute, without trailing slashes (lstat("dir/") would follow a symlink).
-std::string normalize_root(std::string p) {
-  if (p.empty()) return p;
-  if (p[0] != '/') {
-    std::error_code ec;
-    auto cwd = std::filesystem::current_path(ec);
-    if (!ec) p = cwd.string() + "/" + p;
-  }
-  p = std::filesystem::path(p).lexically_normal().string();
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
-
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
-
-int open_retry(const char* path, int flags, mode_t mode = 0) {
-  int fd;
-  do fd = ::open(path, flags, mode);
-  while (fd < 0 && errno == EINTR);
-  return fd;
-}
-
-// Returns 0 or an errno value.
-int write_all(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return EIO;
-    p += n;
-    size -= size_t(n);
-  }
-  return 0;
-}
-
-// Returns 0, an errno value, or -1 when the file ended early.
-int pread_all(int fd, void* data, size_t size, off_t offset) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = ::pread(fd, p, size, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return -1;
-    p += n;
-    size -= size_t(n);
-    offset += n;
-  }
-  return 0;
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = open_retry(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::fsync(fd);  // best effort: some file systems refuse fsync on directories
-  ::close(fd);
-}
-
-uint32_t get_u32le(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-void put_u32le(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
-}
-
-std::string hex_of(const uint8_t* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  s.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    s.push_back(digits[p[i] >> 4]);
-    s.push_back(digits[p[i] & 15]);
-  }
-  return s;
-}
-
-// Why a directory with this lstat/fstat result is not acceptable in the cache ("" when it is).
-std::string stat_dir_problem(const struct stat& st, bool group_shared) {
-  if (S_ISLNK(st.st_mode)) return "is a symbolic link";
-  if (!S_ISDIR(st.st_mode)) return "is not a directory";
-  if (st.st_uid != ::geteuid())
-    return fmt::format("is owned by uid {}, not by the current user (uid {})", unsigned(st.st_uid),
-                       unsigned(::geteuid()));
-  if (st.st_mode & S_IWOTH) return "is world-writable";
-  if ((st.st_mode & S_IWGRP) && !group_shared)
-    return "is group-writable (SSD_CACHE_SHARED=1 accepts a group-shared cache)";
-  return "";
-}
-
-// Why `path` is not acceptable as a cache directory ("" when it is).
-std::string dir_problem(const std::string& path, bool group_shared) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return fmt::format("cannot be examined ({})", errno_text(errno));
-  return stat_dir_problem(st, group_shared);
-}
-
-// Opens the directory `path` for reading files relative to it, if it passes the checks store()
-// applies when it creates one (not a symlink, ours, not writable by others). On failure returns -1
-// and sets *problem to the reason, or leaves it empty when the directory does not exist or cannot
-// be opened (a miss, not a reason to distrust it).
-int open_checked_dir(const std::string& path, bool group_shared, std::string* problem) {
-  problem->clear();
-  int fd;
-  do fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    const int e = errno;
-    struct stat st {};
-    if ((e == ELOOP || e == ENOTDIR) && ::lstat(path.c_str(), &st) == 0) *problem = stat_dir_problem(st, group_shared);
-    return -1;
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  *problem = stat_dir_problem(st, group_shared);
-  if (!problem->empty()) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// mkdir + check. Returns "" or the reason the directory cannot be used.
-std::string ensure_dir(const std::string& path, mode_t mode, bool group_shared) {
-  if (::mkdir(path.c_str(), mode) == 0) {
-    if (group_shared) (void)::chmod(path.c_str(), mode);  // the umask may have removed group bits
-    return "";
-  }
-  if (errno != EEXIST) return fmt::format("cannot be created ({})", errno_text(errno));
-  return dir_problem(path, group_shared);
-}
-
-// mkdir -p for the parents of `path` (mode 0700 for the ones we create). Errors surface later.
-void make_parents(const std::string& path) {
-  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
-    std::string prefix = path.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return;
-  }
-}
-
-// ---- entry header ----
-
-struct Header {
-  EntryInfo info;
-  int64_t created = 0;
-  uint64_t cubin_size = 0;
-  std::string cubin_sha256;
-  size_t cubin_offset = 0;
-};
-
-bool get_string(const json& j, const char* name, std::string* out) {
-  auto it = j.find(name);
-  if (it == j.end() || !it->is_string()) return false;
-  *out = it->get<std::string>();
-  return true;
-}
-
-template <class Int>
-bool get_int(const json& j, const char* name, Int* out) {
-  auto it = j.find(name);
-  if (it == j.end() || !it->is_number_integer()) return false;
-  // Out of Int's range counts as the wrong type (get<Int>() would wrap it silently).
-  const __int128 v = it->is_number_unsigned() ? __int128(it->template get<uint64_t>())
-                                              : __int128(it->template get<int64_t>());
-  if (v < __int128(std::numeric_limits<Int>::min()) || v > __int128(std::numeric_limits<Int>::max())) return false;
-  *out = it->template get<Int>();
-  return true;
-}
-
-// Checks the fixed prefix and the header. `data` holds at least `avail` bytes of the file, which is
-// `file_size` long. Returns "" or the reason the entry is bad; on "" and a too-short `avail`, sets
-// *need to the number of bytes required.
-std::string parse_header(const uint8_t* data, size_t avail, uint64_t file_size, Header* out,
-                         size_t* need = nullptr) {
-  if (file_size < kPrefixBytes) return fmt::format("truncated: {} bytes, shorter than the header", file_size);
-  if (avail < kPrefixBytes) {
-    if (need) *need = kPrefixBytes;
-    return "";
-  }
-  if (std::memcmp(data, kMagic, sizeof kMagic) != 0) return "bad magic bytes (not an ssdgen kernel file)";
-  uint32_t schema = get_u32le(data + 8);
-  if (schema != kSchemaVersion)
-    return fmt::format("schema version {} where {} was expected", schema, kSchemaVersion);
-  uint32_t header_len = get_u32le(data + 12);
-  if (header_len > kMaxHeaderBytes || kPrefixBytes + header_len > file_size)
-    return fmt::format("header length {} does not fit the {}-byte file", header_len, file_size);
-  if (avail < kPrefixBytes + header_len) {
-    if (need) *need = kPrefixBytes + header_len;
-    return "";
-  }
-  if (need) *need = 0;
-  const uint8_t* hdr = data + kPrefixBytes;
-  if (ssd::sha256_hex(hdr, header_len) != hex_of(data + 16, 32)) return "header checksum mismatch";
-  json j = json::parse(hdr, hdr + header_len, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "header is not a JSON object";
-  Header h;
-  EntryInfo& i = h.info;
-  if (!get_string(j, "key", &i.key) || !get_string(j, "key_record", &i.key_record) ||
-      !get_string(j, "kernel", &i.kernel) || !get_string(j, "spec_json", &i.spec_json) ||
-      !get_string(j, "symbol", &i.symbol) || !get_string(j, "arch", &i.arch) ||
-      !get_string(j, "toolchain", &i.toolchain) || !get_int(j, "registers", &i.registers) ||
-      !get_int(j, "shared_bytes", &i.shared_bytes) || !get_int(j, "created", &h.created) ||
-      !get_int(j, "cubin_size", &h.cubin_size) || !get_string(j, "cubin_sha256", &h.cubin_sha256))
-    return "header is missing a field or has one of the wrong type";
-  h.cubin_offset = kPrefixBytes + header_len;
-  if (h.cubin_size != file_size - h.cubin_offset)
-    return fmt::format("cubin size {} in the header, {} bytes in the file", h.cubin_size,
-                       file_size - h.cubin_offset);
-  *out = std::move(h);
-  return "";
-}
-
-std::vector<uint8_t> serialize(const Entry& e, const std::string& cubin_sha, int64_t created) {
-  json j = {{"key", e.info.key},
-            {"key_record", e.info.key_record},
-            {"kernel", e.info.kernel},
-            {"spec_json", e.info.spec_json},
-            {"symbol", e.info.symbol},
-            {"arch", e.info.arch},
-            {"toolchain", e.info.toolchain},
-            {"registers", e.info.registers},
-            {"shared_bytes", e.info.shared_bytes},
-            {"created", created},
-            {"cubin_size", uint64_t(e.cubin.size())},
-            {"cubin_sha256", cubin_sha}};
-  std::string header = j.dump();  // throws json::type_error on invalid UTF-8
-  std::vector<uint8_t> out(kPrefixBytes);
-  std::memcpy(out.data(), kMagic, sizeof kMagic);
-  put_u32le(out.data() + 8, kSchemaVersion);
-  put_u32le(out.data() + 12, uint32_t(header.size()));
-  Sha256 h;
-  h.update(header);
-  auto digest = h.digest();
-  std::memcpy(out.data() + 16, digest.data(), 32);
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), e.cubin.begin(), e.cubin.end());
-  return out;
 }
 
 // "<sec>.<nsec>" or "<sec>" -> ns; -1 when malformed.
@@ -367,19 +83,6 @@ int64_t parse_used(const std::string& text) {
   return sec * 1000000000ll + nsec;
 }
 
-bool read_small_file(const std::string& path, std::string* out) {
-  int fd = open_retry(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return false;
-  UniqueFd guard(fd);
-  char buf[128];
-  ssize_t n;
-  do n = ::read(fd, buf, sizeof buf);
-  while (n < 0 && errno == EINTR);
-  if (n < 0) return false;
-  out->assign(buf, size_t(n));
-  return true;
-}
-
 // Last-use marks already written by this process (path of the sidecar): at most one write per key.
 std::mutex g_used_mutex;
 std::unordered_set<std::string> g_used_written;
@@ -392,120 +95,6 @@ struct FileRec {
 };
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// modes and options
-
-const char* mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::ReadWrite: return "readwrite";
-    case Mode::ReadOnly: return "readonly";
-    case Mode::RequireCached: return "require-cached";
-    case Mode::Off: return "off";
-  }
-  return "?";
-}
-
-Result<Mode> parse_mode(const std::string& text) {
-  for (Mode m : {Mode::ReadWrite, Mode::ReadOnly, Mode::RequireCached, Mode::Off})
-    if (text == mode_name(m)) return m;
-  return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                    fmt::format("SSD_CACHE_MODE='{}' is not valid; legal values: readwrite, readonly, "
-                                "require-cached, off",
-                                text));
-}
-
-namespace {
-
-const char* env_or_null(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
-// Decimal digits only; false on overflow or anything else.
-bool parse_u64(const std::string& s, uint64_t* out) {
-  if (s.empty()) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    if (v > (UINT64_MAX - uint64_t(c - '0')) / 10) return false;
-    v = v * 10 + uint64_t(c - '0');
-  }
-  *out = v;
-  return true;
-}
-
-}  // namespace
-
-Result<Options> options_from_env() {
-  Options o;
-  if (const char* dir = env_or_null("SSD_CACHE_DIR")) {
-    o.root = normalize_root(dir);
-  } else if (const char* xdg = env_or_null("XDG_CACHE_HOME"); xdg && xdg[0] == '/') {
-    o.root = normalize_root(std::string(xdg) + "/ssdgen");  // XDG: relative values are ignored
-  } else {
-    std::string home;
-    if (const char* h = env_or_null("HOME")) {
-      home = h;
-    } else {
-      struct passwd pw {};
-      struct passwd* res = nullptr;
-      char buf[4096];
-      if (getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &res) == 0 && res && res->pw_dir)
-        home = res->pw_dir;
-    }
-    // No home at all: root stays empty and DiskCache runs memory-only with a warning.
-    if (!home.empty()) o.root = normalize_root(home + "/.cache/ssdgen");
-  }
-
-  if (const char* m = env_or_null("SSD_CACHE_MODE")) {
-    auto mode = parse_mode(m);
-    if (!mode.ok()) return mode.status();
-    o.mode = mode.value();
-  }
-
-  if (const char* mb = env_or_null("SSD_CACHE_MAX_BYTES")) {
-    std::string s = mb;
-    uint64_t mult = 1;
-    if (!s.empty()) {
-      switch (s.back()) {
-        case 'K': case 'k': mult = 1ull << 10; break;
-        case 'M': case 'm': mult = 1ull << 20; break;
-        case 'G': case 'g': mult = 1ull << 30; break;
-        case 'T': case 't': mult = 1ull << 40; break;
-        default: break;
-      }
-      if (mult != 1) s.pop_back();
-    }
-    uint64_t v = 0;
-    if (!parse_u64(s, &v) || (mult != 1 && v > UINT64_MAX / mult))
-      return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                        fmt::format("SSD_CACHE_MAX_BYTES='{}' is not valid; expected a byte count, "
-                                    "optionally with a K, M, G or T suffix (e.g. 4G, 512M, 1000000)",
-                                    mb));
-    o.max_bytes = v * mult;
-  }
-
-  if (const char* sh = env_or_null("SSD_CACHE_SHARED")) {
-    std::string s = sh;
-    if (s == "1") o.group_shared = true;
-    else if (s == "0") o.group_shared = false;
-    else
-      return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                        fmt::format("SSD_CACHE_SHARED='{}' is not valid; legal values: 0, 1", s));
-  }
-
-  if (const char* t = env_or_null("SSD_CACHE_LOCK_TIMEOUT_MS")) {
-    uint64_t v = 0;
-    if (!parse_u64(t, &v) || v > uint64_t(INT_MAX))
-      return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                        fmt::format("SSD_CACHE_LOCK_TIMEOUT_MS='{}' is not valid; expected milliseconds "
-                                    "as a non-negative integer",
-                                    t));
-    o.lock_timeout_ms = int(v);
-  }
-  return o;
-}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -653,7 +242,8 @@ struct DiskCache::Impl {
 
   // ---- entries ----
 
-  // Reads and verifies the entry of `key`. `want_record` null: no key_record echo check (verify_all).
+  // Opens the entry of `key` through its checked shard directory and verifies it (verify_entry in
+  // entry_format.h). `want_record` null: no key_record echo check (verify_all).
   // `out` null: the cubin is checked but not kept (streamed through the hash).
   // Returns "" (ok, *out filled), "miss" semantics via *missing, or the reason it is bad. When the
   // shard directory itself is refused (symlink, foreign owner, writable by others: what store()
@@ -699,8 +289,7 @@ struct DiskCache::Impl {
     *ino = st.st_ino;
     if (!S_ISREG(st.st_mode)) return "is not a regular file";
     const uint64_t size = uint64_t(st.st_size);
-    if (size > kMaxEntryBytes) return fmt::format("implausibly large ({} bytes)", size);
-    // Returns "" or the reason; a read error is a miss.
+    // Returns "" or the reason; a read error (not the file's fault) makes the load a miss.
     bool read_failed = false;
     auto read_at = [&](void* data, size_t n, uint64_t offset) -> std::string {
       int r = pread_all(fd, data, n, off_t(offset));
@@ -712,54 +301,12 @@ struct DiskCache::Impl {
       }
       return "";
     };
-    // Prefix and header first: the header's sizes are checked against the file size before the
-    // cubin is read (a huge sparse file whose header disagrees is rejected without reading it).
-    std::vector<uint8_t> head(size_t(std::min<uint64_t>(size, kPrefixBytes)));
-    Header h;
-    size_t need = 0;
-    std::string bad = read_at(head.data(), head.size(), 0);
-    if (bad.empty()) bad = parse_header(head.data(), head.size(), size, &h, &need);
-    if (bad.empty() && need > head.size()) {
-      head.resize(need);
-      bad = read_at(head.data(), head.size(), 0);
-      if (bad.empty()) bad = parse_header(head.data(), head.size(), size, &h, &need);
-    }
+    std::string bad = verify_entry(read_at, size, key, want_record, out);
     if (read_failed) {
       *missing = true;
       return "";
     }
-    if (!bad.empty()) return bad;
-    if (h.info.key != key) return fmt::format("header key {} does not match the file's key {}", h.info.key, key);
-    if (want_record && h.info.key_record != *want_record)
-      return "header key record does not match the requested key record";
-    Sha256 hash;
-    std::vector<uint8_t> cubin;
-    if (out) {
-      cubin.resize(size_t(h.cubin_size));
-      bad = read_at(cubin.data(), cubin.size(), h.cubin_offset);
-      if (bad.empty()) hash.update(cubin.data(), cubin.size());
-    } else {
-      std::vector<uint8_t> chunk(size_t(std::min<uint64_t>(h.cubin_size, 1u << 20)));
-      for (uint64_t done = 0; bad.empty() && done < h.cubin_size; done += chunk.size()) {
-        const size_t n = size_t(std::min<uint64_t>(chunk.size(), h.cubin_size - done));
-        bad = read_at(chunk.data(), n, h.cubin_offset + done);
-        if (bad.empty()) hash.update(chunk.data(), n);
-      }
-    }
-    if (read_failed) {
-      *missing = true;
-      return "";
-    }
-    if (!bad.empty()) return bad;
-    std::string sha = hash.hex_digest();
-    if (sha != h.cubin_sha256) return "cubin sha256 mismatch";
-    if (out) {
-      out->info = std::move(h.info);
-      out->cubin = std::move(cubin);
-      out->cubin_sha256 = std::move(sha);
-      out->created_unix = h.created;
-    }
-    return "";
+    return bad;
   }
 
   // Reports a refused shard directory once per directory (its entries are then misses). Storing
@@ -853,19 +400,6 @@ struct DiskCache::Impl {
     return shards;
   }
 
-  // Names in a directory opened with open_checked_dir (takes ownership of `fd`).
-  static std::vector<std::string> names_in(int fd) {
-    std::vector<std::string> names;
-    DIR* dir = ::fdopendir(fd);
-    if (!dir) {
-      ::close(fd);
-      return names;
-    }
-    while (dirent* d = ::readdir(dir)) names.push_back(d->d_name);
-    ::closedir(dir);
-    return names;
-  }
-
   // Every <key>.ssdk under entries/, with sizes and last-use times (no header reads). Shard
   // directories that store() would refuse are skipped (their entries are never loaded); they are
   // listed in *refused as (path, reason) when asked.
@@ -905,27 +439,22 @@ struct DiskCache::Impl {
   }
 
   // Header of one entry (no cubin read/check). Returns "" or the reason.
-  static std::string read_header(const std::string& path, Header* h) {
+  static std::string read_header(const std::string& path, EntryHeader* h) {
     int fd = open_retry(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return errno_text(errno);
     UniqueFd guard(fd);
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a regular file";
-    uint64_t size = uint64_t(st.st_size);
-    std::vector<uint8_t> buf(std::min<uint64_t>(size, kPrefixBytes));
-    if (pread_all(fd, buf.data(), buf.size(), 0) != 0) return "read failed";
-    size_t need = 0;
-    std::string bad = parse_header(buf.data(), buf.size(), size, h, &need);
-    if (!bad.empty() || need == 0) return bad;
-    buf.resize(need);
-    if (pread_all(fd, buf.data(), buf.size(), 0) != 0) return "read failed";
-    return parse_header(buf.data(), buf.size(), size, h, &need);
+    auto read_at = [&](void* data, size_t n, uint64_t offset) -> std::string {
+      return pread_all(fd, data, n, off_t(offset)) != 0 ? "read failed" : "";
+    };
+    return read_entry_header(read_at, uint64_t(st.st_size), h);
   }
 
   std::vector<ListedEntry> list() const {
     std::vector<ListedEntry> out;
     for (const FileRec& r : scan()) {
-      Header h;
+      EntryHeader h;
       if (!read_header(r.path, &h).empty() || h.info.key != r.key) continue;  // verify_all reports these
       ListedEntry le;
       le.key = r.key;
@@ -1066,7 +595,7 @@ struct DiskCache::Impl {
     int64_t created = e.created_unix > 0 ? e.created_unix : now_unix();
     std::vector<uint8_t> bytes;
     try {
-      bytes = serialize(e, sha, created);
+      bytes = serialize_entry(e, sha, created);
     } catch (const std::exception& ex) {
       return make_error(SSD_ERROR_INVALID_ARGUMENT,
                         fmt::format("entry {} cannot be serialized: {}", key, ex.what()));

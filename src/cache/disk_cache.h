@@ -10,46 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "cache/entry_format.h"
+#include "cache/options.h"
 #include "common/status.h"
 
 namespace ssd::cache {
-
-enum class Mode { ReadWrite, ReadOnly, RequireCached, Off };
-
-const char* mode_name(Mode mode);  // "readwrite", "readonly", "require-cached", "off"
-Result<Mode> parse_mode(const std::string& text);
-
-struct Options {
-  std::string root;             // cache root directory (absolute)
-  Mode mode = Mode::ReadWrite;
-  bool group_shared = false;    // opt-in: accept a group-writable root owned by us (SSD_CACHE_SHARED=1)
-  uint64_t max_bytes = 4ull << 30;  // LRU bound on entry bytes (SSD_CACHE_MAX_BYTES)
-  int lock_timeout_ms = 120000;     // then compile without the lock (SSD_CACHE_LOCK_TIMEOUT_MS)
-};
-
-// Root: $SSD_CACHE_DIR, else $XDG_CACHE_HOME/ssdgen, else $HOME/.cache/ssdgen. Mode: $SSD_CACHE_MODE.
-// A malformed variable is an error naming the variable and its legal values.
-Result<Options> options_from_env();
-
-// What an entry's header records besides the cubin itself.
-struct EntryInfo {
-  std::string key;          // 64 lowercase hex chars, SHA-256 of key_record
-  std::string key_record;   // canonical key record text (echoed and compared on load)
-  std::string kernel;       // kernel family name, e.g. "chunk_cumsum_fwd"
-  std::string spec_json;    // the specialization as compact JSON (for index.json and `cache ls`)
-  std::string symbol;       // entry-point name in the cubin
-  std::string arch;         // "sm_90a"
-  std::string toolchain;    // "nvrtc 13.0"
-  int32_t registers = -1;
-  int32_t shared_bytes = -1;
-};
-
-struct Entry {
-  EntryInfo info;
-  std::vector<uint8_t> cubin;
-  std::string cubin_sha256;  // hex; filled by the cache on load, by the producer on store
-  int64_t created_unix = 0;
-};
 
 // One row of `cache ls` / index.json.
 struct ListedEntry {

@@ -1,5 +1,6 @@
 // The exported C API: argument checks, exceptions stopped at the boundary, thread-local details.
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -69,9 +70,9 @@ template <class Prepare>
 ssd_status prepare_entry(ssd_prepare_report* report, Prepare prepare) {
   return guarded([&]() -> ssd::Status {
     if (report) SSD_RETURN_IF_ERROR(check_report_size(report));
-    auto r = prepare();
-    if (!r.ok()) return r.status();
-    if (report) write_report(report, r.value());
+    ssd_prepare_report r{};
+    SSD_ASSIGN_OR_RETURN(r, prepare());
+    if (report) write_report(report, r);
     return ssd::Status::Ok();
   });
 }
@@ -93,9 +94,9 @@ SSD_API void ssd_kernel_config_init(ssd_kernel_config* config, ssd_kernel_id ker
 
 SSD_API ssd_status ssd_kernel_config_validate(const ssd_kernel_config* config) {
   return guarded([&]() -> ssd::Status {
-    auto c = ssd::read_config(config);
-    if (!c.ok()) return c.status();
-    return ssd::validate_config(c.value());
+    ssd_kernel_config c{};
+    SSD_ASSIGN_OR_RETURN(c, ssd::read_config(config));
+    return ssd::validate_config(c);
   });
 }
 
@@ -137,13 +138,12 @@ SSD_API ssd_status ssd_runtime_create(const ssd_runtime_options* options, ssd_ru
     *runtime = nullptr;
     ssd_runtime_options o = default_runtime_options();
     if (options) {
-      auto read = ssd::read_sized_struct(options, o, "options", offsetof(ssd_runtime_options, cache_mode) + sizeof(int32_t));
-      if (!read.ok()) return read.status();
-      o = read.value();
+      SSD_ASSIGN_OR_RETURN(o, ssd::read_sized_struct(options, o, "options",
+                                                     offsetof(ssd_runtime_options, cache_mode) + sizeof(int32_t)));
     }
-    auto rt = ssd::create_runtime(o);
-    if (!rt.ok()) return rt.status();
-    *runtime = std::move(rt).value().release();
+    std::unique_ptr<ssd_runtime> rt;
+    SSD_ASSIGN_OR_RETURN(rt, ssd::create_runtime(o));
+    *runtime = rt.release();
     return ssd::Status::Ok();
   });
 }
@@ -155,11 +155,11 @@ SSD_API ssd_status ssd_get_kernel(ssd_runtime* runtime, const ssd_kernel_config*
     if (!runtime) return null_arg("runtime");
     if (!kernel) return null_arg("kernel");
     *kernel = nullptr;
-    auto c = ssd::read_config(config);
-    if (!c.ok()) return c.status();
-    auto k = ssd::get_kernel(*runtime, c.value());
-    if (!k.ok()) return k.status();
-    *kernel = const_cast<ssd_kernel*>(k.value());
+    ssd_kernel_config c{};
+    SSD_ASSIGN_OR_RETURN(c, ssd::read_config(config));
+    const ssd_kernel* k = nullptr;
+    SSD_ASSIGN_OR_RETURN(k, ssd::get_kernel(*runtime, c));
+    *kernel = const_cast<ssd_kernel*>(k);
     return ssd::Status::Ok();
   });
 }
@@ -219,9 +219,7 @@ SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bw
     if (!bytes) return null_arg("bytes");
     *bytes = 0;
     // Sized for deterministic mode, which needs the most; fast mode needs none.
-    auto n = ssd::chunk_cumsum_bwd_workspace_size(args, SSD_MODE_DETERMINISTIC);
-    if (!n.ok()) return n.status();
-    *bytes = n.value();
+    SSD_ASSIGN_OR_RETURN(*bytes, ssd::chunk_cumsum_bwd_workspace_size(args, SSD_MODE_DETERMINISTIC));
     return ssd::Status::Ok();
   });
 }
@@ -243,10 +241,10 @@ SSD_API ssd_status ssd_forward_workspace_layout(const ssd_forward_args* args, ss
     if (!layout) return null_arg("layout");
     if (layout->struct_size < offsetof(ssd_forward_layout, states_offset) + sizeof(size_t))
       return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, "layout.struct_size: set it to sizeof(ssd_forward_layout)");
-    auto l = ssd::forward_layout(args);
-    if (!l.ok()) return l.status();
+    ssd_forward_layout l{};
+    SSD_ASSIGN_OR_RETURN(l, ssd::forward_layout(args));
     const size_t size = layout->struct_size;
-    std::memcpy(layout, &l.value(), std::min(size, sizeof(ssd_forward_layout)));
+    std::memcpy(layout, &l, std::min(size, sizeof(ssd_forward_layout)));
     layout->struct_size = size;
     return ssd::Status::Ok();
   });
@@ -267,9 +265,9 @@ SSD_API void ssd_backward_args_init(ssd_backward_args* args) {
 SSD_API ssd_status ssd_backward_workspace_size(const ssd_backward_args* args, size_t* bytes) {
   return guarded([&]() -> ssd::Status {
     if (!bytes) return null_arg("bytes");
-    auto l = ssd::backward_layout(args, -1);
-    if (!l.ok()) return l.status();
-    *bytes = l->total;
+    ssd::BackwardLayout l{};
+    SSD_ASSIGN_OR_RETURN(l, ssd::backward_layout(args, -1));
+    *bytes = l.total;
     return ssd::Status::Ok();
   });
 }

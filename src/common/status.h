@@ -42,8 +42,21 @@ class Result {
 
 }  // namespace ssd
 
+// Evaluates `expr` (a Status) and returns it from the enclosing function when it is an error.
 #define SSD_RETURN_IF_ERROR(expr)        \
   do {                                   \
     ::ssd::Status ssd_status_ = (expr);  \
     if (!ssd_status_.ok()) return ssd_status_; \
+  } while (0)
+
+// Evaluates `expr` (a Result<T>): on an error returns its status from the enclosing function (which
+// returns a Status or any Result), else moves the value into `lhs`, an existing variable or member:
+//   Options o;
+//   SSD_ASSIGN_OR_RETURN(o.mode, parse_mode(text));
+// One statement, so it is safe as the body of an unbraced if/else.
+#define SSD_ASSIGN_OR_RETURN(lhs, expr) \
+  do {                                  \
+    auto r_ = (expr);                   \
+    if (!r_.ok()) return r_.status();   \
+    lhs = std::move(r_).value();        \
   } while (0)

@@ -24,19 +24,16 @@ const char* source_name(BuiltKernel::Source source) {
 KernelBuilder::KernelBuilder(cache::DiskCache* cache, bool keep_ptx) : cache_(cache), keep_ptx_(keep_ptx) {}
 
 Result<KernelBuilder::Plan> KernelBuilder::plan(const ssd_kernel_config& config) const {
-  auto normalized = normalize_config(config);
-  if (!normalized.ok()) return normalized.status();
-  auto unit = generate_unit(normalized.value());
-  if (!unit.ok()) return unit.status();
-  Plan p{normalized.value(), std::move(unit).value(), {}};
+  Plan p;
+  SSD_ASSIGN_OR_RETURN(p.config, normalize_config(config));
+  SSD_ASSIGN_OR_RETURN(p.unit, generate_unit(p.config));
   p.key = make_key(p.config, p.unit, compile_options(p.config.arch), nvrtc_version());
   return p;
 }
 
 Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel_config& config) {
-  auto planned = plan(config);
-  if (!planned.ok()) return planned.status();
-  Plan& p = planned.value();
+  Plan p;
+  SSD_ASSIGN_OR_RETURN(p, plan(config));
 
   std::shared_ptr<std::mutex> key_lock;
   {
@@ -69,11 +66,11 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   std::string ptx;
   auto compile = [&]() -> Result<cache::Entry> {
     compiled_here = true;
-    auto cubin = compile_cubin(p.unit, p.config.arch, keep_ptx_);
-    if (!cubin.ok()) return cubin.status();
-    compile_log = cubin->log;
-    spill_bytes = cubin->report.spill_bytes;
-    ptx = std::move(cubin->ptx);
+    CompiledCubin cubin;
+    SSD_ASSIGN_OR_RETURN(cubin, compile_cubin(p.unit, p.config.arch, keep_ptx_));
+    compile_log = cubin.log;
+    spill_bytes = cubin.report.spill_bytes;
+    ptx = std::move(cubin.ptx);
     cache::Entry e;
     e.info.key = p.key.hex;
     e.info.key_record = p.key.record;
@@ -82,26 +79,26 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
     e.info.symbol = p.unit.symbol;
     e.info.arch = arch_name(p.config.arch);
     e.info.toolchain = "nvrtc " + nvrtc_version();
-    e.info.registers = cubin->report.registers;
-    e.info.shared_bytes = cubin->report.shared_bytes;
-    e.cubin = std::move(cubin->cubin);
+    e.info.registers = cubin.report.registers;
+    e.info.shared_bytes = cubin.report.shared_bytes;
+    e.cubin = std::move(cubin.cubin);
     e.cubin_sha256 = sha256_hex(e.cubin.data(), e.cubin.size());
     e.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
     return e;
   };
 
-  Result<cache::Entry> entry = cache_ ? cache_->get_or_compile(p.key.hex, p.key.record, compile) : compile();
-  if (!entry.ok()) return entry.status();
-  if (entry->info.symbol != p.unit.symbol)
+  cache::Entry entry;
+  SSD_ASSIGN_OR_RETURN(entry, cache_ ? cache_->get_or_compile(p.key.hex, p.key.record, compile) : compile());
+  if (entry.info.symbol != p.unit.symbol)
     return make_error(SSD_ERROR_INTERNAL, fmt::format("cache entry {} names symbol '{}', expected '{}'", p.key.hex,
-                                                      entry->info.symbol, p.unit.symbol));
+                                                      entry.info.symbol, p.unit.symbol));
 
   auto built = std::make_shared<BuiltKernel>();
   built->config = p.config;
   built->unit = std::move(p.unit);
   built->key = std::move(p.key);
-  built->entry = std::move(entry).value();
+  built->entry = std::move(entry);
   built->source = compiled_here ? BuiltKernel::Source::Compiled : BuiltKernel::Source::Disk;
   built->compile_log = std::move(compile_log);
   built->spill_bytes = spill_bytes;

@@ -125,9 +125,7 @@ Result<CompiledCubin> compile_cubin(const GeneratedUnit& unit, ssd_arch arch, bo
   out.log = program.log();
   out.report = parse_ptxas_report(out.log);
   if (with_ptx) {
-    auto ptx = program_ptx(program.get());
-    if (!ptx.ok()) return ptx.status();
-    out.ptx = std::move(ptx.value());
+    SSD_ASSIGN_OR_RETURN(out.ptx, program_ptx(program.get()));
   }
   return out;
 }

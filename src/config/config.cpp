@@ -260,13 +260,6 @@ Result<std::string> json_string(const nlohmann::json& j, const std::string& fiel
   return j.get<std::string>();
 }
 
-#define SSD_ASSIGN_OR_RETURN(lhs, expr) \
-  do {                                  \
-    auto r_ = (expr);                   \
-    if (!r_.ok()) return r_.status();   \
-    lhs = std::move(r_).value();        \
-  } while (0)
-
 }  // namespace
 
 Result<ssd_kernel_config> config_from_json(const nlohmann::json& j) {

@@ -79,9 +79,9 @@ Status check(CUresult r, const char* what) {
 }
 
 Result<CUcontext> current_context() {
-  auto d = driver();
-  if (!d.ok()) return d.status();
-  const Driver& drv = *d.value();
+  const Driver* d = nullptr;
+  SSD_ASSIGN_OR_RETURN(d, driver());
+  const Driver& drv = *d;
   CUcontext ctx = nullptr;
   SSD_RETURN_IF_ERROR(check(drv.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
   if (ctx) return ctx;

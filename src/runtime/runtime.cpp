@@ -28,9 +28,8 @@ Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& o
       options.arch != SSD_ARCH_SM90A)
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
                       fmt::format("options.arch: {} (legal: 0 from the device, 80, 90, 901)", options.arch));
-  auto cache_options = cache::options_from_env();
-  if (!cache_options.ok()) return cache_options.status();
-  cache::Options co = cache_options.value();
+  cache::Options co;
+  SSD_ASSIGN_OR_RETURN(co, cache::options_from_env());
   if (options.cache_dir && *options.cache_dir) co.root = options.cache_dir;
   if (options.cache_mode >= 0) {
     constexpr cache::Mode modes[] = {cache::Mode::ReadWrite, cache::Mode::ReadOnly, cache::Mode::RequireCached,
@@ -51,8 +50,7 @@ Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& o
 
 Result<ssd_arch> runtime_arch(ssd_runtime& runtime) {
   if (runtime.arch != 0) return ssd_arch(runtime.arch);
-  auto ctx = cuda::current_context();
-  if (!ctx.ok()) return ctx.status();
+  SSD_RETURN_IF_ERROR(cuda::current_context().status());
   const cuda::Driver& d = *cuda::driver().value();
   CUdevice dev;
   SSD_RETURN_IF_ERROR(cuda::check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice"));
@@ -68,31 +66,31 @@ Result<ssd_arch> runtime_arch(ssd_runtime& runtime) {
 }
 
 Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_config& config) {
-  auto ctx = cuda::current_context();
-  if (!ctx.ok()) return ctx.status();
+  CUcontext ctx = nullptr;
+  SSD_ASSIGN_OR_RETURN(ctx, cuda::current_context());
   // Hot path: a config this context has loaded before, as the caller spelled it. Skips codegen and
   // key hashing, which cost far more than the kernels they launch.
   const std::string spelled = config_record(config);
   {
     std::lock_guard<std::mutex> lock(runtime.mutex);
-    auto hit = runtime.loaded_by_config.find(std::make_pair(ctx.value(), spelled));
+    auto hit = runtime.loaded_by_config.find(std::make_pair(ctx, spelled));
     if (hit != runtime.loaded_by_config.end()) return hit->second;
   }
-  auto built = runtime.builder->build(config);
-  if (!built.ok()) return built.status();
-  const BuiltKernel& b = *built.value();
+  std::shared_ptr<const BuiltKernel> built;
+  SSD_ASSIGN_OR_RETURN(built, runtime.builder->build(config));
+  const BuiltKernel& b = *built;
   std::lock_guard<std::mutex> lock(runtime.mutex);
-  auto where = std::make_pair(ctx.value(), b.key.hex);
+  auto where = std::make_pair(ctx, b.key.hex);
   auto it = runtime.kernels.find(where);
   if (it != runtime.kernels.end()) {
-    runtime.loaded_by_config[std::make_pair(ctx.value(), spelled)] = it->second.get();
+    runtime.loaded_by_config[std::make_pair(ctx, spelled)] = it->second.get();
     return static_cast<const ssd_kernel*>(it->second.get());
   }
 
   const cuda::Driver& d = *cuda::driver().value();
   auto kernel = std::make_unique<ssd_kernel>();
-  kernel->context = ctx.value();
-  kernel->built = built.value();
+  kernel->context = ctx;
+  kernel->built = built;
   SSD_RETURN_IF_ERROR(cuda::check(d.cuModuleLoadData(&kernel->module, b.entry.cubin.data()),
                                   "cuModuleLoadData"));
   Status s = cuda::check(d.cuModuleGetFunction(&kernel->function, kernel->module, b.unit.symbol.c_str()),
@@ -107,17 +105,17 @@ Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_conf
   }
   const ssd_kernel* raw = kernel.get();
   runtime.kernels.emplace(where, std::move(kernel));
-  runtime.loaded_by_config[std::make_pair(ctx.value(), spelled)] = raw;
+  runtime.loaded_by_config[std::make_pair(ctx, spelled)] = raw;
   return raw;
 }
 
 Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,
                      CUstream stream) {
-  auto d = cuda::driver();
-  if (!d.ok()) return d.status();
+  const cuda::Driver* d = nullptr;
+  SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   if (grid_x == 0 || grid_y == 0 || grid_z == 0) return Status::Ok();  // empty problem: nothing to do
   const GeneratedUnit& u = kernel.built->unit;
-  return cuda::check(d.value()->cuLaunchKernel(kernel.function, grid_x, grid_y, grid_z, unsigned(u.block_threads), 1,
+  return cuda::check(d->cuLaunchKernel(kernel.function, grid_x, grid_y, grid_z, unsigned(u.block_threads), 1,
                                                1, unsigned(u.dynamic_shared_bytes), stream, params, nullptr),
                      "cuLaunchKernel");
 }

@@ -55,8 +55,8 @@ Status validate_tensor_map(const TensorMapDesc& d) {
 
 Result<CUtensorMap> encode_tensor_map(const TensorMapDesc& d) {
   SSD_RETURN_IF_ERROR(validate_tensor_map(d));
-  auto drv = driver();
-  if (!drv.ok()) return drv.status();
+  const Driver* drv = nullptr;
+  SSD_ASSIGN_OR_RETURN(drv, driver());
   CUtensorMapDataType type = d.dtype == SSD_DTYPE_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                              : d.dtype == SSD_DTYPE_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                              : d.dtype == SSD_DTYPE_FP32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
@@ -74,7 +74,7 @@ Result<CUtensorMap> encode_tensor_map(const TensorMapDesc& d) {
     if (i > 0) strides[i - 1] = d.strides[i];
   }
   CUtensorMap map;
-  SSD_RETURN_IF_ERROR(check(drv.value()->cuTensorMapEncodeTiled(
+  SSD_RETURN_IF_ERROR(check(drv->cuTensorMapEncodeTiled(
                                 &map, type, cuuint32_t(d.rank), const_cast<void*>(d.base), dims, strides, box,
                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),

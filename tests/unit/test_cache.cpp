@@ -25,11 +25,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/disk_cache.h"
+#include "cache_test_entries.h"
 #include "common/log.h"
 #include "common/sha256.h"
 
 namespace fs = std::filesystem;
 using namespace ssd::cache;
+using cache_test::header_len_of;
+using cache_test::key_of;
+using cache_test::make_entry;
 
 namespace {
 
@@ -97,23 +101,6 @@ struct EnvGuard {
   void set(const char* n, const char* v) { ::setenv(n, v, 1); }
 };
 
-std::string key_of(const std::string& record) { return ssd::sha256_hex(record); }
-
-Entry make_entry(const std::string& record, size_t cubin_bytes = 1000, uint8_t seed = 1) {
-  Entry e;
-  e.info.key = key_of(record);
-  e.info.key_record = record;
-  e.info.kernel = "chunk_cumsum_fwd";
-  e.info.spec_json = R"({"chunk":64,"dtype":"f16"})";
-  e.info.symbol = "ssd_chunk_cumsum_fwd_kernel";
-  e.info.arch = "sm_90a";
-  e.info.toolchain = "nvrtc 13.0";
-  e.info.registers = 40;
-  e.info.shared_bytes = 4096;
-  for (size_t i = 0; i < cubin_bytes; ++i) e.cubin.push_back(uint8_t(i * 31 + seed));
-  return e;
-}
-
 Options opts(const std::string& root, Mode mode = Mode::ReadWrite) {
   Options o;
   o.root = root;
@@ -172,10 +159,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-uint32_t header_len_of(const std::vector<uint8_t>& file) {
-  return uint32_t(file[12]) | uint32_t(file[13]) << 8 | uint32_t(file[14]) << 16 | uint32_t(file[15]) << 24;
 }
 
 mode_t mode_of(const std::string& path) {

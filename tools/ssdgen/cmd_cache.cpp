@@ -55,10 +55,8 @@ struct Opened {
 // reports; `clear` and `index --rebuild` need readwrite (the library refuses otherwise). A refused
 // root (foreign owner, symlink, unsafe permissions) or SSD_CACHE_MODE=off is an error here.
 ssd::Result<Opened> open_for_maintenance() {
-  auto options = ssd::cache::options_from_env();
-  if (!options.ok()) return options.status();
   Opened o;
-  o.options = options.value();
+  SSD_ASSIGN_OR_RETURN(o.options, ssd::cache::options_from_env());
   o.cache = open_disk_cache(o.options);
   if (!o.cache->disk_enabled())
     return ssd::make_error(SSD_ERROR_CACHE, fmt::format("kernel cache at '{}' is not usable: {}", o.options.root,

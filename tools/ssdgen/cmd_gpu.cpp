@@ -229,28 +229,19 @@ struct GpuSession {
 };
 
 ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
-  auto preset = find_preset(ga.preset);
-  if (!preset.ok()) return preset.status();
-  s.preset = preset.value();
-  auto drv = ssd::cuda::driver();
-  if (!drv.ok()) return drv.status();
-  s.drv = drv.value();
-  auto cu_ctx = ssd::cuda::current_context();
-  if (!cu_ctx.ok()) return cu_ctx.status();
+  SSD_ASSIGN_OR_RETURN(s.preset, find_preset(ga.preset));
+  SSD_ASSIGN_OR_RETURN(s.drv, ssd::cuda::driver());
+  SSD_RETURN_IF_ERROR(ssd::cuda::current_context().status());
   ssd_runtime_options ro{};
   ro.struct_size = sizeof(ro);
   ro.mode = SSD_MODE_DETERMINISTIC;
   ro.cache_mode = -1;
-  auto rt = ssd::create_runtime(ro);
-  if (!rt.ok()) return rt.status();
-  s.rt = std::move(rt).value();
+  SSD_ASSIGN_OR_RETURN(s.rt, ssd::create_runtime(ro));
   const ModelPreset& m = s.preset;
   const Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};
   SSD_RETURN_IF_ERROR(prepare(*s.drv, pr, keep_host, s.in));
   ssd_forward_args a = forward_args(s.in);
-  auto layout = ssd::forward_layout(&a);
-  if (!layout.ok()) return layout.status();
-  s.layout = layout.value();
+  SSD_ASSIGN_OR_RETURN(s.layout, ssd::forward_layout(&a));
   SSD_RETURN_IF_ERROR(alloc(*s.drv, s.in.ws, s.layout.total_bytes));
   s.args = forward_args(s.in);
   return ssd::Status::Ok();

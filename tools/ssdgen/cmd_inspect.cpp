@@ -54,13 +54,12 @@ struct Generated {
 };
 
 ssd::Result<Generated> generate(const std::string& text) {
-  auto parsed = parse_config_arg(text);
-  if (!parsed.ok()) return parsed.status();
-  auto normalized = ssd::normalize_config(parsed.value());
-  if (!normalized.ok()) return normalized.status();
-  auto unit = ssd::generate_unit(normalized.value());
-  if (!unit.ok()) return unit.status();
-  return Generated{normalized.value(), std::move(unit).value()};
+  ssd_kernel_config parsed{};
+  SSD_ASSIGN_OR_RETURN(parsed, parse_config_arg(text));
+  Generated g{};
+  SSD_ASSIGN_OR_RETURN(g.config, ssd::normalize_config(parsed));
+  SSD_ASSIGN_OR_RETURN(g.unit, ssd::generate_unit(g.config));
+  return g;
 }
 
 }  // namespace

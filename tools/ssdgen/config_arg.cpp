@@ -91,9 +91,7 @@ ssd::Result<ssd_kernel_config> single_config(const nlohmann::json& j, const std:
   } else {
     return config_error("configs: expected an object or an array of objects");
   }
-  auto c = ssd::config_from_json(*one);
-  if (!c.ok()) return c.status();
-  return c.value();
+  return ssd::config_from_json(*one);
 }
 
 }  // namespace
@@ -152,19 +150,17 @@ ssd::Result<nlohmann::json> compact_config_to_json(const std::string& text) {
 ssd::Result<ssd_kernel_config> parse_config_arg(const std::string& text) {
   if (trim(text).empty()) return config_error("config: empty argument");
   if (looks_like_json(text)) {
-    auto j = parse_json_text(text, "config");
-    if (!j.ok()) return j.status();
-    return single_config(j.value(), "inline JSON");
+    nlohmann::json j;
+    SSD_ASSIGN_OR_RETURN(j, parse_json_text(text, "config"));
+    return single_config(j, "inline JSON");
   }
   // An existing path wins over the compact form (a file name may contain '=').
   struct stat st {};
   const bool exists = ::stat(text.c_str(), &st) == 0;
   if (!exists && text.find('=') != std::string::npos) {
-    auto j = compact_config_to_json(text);
-    if (!j.ok()) return j.status();
-    auto c = ssd::config_from_json(j.value());
-    if (!c.ok()) return c.status();
-    return c.value();
+    nlohmann::json j;
+    SSD_ASSIGN_OR_RETURN(j, compact_config_to_json(text));
+    return ssd::config_from_json(j);
   }
   auto file = read_text_file(text);
   if (!file.ok()) {
@@ -173,22 +169,21 @@ ssd::Result<ssd_kernel_config> parse_config_arg(const std::string& text) {
                              fmt::format("config: '{}' is not a file, inline JSON or key=value pairs", text));
     return file.status();
   }
-  auto j = parse_json_text(file.value(), text);
-  if (!j.ok()) return j.status();
-  auto c = single_config(j.value(), text);
+  nlohmann::json j;
+  SSD_ASSIGN_OR_RETURN(j, parse_json_text(file.value(), text));
+  auto c = single_config(j, text);
   if (!c.ok() && c.status().code == SSD_ERROR_INVALID_CONFIG)
     return ssd::make_error(c.status().code, text + ": " + c.status().detail);
   return c;
 }
 
 ssd::Result<std::vector<ssd_kernel_config>> read_configs_file(const std::string& path) {
-  auto file = read_text_file(path);
-  if (!file.ok()) return file.status();
+  std::string file;
+  SSD_ASSIGN_OR_RETURN(file, read_text_file(path));
   const std::string shown = path == "-" ? "<stdin>" : path;
   // Parse here first for a message with line and column; the library then checks the content.
-  auto j = parse_json_text(file.value(), shown);
-  if (!j.ok()) return j.status();
-  auto configs = ssd::configs_from_json_text(file.value());
+  SSD_RETURN_IF_ERROR(parse_json_text(file, shown).status());
+  auto configs = ssd::configs_from_json_text(file);
   if (!configs.ok()) return ssd::make_error(configs.status().code, shown + ": " + configs.status().detail);
   return configs.value();
 }
@@ -201,7 +196,7 @@ ssd::Result<std::vector<nlohmann::json>> parse_shape_arg(const std::string& text
   std::string t = text;
   const size_t first = t.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) return shape_arg_error("shape: empty argument");
-  ssd::Result<std::string> body = std::string();
+  std::string body;
   struct stat st {};
   if (t[first] == '{' || t[first] == '[') {
     body = t;
@@ -213,10 +208,9 @@ ssd::Result<std::vector<nlohmann::json>> parse_shape_arg(const std::string& text
         return shape_arg_error(fmt::format("shape.{}: expected a single value", it.key()));
     return std::vector<nlohmann::json>{j.value()};
   } else {
-    body = read_text_file(t);
-    if (!body.ok()) return body.status();
+    SSD_ASSIGN_OR_RETURN(body, read_text_file(t));
   }
-  nlohmann::json j = nlohmann::json::parse(body.value(), nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded()) return shape_arg_error(fmt::format("shape: '{}' is not valid JSON", t.size() > 64 ? t.substr(0, 64) + "..." : t));
   if (json_nested_deeper_than(j, 8)) return shape_arg_error("shape: JSON nested too deeply");
   if (j.is_object() && j.contains("shapes")) j = j.at("shapes");

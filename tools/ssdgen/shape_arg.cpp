@@ -72,90 +72,79 @@ ssd::Result<std::vector<ssd_kernel_config>> shape_kernel_configs(const nlohmann:
       return shape_error(fmt::format("shape: unknown field '{}' (fields: {})", it.key(), names));
     }
   }
-  auto h = int_field(j, "nheads", 0, true);
-  if (!h.ok()) return h.status();
-  auto p = int_field(j, "headdim", 0, true);
-  if (!p.ok()) return p.status();
-  auto n = int_field(j, "dstate", 0, true);
-  if (!n.ok()) return n.status();
-  auto g = int_field(j, "ngroups", 1, false);
-  if (!g.ok()) return g.status();
-  auto q = int_field(j, "chunk_size", 256, false);
-  if (!q.ok()) return q.status();
-  auto dtype_text = string_field(j, "dtype", "bf16", {"bf16", "fp16"});
-  if (!dtype_text.ok()) return dtype_text.status();
-  auto dt_text = string_field(j, "dt_dtype", dtype_text->c_str(), {"bf16", "fp16", "fp32"});
-  if (!dt_text.ok()) return dt_text.status();
-  auto D = string_field(j, "D", "none", {"none", "h", "hp"});
-  if (!D.ok()) return D.status();
-  auto pass = string_field(j, "pass", "both", {"forward", "backward", "both"});
-  if (!pass.ok()) return pass.status();
+  int64_t h = 0, p = 0, n = 0, g = 0, q = 0;
+  SSD_ASSIGN_OR_RETURN(h, int_field(j, "nheads", 0, true));
+  SSD_ASSIGN_OR_RETURN(p, int_field(j, "headdim", 0, true));
+  SSD_ASSIGN_OR_RETURN(n, int_field(j, "dstate", 0, true));
+  SSD_ASSIGN_OR_RETURN(g, int_field(j, "ngroups", 1, false));
+  SSD_ASSIGN_OR_RETURN(q, int_field(j, "chunk_size", 256, false));
+  std::string dtype_text, dt_text, D, pass;
+  SSD_ASSIGN_OR_RETURN(dtype_text, string_field(j, "dtype", "bf16", {"bf16", "fp16"}));
+  SSD_ASSIGN_OR_RETURN(dt_text, string_field(j, "dt_dtype", dtype_text.c_str(), {"bf16", "fp16", "fp32"}));
+  SSD_ASSIGN_OR_RETURN(D, string_field(j, "D", "none", {"none", "h", "hp"}));
+  SSD_ASSIGN_OR_RETURN(pass, string_field(j, "pass", "both", {"forward", "backward", "both"}));
   bool flags[5];
   const char* flag_keys[5] = {"z", "dt_bias", "dt_softplus", "initial_states", "seq_idx"};
-  for (int i = 0; i < 5; ++i) {
-    auto b = bool_field(j, flag_keys[i]);
-    if (!b.ok()) return b.status();
-    flags[i] = b.value();
-  }
+  for (int i = 0; i < 5; ++i) SSD_ASSIGN_OR_RETURN(flags[i], bool_field(j, flag_keys[i]));
   const bool z = flags[0], bias = flags[1], softplus = flags[2], init = flags[3], seq = flags[4];
-  const ssd_dtype T = *ssd::parse_dtype(dtype_text.value()), DT = *ssd::parse_dtype(dt_text.value());
+  const ssd_dtype T = *ssd::parse_dtype(dtype_text), DT = *ssd::parse_dtype(dt_text);
 
   // batch and sequence length select no kernel: one sequence of one chunk stands in.
-  const int64_t b = 1, L = q.value();
+  const int64_t b = 1, L = q;
   using ssd::contiguous_tensor;
   auto given = [](bool on) { return on ? kGiven : nullptr; };
-  const ssd_tensor D_tensor = D.value() == "hp" ? contiguous_tensor(kGiven, SSD_DTYPE_FP32, {*h, *p})
-                                                : contiguous_tensor(given(D.value() == "h"), SSD_DTYPE_FP32, {*h});
+  const ssd_tensor D_tensor = D == "hp" ? contiguous_tensor(kGiven, SSD_DTYPE_FP32, {h, p})
+                                        : contiguous_tensor(given(D == "h"), SSD_DTYPE_FP32, {h});
   std::vector<ssd_kernel_config> out;
   auto append = [&](ssd::Result<std::vector<ssd_kernel_config>> r) -> ssd::Status {
     if (!r.ok()) return r.status();
     out.insert(out.end(), r->begin(), r->end());
     return ssd::Status::Ok();
   };
-  if (pass.value() != "backward") {
+  if (pass != "backward") {
     ssd_forward_args f = ssd::default_forward_args();
-    f.chunk_size = int32_t(*q);
+    f.chunk_size = int32_t(q);
     f.dt_softplus = softplus;
-    f.x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    f.dt = contiguous_tensor(nullptr, DT, {b, L, *h});
-    f.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
-    f.B = contiguous_tensor(nullptr, T, {b, L, *g, *n});
-    f.C = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    f.x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    f.dt = contiguous_tensor(nullptr, DT, {b, L, h});
+    f.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
+    f.B = contiguous_tensor(nullptr, T, {b, L, g, n});
+    f.C = contiguous_tensor(nullptr, T, {b, L, g, n});
     f.D = D_tensor;
-    f.z = contiguous_tensor(given(z), T, {b, L, *h, *p});
-    f.out_x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    f.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {*h});
-    f.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, *h, *p, *n});
+    f.z = contiguous_tensor(given(z), T, {b, L, h, p});
+    f.out_x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    f.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {h});
+    f.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, h, p, n});
     f.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
-    f.out = contiguous_tensor(nullptr, T, {b, L, *h, *p});
+    f.out = contiguous_tensor(nullptr, T, {b, L, h, p});
     SSD_RETURN_IF_ERROR(append(ssd::forward_prepare_configs(&f, arch, mode)));
   }
-  if (pass.value() != "forward") {
+  if (pass != "forward") {
     ssd_backward_args a = ssd::default_backward_args();
-    a.chunk_size = int32_t(*q);
+    a.chunk_size = int32_t(q);
     a.dt_softplus = softplus;
-    a.x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    a.dt = contiguous_tensor(nullptr, DT, {b, L, *h});
-    a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
-    a.B = contiguous_tensor(nullptr, T, {b, L, *g, *n});
-    a.C = contiguous_tensor(nullptr, T, {b, L, *g, *n});
+    a.x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    a.dt = contiguous_tensor(nullptr, DT, {b, L, h});
+    a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
+    a.B = contiguous_tensor(nullptr, T, {b, L, g, n});
+    a.C = contiguous_tensor(nullptr, T, {b, L, g, n});
     a.D = D_tensor;
-    a.z = contiguous_tensor(given(z), T, {b, L, *h, *p});
-    a.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {*h});
-    a.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, *h, *p, *n});
+    a.z = contiguous_tensor(given(z), T, {b, L, h, p});
+    a.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {h});
+    a.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, h, p, n});
     a.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
-    a.out_x = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    a.dout = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    a.dx = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    a.ddt = contiguous_tensor(nullptr, DT, {b, L, *h});
-    a.dA = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
-    a.dB = contiguous_tensor(nullptr, T, {b, L, *g, *n});
-    a.dC = contiguous_tensor(nullptr, T, {b, L, *g, *n});
-    a.dD = D.value() == "hp" ? contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h, *p})
-                             : contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
-    a.dz = contiguous_tensor(nullptr, T, {b, L, *h, *p});
-    a.ddt_bias = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {*h});
-    a.dinitial_states = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {b, *h, *p, *n});
+    a.out_x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    a.dout = contiguous_tensor(nullptr, T, {b, L, h, p});
+    a.dx = contiguous_tensor(nullptr, T, {b, L, h, p});
+    a.ddt = contiguous_tensor(nullptr, DT, {b, L, h});
+    a.dA = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
+    a.dB = contiguous_tensor(nullptr, T, {b, L, g, n});
+    a.dC = contiguous_tensor(nullptr, T, {b, L, g, n});
+    a.dD = D == "hp" ? contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h, p})
+                     : contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
+    a.dz = contiguous_tensor(nullptr, T, {b, L, h, p});
+    a.ddt_bias = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
+    a.dinitial_states = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {b, h, p, n});
     a.mode = mode;
     SSD_RETURN_IF_ERROR(append(ssd::backward_prepare_configs(&a, arch, mode)));
   }
