@@ -640,6 +640,48 @@ TEST_CASE("ssd_forward: optional tensors may be absent, D may be (h) or (h, p), 
   check_cases(forward_args(kDims), forward_entries(), cases);
 }
 
+TEST_CASE("tensor checks run in the documented order: NULL, dtype, rank and sizes, strides (negative, 2^62, unit "
+          "stride, self-overlap), alignment") {
+  // docs/api.md, "Tensors": each pair of faults on one tensor reports the one checked first. The
+  // tensor: the backward's dinitial_states, a required output with a unit innermost stride.
+  struct Fault {
+    const char* what;
+    std::function<void(ssd_tensor&)> apply;
+    ssd_status status;
+    const char* detail;
+  };
+  const std::vector<Fault> in_order = {
+      {"NULL", [](ssd_tensor& t) { t.data = nullptr; }, SSD_ERROR_NULL_POINTER, "required with"},
+      {"dtype 99", [](ssd_tensor& t) { set_raw_dtype(t, 99); }, SSD_ERROR_INVALID_DTYPE, "dtype 99"},
+      {"extent 0", [](ssd_tensor& t) { t.shape[2] = 0; }, SSD_ERROR_INVALID_SHAPE, "shape"},
+      {"negative stride", [](ssd_tensor& t) { t.strides[2] = -1; }, SSD_ERROR_INVALID_STRIDE,
+       "stride -1 of dimension 2 is negative"},
+      {"offsets 2^62", [](ssd_tensor& t) { t.strides[0] = int64_t(1) << 62; }, SSD_ERROR_INVALID_STRIDE,
+       "element offsets exceed 2^62"},
+      {"innermost stride 2", [](ssd_tensor& t) { t.strides[3] = 2; }, SSD_ERROR_INVALID_STRIDE,
+       "innermost stride is 2"},
+      {"overlap", [](ssd_tensor& t) { t.strides[1] = 0; }, SSD_ERROR_INVALID_STRIDE, "strides make elements overlap"},
+      {"misaligned", [](ssd_tensor& t) { t.data = static_cast<char*>(t.data) + 2; }, SSD_ERROR_INVALID_ALIGNMENT,
+       "pointer"},
+  };
+  std::vector<Case<Bw>> cases;
+  for (size_t i = 0; i < in_order.size(); ++i)
+    for (size_t j = i + 1; j < in_order.size(); ++j) {
+      const Fault first = in_order[i], second = in_order[j];
+      // The misalignment is applied last: it moves the pointer that NULL would have cleared.
+      cases.push_back({std::string(first.what) + " and " + second.what,
+                       [first, second](Bw& a) {
+                         second.apply(a.dinitial_states);
+                         first.apply(a.dinitial_states);
+                       },
+                       first.status, std::string("dinitial_states: ") + first.detail});
+    }
+  std::vector<EntryPoint<Bw>> pointer_readers;  // prepare would report the second fault of a pointer pair
+  for (const EntryPoint<Bw>& e : backward_entries())
+    if (e.stage != Stage::Prepare) pointer_readers.push_back(e);
+  check_cases(backward_args(kDims), pointer_readers, cases);
+}
+
 TEST_CASE("ssd_forward_workspace_layout: sections fit in total_bytes, are 256-byte aligned and do not overlap") {
   for (const Dims& d : supported_dims()) {
     for (bool optional : {false, true}) {
