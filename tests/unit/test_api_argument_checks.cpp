@@ -1065,3 +1065,90 @@ TEST_CASE("ssd_chunk_cumsum_fwd/_bwd: launch options are range-checked, a NULL r
   CHECK(ssd_chunk_cumsum_bwd(nullptr, &b, nullptr, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(ssd_last_error_detail()) == "runtime: NULL pointer");
 }
+
+// ==== known defects ==============================================================================
+// Each case states the documented contract and fails today (doctest::should_fail: the suite passes
+// while the defect is there, and fails once it is fixed, so that the marker gets removed). The
+// fixes belong in src/ops/ssd_forward.cpp / ssd_backward.cpp / prepare.cpp.
+
+TEST_CASE("KNOWN DEFECT ssd_backward_prepare: a strided dD of shape (h) passes prepare, while size and call refuse "
+          "it (the gate kernel writes dD contiguously)" * doctest::should_fail()) {
+  // check_backward checks a 1-D dD without the unit stride that gate_bwd's own check (run by the
+  // size function and the call only) requires; docs/api.md only says "(h, p) must be contiguous".
+  const Dims d = kDims;
+  const std::vector<Case<Bw>> cases = {{"D and dD as (h), dD with stride 2",
+                                        [d](Bw& a) {
+                                          a.D = device_tensor(SSD_DTYPE_FP32, {d.h});
+                                          a.dD = device_tensor(SSD_DTYPE_FP32, {d.h});
+                                          a.dD.strides[0] = 2;
+                                        },
+                                        SSD_ERROR_INVALID_STRIDE, "dD: innermost stride is 2, must be 1"}};
+  check_cases(backward_args(kDims), backward_entries(), cases);
+}
+
+TEST_CASE("KNOWN DEFECT ssd_forward: launch options.mode outside -1, 0, 1 is not refused (chunk_cumsum refuses it)" *
+          doctest::should_fail()) {
+  const ssd_forward_args a = forward_args(kDims);
+  for (int32_t mode : {-2, 2, 7}) {
+    ssd_launch_options o;
+    ssd_launch_options_init(&o);
+    o.mode = mode;
+    INFO(("options.mode " + std::to_string(mode)));
+    CHECK(ssd_forward(test_runtime(), &a, &o, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(ssd_last_error_detail(), "options.mode: " + std::to_string(mode)));
+  }
+}
+
+namespace {
+
+// Inputs broadcast (stride 0), outputs dense: 2^50 positions pass every tensor check, while the
+// workspace (2^44 chunks of 16 heads' 128 x 256 fp32 states) needs more than 2^64 bytes.
+constexpr Dims kHugeDims{1, int64_t(1) << 50, 16, 128, 1, 256, 64};
+
+void broadcast_inputs(std::initializer_list<ssd_tensor*> inputs) {
+  for (ssd_tensor* t : inputs)
+    for (int k = 0; k < t->ndim; ++k) t->strides[k] = 0;
+}
+
+ssd_forward_args huge_forward_args() {
+  ssd_forward_args a = forward_args(kHugeDims);
+  for (ssd_tensor* t : {&a.D, &a.z, &a.out_x, &a.dt_bias, &a.initial_states, &a.seq_idx, &a.final_states})
+    *t = ssd_tensor{};
+  broadcast_inputs({&a.x, &a.dt, &a.B, &a.C});
+  return a;
+}
+
+ssd_backward_args huge_backward_args() {
+  ssd_backward_args a = backward_args(kHugeDims);
+  for (ssd_tensor* t : {&a.D, &a.dD, &a.z, &a.out_x, &a.dz, &a.dt_bias, &a.ddt_bias, &a.initial_states,
+                        &a.dinitial_states, &a.seq_idx, &a.dfinal_states})
+    *t = ssd_tensor{};
+  broadcast_inputs({&a.x, &a.dt, &a.B, &a.C, &a.dout});
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("ssd_forward, ssd_backward: shapes whose workspace exceeds 2^64 bytes are refused by size and call") {
+  std::vector<EntryPoint<F>> forward_sizers;
+  for (const EntryPoint<F>& e : forward_entries())
+    if (e.stage != Stage::Prepare) forward_sizers.push_back(e);
+  check_cases(forward_args(kDims), forward_sizers,
+              std::vector<Case<F>>{{"2^50 positions", [](F& a) { a = huge_forward_args(); }, SSD_ERROR_INVALID_SHAPE,
+                                    "ssd_forward needs more than 2^64 bytes of workspace"}});
+  std::vector<EntryPoint<Bw>> backward_sizers;
+  for (const EntryPoint<Bw>& e : backward_entries())
+    if (e.stage != Stage::Prepare) backward_sizers.push_back(e);
+  check_cases(backward_args(kDims), backward_sizers,
+              std::vector<Case<Bw>>{{"2^50 positions", [](Bw& a) { a = huge_backward_args(); }, SSD_ERROR_INVALID_SHAPE,
+                                     "ssd_backward needs more than 2^64 bytes of workspace"}});
+}
+
+TEST_CASE("KNOWN DEFECT ssd_forward_prepare, ssd_backward_prepare: shapes whose workspace exceeds 2^64 bytes pass "
+          "prepare, while the call refuses them" * doctest::should_fail()) {
+  const ssd_prepare_options o = prepare_options();
+  const ssd_forward_args f = huge_forward_args();
+  CHECK(ssd_forward_prepare(test_runtime(), &f, &o, nullptr) == SSD_ERROR_INVALID_SHAPE);
+  const ssd_backward_args b = huge_backward_args();
+  CHECK(ssd_backward_prepare(test_runtime(), &b, &o, nullptr) == SSD_ERROR_INVALID_SHAPE);
+}
