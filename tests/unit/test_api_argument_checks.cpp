@@ -28,6 +28,12 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+template <class T>
+std::vector<T> joined(std::vector<T> a, const std::vector<T>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 // ---- fake device memory ------------------------------------------------------------------------
 
 // Each tensor gets its own 1 MiB-aligned fake address (never dereferenced).
@@ -37,30 +43,26 @@ void* fake_device_pointer() {
   return reinterpret_cast<void*>(next);
 }
 
-ssd_tensor device_tensor(ssd_dtype dtype, std::initializer_list<int64_t> shape) {
+// Row-major strides whose rows (the innermost axis) hold `row_factor` times the innermost extent,
+// with `inner_stride` between its elements: (1, 1) is contiguous; (2, 2) puts the elements on every
+// other slot; (2, 1) keeps them packed at the start of padded rows.
+void set_row_major_strides(ssd_tensor& t, int64_t row_factor, int64_t inner_stride) {
+  int64_t next = row_factor * t.shape[t.ndim - 1];
+  t.strides[t.ndim - 1] = inner_stride;
+  for (int k = t.ndim - 2; k >= 0; --k) {
+    t.strides[k] = next;
+    next *= t.shape[k];
+  }
+}
+
+ssd_tensor device_tensor(ssd_dtype dtype, const std::vector<int64_t>& shape) {
   ssd_tensor t{};
   t.data = fake_device_pointer();
   t.dtype = dtype;
   t.ndim = int32_t(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
-  int64_t stride = 1;
-  for (int k = t.ndim - 1; k >= 0; --k) {
-    t.strides[k] = stride;
-    stride *= t.shape[k];
-  }
+  for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+  set_row_major_strides(t, 1, 1);
   return t;
-}
-
-// Row-major strides with rows twice as long as the innermost extent needs; `inner_stride` 2 puts
-// the elements on every other slot, 1 keeps them packed at the start of each row.
-void set_padded_strides(ssd_tensor& t, int64_t inner_stride) {
-  int64_t stride = 2 * t.shape[t.ndim - 1];
-  t.strides[t.ndim - 1] = inner_stride;
-  for (int k = t.ndim - 2; k >= 0; --k) {
-    t.strides[k] = stride;
-    stride *= t.shape[k];
-  }
 }
 
 void set_raw_dtype(ssd_tensor& t, int32_t raw) { std::memcpy(&t.dtype, &raw, sizeof raw); }
@@ -240,10 +242,10 @@ std::vector<Case<Args>> tensor_cases(const Args& valid, const std::vector<Field<
     // Stride 0 broadcasts an input; an output would write one element from several places.
     add("stride 0 on axis 0", [](ssd_tensor& t) { t.strides[0] = 0; }, f.output ? SSD_ERROR_INVALID_STRIDE : SSD_OK,
         "strides make elements overlap");
-    add("stride 2 on the innermost axis", [](ssd_tensor& t) { set_padded_strides(t, 2); },
+    add("stride 2 on the innermost axis", [](ssd_tensor& t) { set_row_major_strides(t, 2, 2); },
         f.every_other_inner ? SSD_ERROR_INVALID_STRIDE : SSD_OK, f.every_other_inner ? f.every_other_inner : "");
     if (ndim >= 2)
-      add("padded rows", [](ssd_tensor& t) { set_padded_strides(t, 1); },
+      add("padded rows", [](ssd_tensor& t) { set_row_major_strides(t, 2, 1); },
           f.padded_rows ? SSD_ERROR_INVALID_STRIDE : SSD_OK, f.padded_rows ? f.padded_rows : "");
   }
   return cases;
@@ -286,6 +288,63 @@ void check_null_args(const std::vector<EntryPoint<Args>>& entries) {
   }
 }
 
+// A refused value of an options struct (ssd_launch_options, ssd_prepare_options).
+template <class Options>
+struct OptionCase {
+  std::string what;
+  std::function<void(Options&)> mutate;
+  std::string detail;  // part of ssd_last_error_detail()
+};
+
+// Each case applied to `make()`: every run refuses it with SSD_ERROR_INVALID_ARGUMENT naming it.
+template <class Options>
+void check_option_refusals(Options (*make)(), const std::vector<OptionCase<Options>>& cases,
+                           const std::vector<std::function<ssd_status(const Options*)>>& runs) {
+  for (const OptionCase<Options>& c : cases) {
+    Options o = make();
+    c.mutate(o);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const ssd_status s = runs[i](&o);
+      const std::string detail = ssd_last_error_detail();
+      INFO((c.what + ", entry point " + std::to_string(i) + ": " + ssd_status_string(s) + " " + detail));
+      CHECK(s == SSD_ERROR_INVALID_ARGUMENT);
+      CHECK(contains(detail, c.detail));
+    }
+  }
+}
+
+template <class Options>
+std::vector<OptionCase<Options>> option_struct_size_cases() {
+  std::vector<OptionCase<Options>> cases;
+  for (size_t size : {size_t(0), size_t(4), size_t(1) << 17})
+    cases.push_back({"struct_size " + std::to_string(size), [size](Options& o) { o.struct_size = size; },
+                     "options.struct_size: " + std::to_string(size)});
+  return cases;
+}
+
+template <class Options>
+std::vector<OptionCase<Options>> option_mode_cases(std::initializer_list<int32_t> modes) {
+  std::vector<OptionCase<Options>> cases;
+  for (int32_t mode : modes)
+    cases.push_back({"mode " + std::to_string(mode), [mode](Options& o) { o.mode = mode; },
+                     "options.mode: " + std::to_string(mode)});
+  return cases;
+}
+
+ssd_launch_options launch_options() {
+  ssd_launch_options o;
+  ssd_launch_options_init(&o);
+  return o;
+}
+
+// The optional tensors (and the gradients that go with them) all absent: every entry point accepts it.
+template <class Args>
+Case<Args> without(const char* what, std::vector<ssd_tensor Args::*> optional) {
+  return {what, [optional](Args& a) {
+            for (ssd_tensor Args::*m : optional) (a.*m).data = nullptr;
+          }, SSD_OK, ""};
+}
+
 // The workspace contract of a call: `run(workspace, bytes)` with `needed` bytes (what the size
 // function reported) passes, fewer is SSD_ERROR_WORKSPACE_TOO_SMALL naming workspace_bytes, a
 // pointer off `alignment` is SSD_ERROR_INVALID_ALIGNMENT, NULL lets the library allocate.
@@ -320,86 +379,101 @@ constexpr Dims kDims{2, 100, 4, 32, 2, 16, 64};
 
 int64_t nchunks(const Dims& d) { return (d.L + d.Q - 1) / d.Q; }
 
-// Every tensor given, D as (h): x, B, C and the outputs bf16, dt fp32.
-ssd_forward_args forward_args(const Dims& d) {
-  ssd_forward_args a;
-  ssd_forward_args_init(&a);
+// The axes of a tensor, named after docs/api.md's shapes.
+enum class Axes { BLHP, BLH, BLGN, BHPN, BL, H, HP, BHCQ };
+
+std::vector<int64_t> extents(Axes axes, const Dims& d) {
+  switch (axes) {
+    case Axes::BLHP: return {d.b, d.L, d.h, d.p};
+    case Axes::BLH: return {d.b, d.L, d.h};
+    case Axes::BLGN: return {d.b, d.L, d.g, d.n};
+    case Axes::BHPN: return {d.b, d.h, d.p, d.n};
+    case Axes::BL: return {d.b, d.L};
+    case Axes::H: return {d.h};
+    case Axes::HP: return {d.h, d.p};
+    case Axes::BHCQ: return {d.b, d.h, nchunks(d), d.Q};
+  }
+  return {};
+}
+
+template <class Args>
+struct TensorSlot {
+  ssd_tensor Args::*member;
+  ssd_dtype dtype;
+  Axes axes;
+};
+
+// Arguments from `init` with every listed tensor given (contiguous, its own fake pointer).
+template <class Args>
+Args make_args(void (*init)(Args*), const Dims& d, const std::vector<TensorSlot<Args>>& slots) {
+  Args a;
+  init(&a);
   a.chunk_size = d.Q;
   a.dt_softplus = 1;
-  a.x = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.dt = device_tensor(SSD_DTYPE_FP32, {d.b, d.L, d.h});
-  a.A = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.B = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.g, d.n});
-  a.C = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.g, d.n});
-  a.D = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.z = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.dt_bias = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.initial_states = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, d.p, d.n});
-  a.seq_idx = device_tensor(SSD_DTYPE_INT32, {d.b, d.L});
-  a.out = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.out_x = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.final_states = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, d.p, d.n});
+  for (const TensorSlot<Args>& s : slots) a.*s.member = device_tensor(s.dtype, extents(s.axes, d));
   return a;
+}
+
+// The forward's inputs, which ssd_backward_args repeats under the same names: x, B, C, z bf16, dt
+// fp32, D as `D_axes`.
+template <class Args>
+std::vector<TensorSlot<Args>> forward_input_slots(Axes D_axes) {
+  return {{&Args::x, SSD_DTYPE_BF16, Axes::BLHP},          {&Args::dt, SSD_DTYPE_FP32, Axes::BLH},
+          {&Args::A, SSD_DTYPE_FP32, Axes::H},             {&Args::B, SSD_DTYPE_BF16, Axes::BLGN},
+          {&Args::C, SSD_DTYPE_BF16, Axes::BLGN},          {&Args::D, SSD_DTYPE_FP32, D_axes},
+          {&Args::z, SSD_DTYPE_BF16, Axes::BLHP},          {&Args::dt_bias, SSD_DTYPE_FP32, Axes::H},
+          {&Args::initial_states, SSD_DTYPE_FP32, Axes::BHPN}, {&Args::seq_idx, SSD_DTYPE_INT32, Axes::BL},
+          {&Args::out_x, SSD_DTYPE_BF16, Axes::BLHP}};
+}
+
+// Every tensor given, D as (h).
+ssd_forward_args forward_args(const Dims& d) {
+  using A = ssd_forward_args;
+  return make_args<A>(ssd_forward_args_init, d,
+                      joined(forward_input_slots<A>(Axes::H), {{&A::out, SSD_DTYPE_BF16, Axes::BLHP},
+                                                               {&A::final_states, SSD_DTYPE_FP32, Axes::BHPN}}));
 }
 
 // Every tensor given, D and dD as (h, p).
 ssd_backward_args backward_args(const Dims& d) {
-  ssd_backward_args a;
-  ssd_backward_args_init(&a);
-  a.chunk_size = d.Q;
-  a.dt_softplus = 1;
-  a.x = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.dt = device_tensor(SSD_DTYPE_FP32, {d.b, d.L, d.h});
-  a.A = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.B = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.g, d.n});
-  a.C = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.g, d.n});
-  a.D = device_tensor(SSD_DTYPE_FP32, {d.h, d.p});
-  a.z = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.dt_bias = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.initial_states = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, d.p, d.n});
-  a.seq_idx = device_tensor(SSD_DTYPE_INT32, {d.b, d.L});
-  a.out_x = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.dout = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.dfinal_states = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, d.p, d.n});
-  a.dx = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.ddt = device_tensor(SSD_DTYPE_FP32, {d.b, d.L, d.h});
-  a.dA = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.dB = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.g, d.n});
-  a.dC = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.g, d.n});
-  a.dD = device_tensor(SSD_DTYPE_FP32, {d.h, d.p});
-  a.dz = device_tensor(SSD_DTYPE_BF16, {d.b, d.L, d.h, d.p});
-  a.ddt_bias = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.dinitial_states = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, d.p, d.n});
-  return a;
+  using A = ssd_backward_args;
+  return make_args<A>(ssd_backward_args_init, d,
+                      joined(forward_input_slots<A>(Axes::HP),
+                             {{&A::dout, SSD_DTYPE_BF16, Axes::BLHP},
+                              {&A::dfinal_states, SSD_DTYPE_FP32, Axes::BHPN},
+                              {&A::dx, SSD_DTYPE_BF16, Axes::BLHP},
+                              {&A::ddt, SSD_DTYPE_FP32, Axes::BLH},
+                              {&A::dA, SSD_DTYPE_FP32, Axes::H},
+                              {&A::dB, SSD_DTYPE_BF16, Axes::BLGN},
+                              {&A::dC, SSD_DTYPE_BF16, Axes::BLGN},
+                              {&A::dD, SSD_DTYPE_FP32, Axes::HP},
+                              {&A::dz, SSD_DTYPE_BF16, Axes::BLHP},
+                              {&A::ddt_bias, SSD_DTYPE_FP32, Axes::H},
+                              {&A::dinitial_states, SSD_DTYPE_FP32, Axes::BHPN}}));
+}
+
+// dt, A, dt_bias: the inputs both cumsum directions share.
+template <class Args>
+std::vector<TensorSlot<Args>> dt_input_slots() {
+  return {{&Args::dt, SSD_DTYPE_FP32, Axes::BLH}, {&Args::A, SSD_DTYPE_FP32, Axes::H},
+          {&Args::dt_bias, SSD_DTYPE_FP32, Axes::H}};
 }
 
 ssd_chunk_cumsum_fwd_args cumsum_fwd_args(const Dims& d) {
-  ssd_chunk_cumsum_fwd_args a;
-  ssd_chunk_cumsum_fwd_args_init(&a);
-  a.chunk_size = d.Q;
-  a.dt_softplus = 1;
-  a.dt = device_tensor(SSD_DTYPE_FP32, {d.b, d.L, d.h});
-  a.A = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.dt_bias = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.dt_out = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, nchunks(d), d.Q});
-  a.dA_cumsum = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, nchunks(d), d.Q});
-  return a;
+  using A = ssd_chunk_cumsum_fwd_args;
+  return make_args<A>(ssd_chunk_cumsum_fwd_args_init, d,
+                      joined(dt_input_slots<A>(), {{&A::dt_out, SSD_DTYPE_FP32, Axes::BHCQ},
+                                                   {&A::dA_cumsum, SSD_DTYPE_FP32, Axes::BHCQ}}));
 }
 
 ssd_chunk_cumsum_bwd_args cumsum_bwd_args(const Dims& d) {
-  ssd_chunk_cumsum_bwd_args a;
-  ssd_chunk_cumsum_bwd_args_init(&a);
-  a.chunk_size = d.Q;
-  a.dt_softplus = 1;
-  a.dt = device_tensor(SSD_DTYPE_FP32, {d.b, d.L, d.h});
-  a.A = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.dt_bias = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.ddA_cumsum = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, nchunks(d), d.Q});
-  a.ddt_out = device_tensor(SSD_DTYPE_FP32, {d.b, d.h, nchunks(d), d.Q});
-  a.ddt = device_tensor(SSD_DTYPE_FP32, {d.b, d.L, d.h});
-  a.dA = device_tensor(SSD_DTYPE_FP32, {d.h});
-  a.ddt_bias = device_tensor(SSD_DTYPE_FP32, {d.h});
-  return a;
+  using A = ssd_chunk_cumsum_bwd_args;
+  return make_args<A>(ssd_chunk_cumsum_bwd_args_init, d,
+                      joined(dt_input_slots<A>(), {{&A::ddA_cumsum, SSD_DTYPE_FP32, Axes::BHCQ},
+                                                   {&A::ddt_out, SSD_DTYPE_FP32, Axes::BHCQ},
+                                                   {&A::ddt, SSD_DTYPE_FP32, Axes::BLH},
+                                                   {&A::dA, SSD_DTYPE_FP32, Axes::H},
+                                                   {&A::ddt_bias, SSD_DTYPE_FP32, Axes::H}}));
 }
 
 ssd_prepare_options prepare_options() {
@@ -410,6 +484,34 @@ ssd_prepare_options prepare_options() {
   return o;
 }
 
+// The entry points that read tensor pointers: all but prepare.
+template <class Args>
+std::vector<EntryPoint<Args>> pointer_readers(const std::vector<EntryPoint<Args>>& entries) {
+  std::vector<EntryPoint<Args>> out;
+  for (const EntryPoint<Args>& e : entries)
+    if (e.stage != Stage::Prepare) out.push_back(e);
+  return out;
+}
+
+// prepare with options.arch set: no device needed.
+template <class Args>
+EntryPoint<Args> prepare_entry(const char* name, ssd_status (*prepare)(ssd_runtime*, const Args*,
+                                                                        const ssd_prepare_options*,
+                                                                        ssd_prepare_report*)) {
+  return {name, Stage::Prepare, [prepare](const Args* a) {
+            const ssd_prepare_options o = prepare_options();
+            return prepare(test_runtime(), a, &o, nullptr);
+          }};
+}
+
+template <class Args>
+EntryPoint<Args> size_entry(const char* name, ssd_status (*size)(const Args*, size_t*)) {
+  return {name, Stage::Size, [size](const Args* a) {
+            size_t bytes = 0;
+            return size(a, &bytes);
+          }};
+}
+
 std::vector<EntryPoint<ssd_forward_args>> forward_entries() {
   return {
       {"ssd_forward_workspace_layout", Stage::Size,
@@ -418,11 +520,7 @@ std::vector<EntryPoint<ssd_forward_args>> forward_entries() {
          l.struct_size = sizeof l;
          return ssd_forward_workspace_layout(a, &l);
        }},
-      {"ssd_forward_prepare", Stage::Prepare,
-       [](const ssd_forward_args* a) {
-         const ssd_prepare_options o = prepare_options();
-         return ssd_forward_prepare(test_runtime(), a, &o, nullptr);
-       }},
+      prepare_entry<ssd_forward_args>("ssd_forward_prepare", ssd_forward_prepare),
       {"ssd_forward", Stage::Call,
        [](const ssd_forward_args* a) { return ssd_forward(test_runtime(), a, nullptr, nullptr); }},
   };
@@ -430,16 +528,8 @@ std::vector<EntryPoint<ssd_forward_args>> forward_entries() {
 
 std::vector<EntryPoint<ssd_backward_args>> backward_entries() {
   return {
-      {"ssd_backward_workspace_size", Stage::Size,
-       [](const ssd_backward_args* a) {
-         size_t bytes = 0;
-         return ssd_backward_workspace_size(a, &bytes);
-       }},
-      {"ssd_backward_prepare", Stage::Prepare,
-       [](const ssd_backward_args* a) {
-         const ssd_prepare_options o = prepare_options();
-         return ssd_backward_prepare(test_runtime(), a, &o, nullptr);
-       }},
+      size_entry<ssd_backward_args>("ssd_backward_workspace_size", ssd_backward_workspace_size),
+      prepare_entry<ssd_backward_args>("ssd_backward_prepare", ssd_backward_prepare),
       {"ssd_backward", Stage::Call,
        [](const ssd_backward_args* a) { return ssd_backward(test_runtime(), a, nullptr, 0, nullptr); }},
   };
@@ -453,11 +543,7 @@ std::vector<EntryPoint<ssd_chunk_cumsum_fwd_args>> cumsum_fwd_entries() {
 
 std::vector<EntryPoint<ssd_chunk_cumsum_bwd_args>> cumsum_bwd_entries() {
   return {
-      {"ssd_chunk_cumsum_bwd_workspace_size", Stage::Size,
-       [](const ssd_chunk_cumsum_bwd_args* a) {
-         size_t bytes = 0;
-         return ssd_chunk_cumsum_bwd_workspace_size(a, &bytes);
-       }},
+      size_entry<ssd_chunk_cumsum_bwd_args>("ssd_chunk_cumsum_bwd_workspace_size", ssd_chunk_cumsum_bwd_workspace_size),
       {"ssd_chunk_cumsum_bwd", Stage::Call,
        [](const ssd_chunk_cumsum_bwd_args* a) { return ssd_chunk_cumsum_bwd(test_runtime(), a, nullptr, nullptr); }},
   };
@@ -468,78 +554,88 @@ std::vector<EntryPoint<ssd_chunk_cumsum_bwd_args>> cumsum_bwd_entries() {
 using F = ssd_forward_args;
 using Bw = ssd_backward_args;
 
-// x, B and C follow x's dtype (bf16 here), dt may be any float type.
-std::vector<Field<F>> forward_fields() {
+// The forward's inputs (x, B, C, z, out_x follow x's dtype, bf16 here; dt may be any float type);
+// out_x is an output of the forward and an input of the backward.
+template <class Args>
+std::vector<Field<Args>> forward_input_fields(bool out_x_is_output) {
+  const std::vector<ssd_dtype> not_x = {SSD_DTYPE_FP16, SSD_DTYPE_FP32, SSD_DTYPE_INT32};
+  const std::vector<ssd_dtype> not_fp32 = {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32};
   return {
-      {"x", &F::x, true, false, {0, 1, 2, 3}, {SSD_DTYPE_FP32, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dt", &F::dt, true, false, {}, {SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"A", &F::A, true, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"B", &F::B, true, false, {2, 3}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"C", &F::C, true, false, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"D", &F::D, false, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"z", &F::z, false, false, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"dt_bias", &F::dt_bias, false, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"initial_states", &F::initial_states, false, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kUnitInner,
-       kStateRows},
-      {"seq_idx", &F::seq_idx, false, false, {}, {SSD_DTYPE_FP32, SSD_DTYPE_BF16}, kAccepted, kAccepted},
-      {"out", &F::out, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"out_x", &F::out_x, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"final_states", &F::final_states, false, true, {}, {SSD_DTYPE_BF16}, kUnitInner, kStateRows},
+      {"x", &Args::x, true, false, {0, 1, 2, 3}, {SSD_DTYPE_FP32, SSD_DTYPE_INT32}, kAccepted, kAccepted},
+      {"dt", &Args::dt, true, false, {}, {SSD_DTYPE_INT32}, kAccepted, kAccepted},
+      {"A", &Args::A, true, false, {}, not_fp32, kAccepted, kAccepted},
+      {"B", &Args::B, true, false, {2, 3}, not_x, kAccepted, kAccepted},
+      {"C", &Args::C, true, false, {}, not_x, kAccepted, kAccepted},
+      {"D", &Args::D, false, false, {}, not_fp32, kAccepted, kAccepted},
+      {"z", &Args::z, false, false, {}, not_x, kAccepted, kAccepted},
+      {"dt_bias", &Args::dt_bias, false, false, {}, not_fp32, kAccepted, kAccepted},
+      {"initial_states", &Args::initial_states, false, false, {}, not_fp32, kUnitInner, kStateRows},
+      {"seq_idx", &Args::seq_idx, false, false, {}, {SSD_DTYPE_FP32, SSD_DTYPE_BF16}, kAccepted, kAccepted},
+      {"out_x", &Args::out_x, true, out_x_is_output, {}, not_x, kAccepted, kAccepted},
   };
 }
 
+const std::vector<ssd_tensor F::*> kForwardOptional = {&F::D, &F::z, &F::out_x, &F::dt_bias, &F::initial_states,
+                                                       &F::seq_idx, &F::final_states};
+const std::vector<ssd_tensor Bw::*> kBackwardOptional = {
+    &Bw::D, &Bw::dD, &Bw::z, &Bw::out_x, &Bw::dz, &Bw::dt_bias, &Bw::ddt_bias, &Bw::initial_states,
+    &Bw::dinitial_states, &Bw::seq_idx, &Bw::dfinal_states};
+
+std::vector<Field<F>> forward_fields() {
+  return joined(forward_input_fields<F>(true),
+                {{"out", &F::out, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
+                 {"final_states", &F::final_states, false, true, {}, {SSD_DTYPE_BF16}, kUnitInner, kStateRows}});
+}
+
 std::vector<Field<Bw>> backward_fields() {
-  return {
-      {"x", &Bw::x, true, false, {0, 1, 2, 3}, {SSD_DTYPE_FP32, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dt", &Bw::dt, true, false, {}, {SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"A", &Bw::A, true, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"B", &Bw::B, true, false, {2, 3}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"C", &Bw::C, true, false, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"D", &Bw::D, false, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"z", &Bw::z, false, false, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"dt_bias", &Bw::dt_bias, false, false, {}, {SSD_DTYPE_BF16}, kAccepted, kAccepted},
-      {"initial_states", &Bw::initial_states, false, false, {}, {SSD_DTYPE_BF16}, kUnitInner, kStateRows},
-      {"seq_idx", &Bw::seq_idx, false, false, {}, {SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"out_x", &Bw::out_x, true, false, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"dout", &Bw::dout, true, false, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"dfinal_states", &Bw::dfinal_states, false, false, {}, {SSD_DTYPE_BF16}, kUnitInner, kStateRows},
-      {"dx", &Bw::dx, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"ddt", &Bw::ddt, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dA", &Bw::dA, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dB", &Bw::dB, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"dC", &Bw::dC, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      // docs/api.md: "(h, p) must be contiguous".
-      {"dD", &Bw::dD, true, true, {}, {SSD_DTYPE_BF16}, kUnitInner, "must be contiguous (h, p)"},
-      {"dz", &Bw::dz, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_FP32}, kAccepted, kAccepted},
-      {"ddt_bias", &Bw::ddt_bias, true, true, {}, {SSD_DTYPE_BF16}, kAccepted, kAccepted},
-      {"dinitial_states", &Bw::dinitial_states, true, true, {}, {SSD_DTYPE_BF16}, kUnitInner, kStateRows},
-  };
+  const std::vector<ssd_dtype> not_x = {SSD_DTYPE_FP16, SSD_DTYPE_FP32};
+  const std::vector<ssd_dtype> not_fp32 = {SSD_DTYPE_BF16, SSD_DTYPE_INT32};
+  return joined(forward_input_fields<Bw>(false),
+                {
+                    {"dout", &Bw::dout, true, false, {}, not_x, kAccepted, kAccepted},
+                    {"dfinal_states", &Bw::dfinal_states, false, false, {}, not_fp32, kUnitInner, kStateRows},
+                    {"dx", &Bw::dx, true, true, {}, not_x, kAccepted, kAccepted},
+                    {"ddt", &Bw::ddt, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, kAccepted, kAccepted},
+                    {"dA", &Bw::dA, true, true, {}, not_fp32, kAccepted, kAccepted},
+                    {"dB", &Bw::dB, true, true, {}, not_x, kAccepted, kAccepted},
+                    {"dC", &Bw::dC, true, true, {}, not_x, kAccepted, kAccepted},
+                    // docs/api.md: "(h, p) must be contiguous".
+                    {"dD", &Bw::dD, true, true, {}, not_fp32, kUnitInner, "must be contiguous (h, p)"},
+                    {"dz", &Bw::dz, true, true, {}, not_x, kAccepted, kAccepted},
+                    {"ddt_bias", &Bw::ddt_bias, true, true, {}, not_fp32, kAccepted, kAccepted},
+                    {"dinitial_states", &Bw::dinitial_states, true, true, {}, not_fp32, kUnitInner, kStateRows},
+                });
 }
 
 using CF = ssd_chunk_cumsum_fwd_args;
 using CB = ssd_chunk_cumsum_bwd_args;
 
-std::vector<Field<CF>> cumsum_fwd_fields() {
+// dt, A, dt_bias (fp32 here) and the (b, h, nchunks, Q) tensors with a unit innermost stride.
+template <class Args>
+std::vector<Field<Args>> dt_input_fields() {
+  const std::vector<ssd_dtype> not_fp32 = {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32};
   return {
-      {"dt", &CF::dt, true, false, {0, 1, 2}, {SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"A", &CF::A, true, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dt_bias", &CF::dt_bias, false, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dt_out", &CF::dt_out, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kUnitInner, kAccepted},
-      {"dA_cumsum", &CF::dA_cumsum, true, true, {}, {SSD_DTYPE_FP16, SSD_DTYPE_INT32}, kUnitInner, kAccepted},
+      {"dt", &Args::dt, true, false, {0, 1, 2}, {SSD_DTYPE_INT32}, kAccepted, kAccepted},
+      {"A", &Args::A, true, false, {}, not_fp32, kAccepted, kAccepted},
+      {"dt_bias", &Args::dt_bias, false, false, {}, not_fp32, kAccepted, kAccepted},
   };
 }
 
+std::vector<Field<CF>> cumsum_fwd_fields() {
+  const std::vector<ssd_dtype> not_fp32 = {SSD_DTYPE_BF16, SSD_DTYPE_INT32};
+  return joined(dt_input_fields<CF>(),
+                {{"dt_out", &CF::dt_out, true, true, {}, not_fp32, kUnitInner, kAccepted},
+                 {"dA_cumsum", &CF::dA_cumsum, true, true, {}, not_fp32, kUnitInner, kAccepted}});
+}
+
 std::vector<Field<CB>> cumsum_bwd_fields() {
-  return {
-      {"dt", &CB::dt, true, false, {0, 1, 2}, {SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"A", &CB::A, true, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dt_bias", &CB::dt_bias, false, false, {}, {SSD_DTYPE_FP16}, kAccepted, kAccepted},
-      {"ddA_cumsum", &CB::ddA_cumsum, true, false, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kUnitInner, kAccepted},
-      {"ddt_out", &CB::ddt_out, true, false, {}, {SSD_DTYPE_FP16}, kUnitInner, kAccepted},
-      {"ddt", &CB::ddt, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"dA", &CB::dA, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_INT32}, kAccepted, kAccepted},
-      {"ddt_bias", &CB::ddt_bias, true, true, {}, {SSD_DTYPE_FP16}, kAccepted, kAccepted},
-  };
+  const std::vector<ssd_dtype> not_fp32 = {SSD_DTYPE_FP16, SSD_DTYPE_INT32};
+  return joined(dt_input_fields<CB>(),
+                {{"ddA_cumsum", &CB::ddA_cumsum, true, false, {}, not_fp32, kUnitInner, kAccepted},
+                 {"ddt_out", &CB::ddt_out, true, false, {}, not_fp32, kUnitInner, kAccepted},
+                 {"ddt", &CB::ddt, true, true, {}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, kAccepted, kAccepted},
+                 {"dA", &CB::dA, true, true, {}, not_fp32, kAccepted, kAccepted},
+                 {"ddt_bias", &CB::ddt_bias, true, true, {}, not_fp32, kAccepted, kAccepted}});
 }
 
 // Extents of the reference tensors outside the supported set: (what, mutation, detail).
@@ -556,6 +652,43 @@ std::vector<Case<Args>> head_and_state_cases() {
     cases.push_back({"ngroups " + std::to_string(g), [g](Args& a) { a.B.shape[2] = a.C.shape[2] = g; },
                      SSD_ERROR_INVALID_SHAPE, "B: ngroups " + std::to_string(g) + " does not divide nheads 4"});
   return cases;
+}
+
+template <class Args>
+void check_every_tensor(Args (*make)(const Dims&), const std::vector<EntryPoint<Args>>& entries,
+                        const std::vector<Field<Args>>& fields) {
+  const Args valid = make(kDims);
+  check_cases(valid, entries, tensor_cases(valid, fields));
+}
+
+// ddt and ddt_bias, of ssd_backward_args or ssd_chunk_cumsum_bwd_args (dt fp32, dt_bias given):
+// ddt takes dt's dtype, ddt_bias is required exactly when dt_bias is given.
+template <class Args>
+std::vector<Case<Args>> dt_gradient_cases() {
+  std::vector<Case<Args>> cases = {
+      without<Args>("no dt_bias, no ddt_bias", {&Args::dt_bias, &Args::ddt_bias}),
+      {"ddt_bias without dt_bias", [](Args& a) { a.dt_bias.data = nullptr; }, SSD_ERROR_INVALID_ARGUMENT,
+       "ddt_bias: given without dt_bias"},
+      {"ddt_bias absent with dt_bias", [](Args& a) { a.ddt_bias.data = nullptr; }, SSD_ERROR_NULL_POINTER,
+       "ddt_bias: ", Scope::PointerReaders},
+  };
+  for (ssd_dtype d : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
+    const std::string name = dtype_text(d);
+    cases.push_back({"dt and ddt in " + name, [d](Args& a) { a.dt.dtype = a.ddt.dtype = d; }, SSD_OK, ""});
+    cases.push_back({"ddt in fp32 with dt in " + name, [d](Args& a) { a.dt.dtype = d; }, SSD_ERROR_INVALID_DTYPE,
+                     "ddt: dtype fp32 (legal: " + name + ")"});
+  }
+  return cases;
+}
+
+// chunk_size, dt_limit, struct_size, headdim, dstate, ngroups (and `extra`) of ssd_forward_args or
+// ssd_backward_args; NULL args.
+template <class Args>
+void check_scalars_and_extents(Args (*make)(const Dims&), const std::vector<EntryPoint<Args>>& entries,
+                               const std::vector<Case<Args>>& extra) {
+  std::vector<Case<Args>> cases = scalar_cases<Args>({0, 16, 32, 96, 512, -64}, "64, 128, 256");
+  check_cases(make(kDims), entries, joined(joined(cases, head_and_state_cases<Args>()), extra));
+  check_null_args(entries);
 }
 
 // Shapes across the supported set, one axis at a time from kDims.
@@ -594,31 +727,13 @@ void check_supported_dims(Args (*make)(const Dims&), const std::vector<EntryPoin
 
 TEST_CASE("ssd_forward: each tensor's NULL, misaligned, dtype, rank, extent and stride errors name it, in layout, "
           "prepare and call") {
-  const ssd_forward_args valid = forward_args(kDims);
-  check_cases(valid, forward_entries(), tensor_cases(valid, forward_fields()));
-}
-
-TEST_CASE("ssd_forward: chunk_size, dt_limit, struct_size, headdim, dstate and ngroups outside the supported set "
-          "are refused") {
-  std::vector<Case<F>> cases = scalar_cases<F>({0, 16, 32, 96, 512, -64}, "64, 128, 256");
-  for (Case<F>& c : head_and_state_cases<F>()) cases.push_back(c);
-  check_cases(forward_args(kDims), forward_entries(), cases);
-  check_null_args(forward_entries());
-}
-
-TEST_CASE("ssd_forward: every supported headdim, dstate, chunk_size and ngroups passes validation") {
-  check_supported_dims<F>(forward_args, forward_entries());
+  check_every_tensor(forward_args, forward_entries(), forward_fields());
 }
 
 TEST_CASE("ssd_forward: optional tensors may be absent, D may be (h) or (h, p), out_x goes with z") {
   const Dims d = kDims;
   const std::vector<Case<F>> cases = {
-      {"no optional tensor",
-       [](F& a) {
-         for (ssd_tensor* t : {&a.D, &a.z, &a.out_x, &a.dt_bias, &a.initial_states, &a.seq_idx, &a.final_states})
-           t->data = nullptr;
-       },
-       SSD_OK, ""},
+      without<F>("no optional tensor", kForwardOptional),
       {"D as (h, p)", [d](F& a) { a.D = device_tensor(SSD_DTYPE_FP32, {d.h, d.p}); }, SSD_OK, ""},
       {"D as (p, h)", [d](F& a) { a.D = device_tensor(SSD_DTYPE_FP32, {d.p, d.h}); }, SSD_ERROR_INVALID_SHAPE,
        "D: shape (32, 4) does not match (4, 32)"},
@@ -638,6 +753,11 @@ TEST_CASE("ssd_forward: optional tensors may be absent, D may be (h) or (h, p), 
        }, SSD_OK, ""},
   };
   check_cases(forward_args(kDims), forward_entries(), cases);
+}
+
+TEST_CASE("ssd_forward: chunk_size, dt_limit, struct_size, headdim, dstate and ngroups outside the supported set "
+          "are refused") {
+  check_scalars_and_extents<F>(forward_args, forward_entries(), {});
 }
 
 TEST_CASE("tensor checks run in the documented order: NULL, dtype, rank and sizes, strides (negative, 2^62, unit "
@@ -676,19 +796,15 @@ TEST_CASE("tensor checks run in the documented order: NULL, dtype, rank and size
                        },
                        first.status, std::string("dinitial_states: ") + first.detail});
     }
-  std::vector<EntryPoint<Bw>> pointer_readers;  // prepare would report the second fault of a pointer pair
-  for (const EntryPoint<Bw>& e : backward_entries())
-    if (e.stage != Stage::Prepare) pointer_readers.push_back(e);
-  check_cases(backward_args(kDims), pointer_readers, cases);
+  // Without prepare, which would report the second fault of a pointer pair.
+  check_cases(backward_args(kDims), pointer_readers(backward_entries()), cases);
 }
 
 TEST_CASE("ssd_forward_workspace_layout: sections fit in total_bytes, are 256-byte aligned and do not overlap") {
   for (const Dims& d : supported_dims()) {
     for (bool optional : {false, true}) {
       ssd_forward_args a = forward_args(d);
-      if (!optional)
-        for (ssd_tensor* t : {&a.D, &a.z, &a.out_x, &a.dt_bias, &a.initial_states, &a.seq_idx, &a.final_states})
-          t->data = nullptr;
+      if (!optional) without<F>("", kForwardOptional).mutate(a);
       ssd_forward_layout l{};
       l.struct_size = sizeof l;
       INFO((dims_text(d) + (optional ? " with" : " without") + " the optional tensors"));
@@ -763,50 +879,39 @@ TEST_CASE("ssd_forward: a NULL runtime is refused naming runtime, before the arg
 
 TEST_CASE("ssd_forward: launch options with a bad struct_size are refused") {
   const ssd_forward_args a = forward_args(kDims);
-  for (size_t size : {size_t(0), size_t(8), size_t(1) << 17}) {
-    ssd_launch_options o;
-    ssd_launch_options_init(&o);
-    o.struct_size = size;
-    CHECK(ssd_forward(test_runtime(), &a, &o, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
-    CHECK(contains(ssd_last_error_detail(), "options.struct_size"));
-  }
+  check_option_refusals<ssd_launch_options>(launch_options, option_struct_size_cases<ssd_launch_options>(),
+                                            {[&a](const ssd_launch_options* o) {
+                                              return ssd_forward(test_runtime(), &a, o, nullptr);
+                                            }});
 }
 
 // ==== ssd_backward ===============================================================================
 
 TEST_CASE("ssd_backward: each tensor's NULL, misaligned, dtype, rank, extent and stride errors name it, in size, "
           "prepare and call") {
-  const ssd_backward_args valid = backward_args(kDims);
-  check_cases(valid, backward_entries(), tensor_cases(valid, backward_fields()));
+  check_every_tensor(backward_args, backward_entries(), backward_fields());
 }
 
 TEST_CASE("ssd_backward: chunk_size, dt_limit, struct_size, mode, headdim, dstate and ngroups outside the supported "
           "set are refused") {
-  std::vector<Case<Bw>> cases = scalar_cases<Bw>({0, 16, 32, 96, 512, -64}, "64, 128, 256");
-  for (Case<Bw>& c : head_and_state_cases<Bw>()) cases.push_back(c);
+  std::vector<Case<Bw>> cases;
   for (int32_t mode : {-2, 2, 901})
     cases.push_back({"mode " + std::to_string(mode), [mode](Bw& a) { a.mode = mode; }, SSD_ERROR_INVALID_ARGUMENT,
                      "args.mode: " + std::to_string(mode)});
   for (int32_t mode : {int32_t(SSD_MODE_DETERMINISTIC), int32_t(SSD_MODE_FAST)})
     cases.push_back({"mode " + std::to_string(mode), [mode](Bw& a) { a.mode = mode; }, SSD_OK, ""});
-  check_cases(backward_args(kDims), backward_entries(), cases);
-  check_null_args(backward_entries());
+  check_scalars_and_extents<Bw>(backward_args, backward_entries(), cases);
 }
 
-TEST_CASE("ssd_backward: every supported headdim, dstate, chunk_size and ngroups passes validation") {
+TEST_CASE("ssd_forward, ssd_backward: every supported headdim, dstate, chunk_size and ngroups passes validation") {
+  check_supported_dims<F>(forward_args, forward_entries());
   check_supported_dims<Bw>(backward_args, backward_entries());
 }
 
 TEST_CASE("ssd_backward: each gradient of an optional input is required exactly when that input is given") {
   const Dims d = kDims;
   const std::vector<Case<Bw>> cases = {
-      {"no optional tensor",
-       [](Bw& a) {
-         for (ssd_tensor* t : {&a.D, &a.dD, &a.z, &a.out_x, &a.dz, &a.dt_bias, &a.ddt_bias, &a.initial_states,
-                               &a.dinitial_states, &a.seq_idx, &a.dfinal_states})
-           t->data = nullptr;
-       },
-       SSD_OK, ""},
+      without<Bw>("no optional tensor", kBackwardOptional),
       {"D and dD as (h)",
        [d](Bw& a) {
          a.D = device_tensor(SSD_DTYPE_FP32, {d.h});
@@ -819,8 +924,6 @@ TEST_CASE("ssd_backward: each gradient of an optional input is required exactly 
       {"dz without z", [](Bw& a) { a.z.data = a.out_x.data = nullptr; }, SSD_ERROR_INVALID_ARGUMENT,
        "dz: given without z"},
       {"dD without D", [](Bw& a) { a.D.data = nullptr; }, SSD_ERROR_INVALID_ARGUMENT, "dD: given without D"},
-      {"ddt_bias without dt_bias", [](Bw& a) { a.dt_bias.data = nullptr; }, SSD_ERROR_INVALID_ARGUMENT,
-       "ddt_bias: given without dt_bias"},
       {"dinitial_states without initial_states", [](Bw& a) { a.initial_states.data = nullptr; },
        SSD_ERROR_INVALID_ARGUMENT, "dinitial_states: given without initial_states"},
       {"out_x absent with z", [](Bw& a) { a.out_x.data = nullptr; }, SSD_ERROR_NULL_POINTER,
@@ -829,15 +932,10 @@ TEST_CASE("ssd_backward: each gradient of an optional input is required exactly 
        Scope::PointerReaders},
       {"dD absent with D", [](Bw& a) { a.dD.data = nullptr; }, SSD_ERROR_NULL_POINTER, "dD: required with D",
        Scope::PointerReaders},
-      {"ddt_bias absent with dt_bias", [](Bw& a) { a.ddt_bias.data = nullptr; }, SSD_ERROR_NULL_POINTER,
-       "ddt_bias: required with dt_bias", Scope::PointerReaders},
       {"dinitial_states absent with initial_states", [](Bw& a) { a.dinitial_states.data = nullptr; },
        SSD_ERROR_NULL_POINTER, "dinitial_states: required with initial_states", Scope::PointerReaders},
-      {"dt and ddt in bf16", [](Bw& a) { a.dt.dtype = a.ddt.dtype = SSD_DTYPE_BF16; }, SSD_OK, ""},
-      {"ddt in fp32 with dt in fp16", [](Bw& a) { a.dt.dtype = SSD_DTYPE_FP16; }, SSD_ERROR_INVALID_DTYPE,
-       "ddt: dtype fp32 (legal: fp16)"},
   };
-  check_cases(backward_args(kDims), backward_entries(), cases);
+  check_cases(backward_args(kDims), backward_entries(), joined(cases, dt_gradient_cases<Bw>()));
 }
 
 TEST_CASE("ssd_backward_workspace_size: mode -1 sizes deterministic mode, which needs at least fast mode's; the call "
@@ -881,28 +979,16 @@ namespace {
 template <class Args>
 void check_prepare_options(const Args& args, ssd_status (*prepare)(ssd_runtime*, const Args*,
                                                                      const ssd_prepare_options*, ssd_prepare_report*)) {
-  struct OptionCase {
-    const char* what;
-    std::function<void(ssd_prepare_options&)> mutate;
-    const char* detail;
-  };
-  const OptionCase cases[] = {
-      {"arch 12345", [](ssd_prepare_options& o) { o.arch = 12345; }, "options.arch: 12345"},
-      {"arch 75", [](ssd_prepare_options& o) { o.arch = 75; }, "options.arch: 75"},
-      {"mode 2", [](ssd_prepare_options& o) { o.mode = 2; }, "options.mode: 2"},
-      {"mode -2", [](ssd_prepare_options& o) { o.mode = -2; }, "options.mode: -2"},
-      {"jobs -1", [](ssd_prepare_options& o) { o.jobs = -1; }, "options.jobs: -1"},
-      {"jobs 1000000", [](ssd_prepare_options& o) { o.jobs = 1000000; }, "options.jobs: 1000000"},
-      {"struct_size 0", [](ssd_prepare_options& o) { o.struct_size = 0; }, "options.struct_size: 0"},
-      {"struct_size 2^17", [](ssd_prepare_options& o) { o.struct_size = size_t(1) << 17; }, "options.struct_size"},
-  };
-  for (const OptionCase& c : cases) {
-    ssd_prepare_options o = prepare_options();
-    c.mutate(o);
-    INFO(c.what);
-    CHECK(prepare(test_runtime(), &args, &o, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
-    CHECK(contains(ssd_last_error_detail(), c.detail));
-  }
+  using P = ssd_prepare_options;
+  const std::vector<OptionCase<P>> cases = joined(
+      joined(option_struct_size_cases<P>(), option_mode_cases<P>({-2, 2})),
+      {{"arch 12345", [](P& o) { o.arch = 12345; }, "options.arch: 12345"},
+       {"arch 75", [](P& o) { o.arch = 75; }, "options.arch: 75"},
+       {"jobs -1", [](P& o) { o.jobs = -1; }, "options.jobs: -1"},
+       {"jobs 1000000", [](P& o) { o.jobs = 1000000; }, "options.jobs: 1000000"}});
+  check_option_refusals<P>(prepare_options, cases, {[&args, prepare](const P* o) {
+                             return prepare(test_runtime(), &args, o, nullptr);
+                           }});
   // NULL options: the runtime's arch; NULL report.
   CHECK(prepare(test_runtime(), &args, nullptr, nullptr) == SSD_ERROR_CACHE_MISS);
   for (size_t size : {size_t(0), sizeof(ssd_prepare_report) - 1, size_t(1) << 17}) {
@@ -969,15 +1055,10 @@ TEST_CASE("ssd_forward_prepare, ssd_backward_prepare: without a runtime, bad arg
 
 // ==== ssd_chunk_cumsum_fwd / _bwd ================================================================
 
-TEST_CASE("ssd_chunk_cumsum_fwd: each tensor's NULL, misaligned, dtype, rank, extent and stride errors name it") {
-  const ssd_chunk_cumsum_fwd_args valid = cumsum_fwd_args(kDims);
-  check_cases(valid, cumsum_fwd_entries(), tensor_cases(valid, cumsum_fwd_fields()));
-}
-
-TEST_CASE("ssd_chunk_cumsum_bwd: each tensor's NULL, misaligned, dtype, rank, extent and stride errors name it, in "
-          "size and call") {
-  const ssd_chunk_cumsum_bwd_args valid = cumsum_bwd_args(kDims);
-  check_cases(valid, cumsum_bwd_entries(), tensor_cases(valid, cumsum_bwd_fields()));
+TEST_CASE("ssd_chunk_cumsum_fwd, ssd_chunk_cumsum_bwd: each tensor's NULL, misaligned, dtype, rank, extent and "
+          "stride errors name it, in size and call") {
+  check_every_tensor(cumsum_fwd_args, cumsum_fwd_entries(), cumsum_fwd_fields());
+  check_every_tensor(cumsum_bwd_args, cumsum_bwd_entries(), cumsum_bwd_fields());
 }
 
 TEST_CASE("ssd_chunk_cumsum_fwd/_bwd: chunk_size, dt_limit and struct_size outside the supported set are refused; "
@@ -998,15 +1079,7 @@ TEST_CASE("ssd_chunk_cumsum_fwd/_bwd: chunk_size, dt_limit and struct_size outsi
 }
 
 TEST_CASE("ssd_chunk_cumsum_bwd: ddt_bias goes with dt_bias, ddt takes dt's dtype") {
-  const std::vector<Case<CB>> cases = {
-      {"no dt_bias, no ddt_bias", [](CB& a) { a.dt_bias.data = a.ddt_bias.data = nullptr; }, SSD_OK, ""},
-      {"ddt_bias without dt_bias", [](CB& a) { a.dt_bias.data = nullptr; }, SSD_ERROR_INVALID_ARGUMENT,
-       "ddt_bias: given without dt_bias"},
-      {"dt and ddt in fp16", [](CB& a) { a.dt.dtype = a.ddt.dtype = SSD_DTYPE_FP16; }, SSD_OK, ""},
-      {"ddt in fp32 with dt in bf16", [](CB& a) { a.dt.dtype = SSD_DTYPE_BF16; }, SSD_ERROR_INVALID_DTYPE,
-       "ddt: dtype fp32 (legal: bf16)"},
-  };
-  check_cases(cumsum_bwd_args(kDims), cumsum_bwd_entries(), cases);
+  check_cases(cumsum_bwd_args(kDims), cumsum_bwd_entries(), dt_gradient_cases<CB>());
 }
 
 TEST_CASE("ssd_chunk_cumsum_bwd: the workspace size serves deterministic mode, fast mode needs none, 16-byte "
@@ -1038,28 +1111,13 @@ TEST_CASE("ssd_chunk_cumsum_bwd: the workspace size serves deterministic mode, f
 TEST_CASE("ssd_chunk_cumsum_fwd/_bwd: launch options are range-checked, a NULL runtime is named") {
   const ssd_chunk_cumsum_fwd_args f = cumsum_fwd_args(kDims);
   const ssd_chunk_cumsum_bwd_args b = cumsum_bwd_args(kDims);
-  struct OptionCase {
-    const char* what;
-    std::function<void(ssd_launch_options&)> mutate;
-    const char* detail;
-  };
-  const OptionCase cases[] = {
-      {"mode 2", [](ssd_launch_options& o) { o.mode = 2; }, "options.mode: 2"},
-      {"mode -2", [](ssd_launch_options& o) { o.mode = -2; }, "options.mode: -2"},
-      {"max_blocks -1", [](ssd_launch_options& o) { o.max_blocks = -1; }, "options.max_blocks: -1"},
-      {"struct_size 0", [](ssd_launch_options& o) { o.struct_size = 0; }, "options.struct_size: 0"},
-      {"struct_size 2^17", [](ssd_launch_options& o) { o.struct_size = size_t(1) << 17; }, "options.struct_size"},
-  };
-  for (const OptionCase& c : cases) {
-    ssd_launch_options o;
-    ssd_launch_options_init(&o);
-    c.mutate(o);
-    INFO(c.what);
-    CHECK(ssd_chunk_cumsum_fwd(test_runtime(), &f, &o, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
-    CHECK(contains(ssd_last_error_detail(), c.detail));
-    CHECK(ssd_chunk_cumsum_bwd(test_runtime(), &b, &o, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
-    CHECK(contains(ssd_last_error_detail(), c.detail));
-  }
+  using L = ssd_launch_options;
+  const std::vector<OptionCase<L>> cases =
+      joined(joined(option_struct_size_cases<L>(), option_mode_cases<L>({-2, 2, 7})),
+             {{"max_blocks -1", [](L& o) { o.max_blocks = -1; }, "options.max_blocks: -1"}});
+  check_option_refusals<L>(launch_options, cases,
+                           {[&f](const L* o) { return ssd_chunk_cumsum_fwd(test_runtime(), &f, o, nullptr); },
+                            [&b](const L* o) { return ssd_chunk_cumsum_bwd(test_runtime(), &b, o, nullptr); }});
   CHECK(ssd_chunk_cumsum_fwd(nullptr, &f, nullptr, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(ssd_last_error_detail()) == "runtime: NULL pointer");
   CHECK(ssd_chunk_cumsum_bwd(nullptr, &b, nullptr, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
@@ -1089,14 +1147,10 @@ TEST_CASE("KNOWN DEFECT ssd_backward_prepare: a strided dD of shape (h) passes p
 TEST_CASE("KNOWN DEFECT ssd_forward: launch options.mode outside -1, 0, 1 is not refused (chunk_cumsum refuses it)" *
           doctest::should_fail()) {
   const ssd_forward_args a = forward_args(kDims);
-  for (int32_t mode : {-2, 2, 7}) {
-    ssd_launch_options o;
-    ssd_launch_options_init(&o);
-    o.mode = mode;
-    INFO(("options.mode " + std::to_string(mode)));
-    CHECK(ssd_forward(test_runtime(), &a, &o, nullptr) == SSD_ERROR_INVALID_ARGUMENT);
-    CHECK(contains(ssd_last_error_detail(), "options.mode: " + std::to_string(mode)));
-  }
+  check_option_refusals<ssd_launch_options>(launch_options, option_mode_cases<ssd_launch_options>({-2, 2, 7}),
+                                            {[&a](const ssd_launch_options* o) {
+                                              return ssd_forward(test_runtime(), &a, o, nullptr);
+                                            }});
 }
 
 namespace {
@@ -1112,17 +1166,14 @@ void broadcast_inputs(std::initializer_list<ssd_tensor*> inputs) {
 
 ssd_forward_args huge_forward_args() {
   ssd_forward_args a = forward_args(kHugeDims);
-  for (ssd_tensor* t : {&a.D, &a.z, &a.out_x, &a.dt_bias, &a.initial_states, &a.seq_idx, &a.final_states})
-    *t = ssd_tensor{};
+  without<F>("", kForwardOptional).mutate(a);
   broadcast_inputs({&a.x, &a.dt, &a.B, &a.C});
   return a;
 }
 
 ssd_backward_args huge_backward_args() {
   ssd_backward_args a = backward_args(kHugeDims);
-  for (ssd_tensor* t : {&a.D, &a.dD, &a.z, &a.out_x, &a.dz, &a.dt_bias, &a.ddt_bias, &a.initial_states,
-                        &a.dinitial_states, &a.seq_idx, &a.dfinal_states})
-    *t = ssd_tensor{};
+  without<Bw>("", kBackwardOptional).mutate(a);
   broadcast_inputs({&a.x, &a.dt, &a.B, &a.C, &a.dout});
   return a;
 }
@@ -1130,18 +1181,12 @@ ssd_backward_args huge_backward_args() {
 }  // namespace
 
 TEST_CASE("ssd_forward, ssd_backward: shapes whose workspace exceeds 2^64 bytes are refused by size and call") {
-  std::vector<EntryPoint<F>> forward_sizers;
-  for (const EntryPoint<F>& e : forward_entries())
-    if (e.stage != Stage::Prepare) forward_sizers.push_back(e);
-  check_cases(forward_args(kDims), forward_sizers,
-              std::vector<Case<F>>{{"2^50 positions", [](F& a) { a = huge_forward_args(); }, SSD_ERROR_INVALID_SHAPE,
-                                    "ssd_forward needs more than 2^64 bytes of workspace"}});
-  std::vector<EntryPoint<Bw>> backward_sizers;
-  for (const EntryPoint<Bw>& e : backward_entries())
-    if (e.stage != Stage::Prepare) backward_sizers.push_back(e);
-  check_cases(backward_args(kDims), backward_sizers,
-              std::vector<Case<Bw>>{{"2^50 positions", [](Bw& a) { a = huge_backward_args(); }, SSD_ERROR_INVALID_SHAPE,
-                                     "ssd_backward needs more than 2^64 bytes of workspace"}});
+  check_cases(forward_args(kDims), pointer_readers(forward_entries()),
+              {{"2^50 positions", [](F& a) { a = huge_forward_args(); }, SSD_ERROR_INVALID_SHAPE,
+                "ssd_forward needs more than 2^64 bytes of workspace"}});
+  check_cases(backward_args(kDims), pointer_readers(backward_entries()),
+              {{"2^50 positions", [](Bw& a) { a = huge_backward_args(); }, SSD_ERROR_INVALID_SHAPE,
+                "ssd_backward needs more than 2^64 bytes of workspace"}});
 }
 
 TEST_CASE("KNOWN DEFECT ssd_forward_prepare, ssd_backward_prepare: shapes whose workspace exceeds 2^64 bytes pass "
