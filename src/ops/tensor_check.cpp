@@ -113,9 +113,6 @@ Status check_tensor(const ssd_tensor& t, const TensorSpec& spec) {
   if (spec.unit_last_stride && t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
     return make_error(SSD_ERROR_INVALID_STRIDE, fmt::format("{}: innermost stride is {}, must be 1", spec.name,
                                                             t.strides[t.ndim - 1]));
-  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
-    return make_error(SSD_ERROR_INVALID_ALIGNMENT, fmt::format("{}: pointer {} is not aligned to its {}-byte elements",
-                                                               spec.name, t.data, dtype_size(t.dtype)));
   if (spec.output) {
     // Non-overlapping: with axes sorted by stride, each stride must exceed the span of the smaller ones.
     std::vector<int> axes;
@@ -131,6 +128,10 @@ Status check_tensor(const ssd_tensor& t, const TensorSpec& spec) {
       span += __int128(t.shape[d] - 1) * t.strides[d];
     }
   }
+  // Last: docs/api.md lists the checks in this order (every stride problem before alignment).
+  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
+    return make_error(SSD_ERROR_INVALID_ALIGNMENT, fmt::format("{}: pointer {} is not aligned to its {}-byte elements",
+                                                               spec.name, t.data, dtype_size(t.dtype)));
   return Status::Ok();
 }
 
