@@ -339,7 +339,7 @@ typedef struct ssd_backward_args {
   ssd_tensor ddt;           /* (b, L, h) dt's dtype */
   ssd_tensor dA;            /* (h) fp32 */
   ssd_tensor dB, dC;        /* (b, L, g, n) x's dtype */
-  ssd_tensor dD;            /* D's shape, fp32; required iff D (else data == NULL) */
+  ssd_tensor dD;            /* D's shape, fp32, contiguous; required iff D (else data == NULL) */
   ssd_tensor dz;            /* (b, L, h, p) x's dtype; required iff z */
   ssd_tensor ddt_bias;      /* (h) fp32; required iff dt_bias */
   ssd_tensor dinitial_states; /* (b, h, p, n) fp32 (unit n-stride, p-stride n); required iff initial_states */

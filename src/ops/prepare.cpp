@@ -143,6 +143,8 @@ Result<std::vector<ssd_kernel_config>> forward_prepare_configs(const ssd_forward
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
   const ssd_forward_args a = forward_stand_ins(args.value());
+  // The workspace layout too: a shape the call would refuse (its workspace size overflows) fails here.
+  SSD_RETURN_IF_ERROR(forward_layout(&a).status());
   auto configs = forward_kernel_configs(&a, arch, mode);
   if (!configs.ok()) return configs.status();
   return unique_normalized(configs.value());
@@ -153,6 +155,8 @@ Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backwa
   auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
   if (!args.ok()) return args.status();
   const ssd_backward_args a = backward_stand_ins(args.value());
+  // The workspace layout too (with the gate's and chunk_cumsum's own checks), as the call does.
+  SSD_RETURN_IF_ERROR(backward_layout(&a, mode).status());
   auto configs = backward_kernel_configs(&a, arch, mode);
   if (!configs.ok()) return configs.status();
   return unique_normalized(configs.value());

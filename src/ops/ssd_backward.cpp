@@ -242,7 +242,7 @@ Status check_backward(const ssd_backward_args& a, ForwardDims& d) {
       SSD_RETURN_IF_ERROR(check_tensor(a.dD, {"dD", {d.h, d.p}, {SSD_DTYPE_FP32}, true, true}));
       if (a.dD.strides[0] != d.p) return make_error(SSD_ERROR_INVALID_STRIDE, "dD: must be contiguous (h, p)");
     } else {
-      SSD_RETURN_IF_ERROR(check_tensor(a.dD, {"dD", {d.h}, {SSD_DTYPE_FP32}, true}));
+      SSD_RETURN_IF_ERROR(check_tensor(a.dD, {"dD", {d.h}, {SSD_DTYPE_FP32}, true, true}));  // gate_bwd writes it contiguously
     }
   }
   SSD_RETURN_IF_ERROR(paired(a.z, "z", a.dz, "dz"));

@@ -309,6 +309,8 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
     ssd_launch_options o = default_launch_options();
     auto read = read_sized_struct(options, o, "options", offsetof(ssd_launch_options, mode) + sizeof(int32_t));
     if (!read.ok()) return read.status();
+    if (read->mode < -1 || read->mode > 1)
+      return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("options.mode: {} (legal: -1, 0, 1)", read->mode));
     if (read->mode >= 0) mode = ssd_mode(read->mode);
   }
   auto arch = runtime_arch(rt);

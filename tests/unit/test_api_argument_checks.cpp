@@ -1124,15 +1124,13 @@ TEST_CASE("ssd_chunk_cumsum_fwd/_bwd: launch options are range-checked, a NULL r
   CHECK(std::string(ssd_last_error_detail()) == "runtime: NULL pointer");
 }
 
-// ==== known defects ==============================================================================
-// Each case states the documented contract and fails today (doctest::should_fail: the suite passes
-// while the defect is there, and fails once it is fixed, so that the marker gets removed). The
-// fixes belong in src/ops/ssd_forward.cpp / ssd_backward.cpp / prepare.cpp.
+// ==== defects these tests found ================================================================
+// Regression tests of three defects the cases above found (each failed before its fix in
+// src/ops/ssd_backward.cpp, ssd_forward.cpp or prepare.cpp).
 
-TEST_CASE("KNOWN DEFECT ssd_backward_prepare: a strided dD of shape (h) passes prepare, while size and call refuse "
-          "it (the gate kernel writes dD contiguously)" * doctest::should_fail()) {
-  // check_backward checks a 1-D dD without the unit stride that gate_bwd's own check (run by the
-  // size function and the call only) requires; docs/api.md only says "(h, p) must be contiguous".
+TEST_CASE("ssd_backward_prepare: a strided dD of shape (h) is refused, as size and call refuse it (the gate "
+          "kernel writes dD contiguously)") {
+  // check_backward (prepare's check) missed the unit stride that gate_bwd's own check requires.
   const Dims d = kDims;
   const std::vector<Case<Bw>> cases = {{"D and dD as (h), dD with stride 2",
                                         [d](Bw& a) {
@@ -1144,8 +1142,7 @@ TEST_CASE("KNOWN DEFECT ssd_backward_prepare: a strided dD of shape (h) passes p
   check_cases(backward_args(kDims), backward_entries(), cases);
 }
 
-TEST_CASE("KNOWN DEFECT ssd_forward: launch options.mode outside -1, 0, 1 is not refused (chunk_cumsum refuses it)" *
-          doctest::should_fail()) {
+TEST_CASE("ssd_forward: launch options.mode outside -1, 0, 1 is refused (as chunk_cumsum refuses it)") {
   const ssd_forward_args a = forward_args(kDims);
   check_option_refusals<ssd_launch_options>(launch_options, option_mode_cases<ssd_launch_options>({-2, 2, 7}),
                                             {[&a](const ssd_launch_options* o) {
@@ -1189,8 +1186,8 @@ TEST_CASE("ssd_forward, ssd_backward: shapes whose workspace exceeds 2^64 bytes 
                 "ssd_backward needs more than 2^64 bytes of workspace"}});
 }
 
-TEST_CASE("KNOWN DEFECT ssd_forward_prepare, ssd_backward_prepare: shapes whose workspace exceeds 2^64 bytes pass "
-          "prepare, while the call refuses them" * doctest::should_fail()) {
+TEST_CASE("ssd_forward_prepare, ssd_backward_prepare: shapes whose workspace exceeds 2^64 bytes are refused, as "
+          "the call refuses them") {
   const ssd_prepare_options o = prepare_options();
   const ssd_forward_args f = huge_forward_args();
   CHECK(ssd_forward_prepare(test_runtime(), &f, &o, nullptr) == SSD_ERROR_INVALID_SHAPE);
