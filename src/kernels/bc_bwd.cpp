@@ -2,24 +2,21 @@
 // each from its head chain and the group's dCB term, summed over the group's heads in head order.
 #include <algorithm>
 
-#include "kernels/backward_tiles.h"
+#include "kernels/family.h"
 #include "ssd/backward_params.cuh"
 
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) { backward_defaults(c, true); }
+constexpr SsdFieldUse kUses{true, true, true};
+
+void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::bc_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n, c.tile.k,
                                                 c.flags & SSD_FLAG_SEQ_IDX);
 }
-
-Status validate(const ssd_kernel_config& c) {
-  return validate_ssd_kernel(c, {true, true, true}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)",
-                             tile_problem);
-}
-
+Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile db_default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {64, std::min(128, c.dstate), 32, 0, 0}, {64, std::min(64, c.dstate), 32, 0, 0},
                          tile_problem);
@@ -31,13 +28,8 @@ ssd_tile dc_default_tile(const ssd_kernel_config& c) {
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
 
 KernelSpec spec_of(const ssd_kernel_config& c, bool is_dc) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kHeaddim", c.headdim)
-      .integer("kDstate", c.dstate)
-      .integer("kHeadsPerGroup", c.heads_per_group)
-      .element("Element", c.dtype)
-      .integer("kBlockM", c.tile.m, "positions")
+  SpecWriter s = shape_spec(c, kUses);
+  s.integer("kBlockM", c.tile.m, "positions")
       .integer("kBlockN", c.tile.n, "dstate")
       .integer("kBlockK", c.tile.k, "K step")
       .boolean("kIsDC", is_dc)

@@ -6,31 +6,21 @@
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_BF16;
-  c.chunk_size = 256;
-  c.dstate = 64;
-}
+constexpr SsdFieldUse kUses{false, true, false};  // per group: no headdim, no heads
+
+void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::fwd_geom::bmm_chunk_tile_problem(c.chunk_size, c.dstate, c.tile.m, c.tile.n, c.tile.k);
 }
-
-Status validate(const ssd_kernel_config& c) {
-  return validate_ssd_kernel(c, {false, true, false}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)",
-                             tile_problem);
-}
-
+Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config&) { return ssd_tile{64, 64, 0, 0, 0}; }
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, false, tile_problem); }
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kDstate", c.dstate)
-      .integer("kBlockM", c.tile.m, "positions l")
+  SpecWriter s = shape_spec(c, kUses);
+  s.integer("kBlockM", c.tile.m, "positions l")
       .integer("kBlockN", c.tile.n, "positions s")
-      .element("Element", c.dtype)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
   return {s.members(), ssd_kernels::fwd_geom::bmm_chunk_threads(c.tile.m, c.tile.n), 0};
 }

@@ -1,35 +1,28 @@
 // chunk_scan_bwd_dcb (templates/ssd/chunk_scan_bwd_dcb.cuh): dCB, the gradient of the masked
 // C·Bᵀ, summed over the group's heads in head order.
-#include "kernels/backward_tiles.h"
+#include "kernels/family.h"
 #include "ssd/backward_params.cuh"
 
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) { backward_defaults(c, false); }
+constexpr SsdFieldUse kUses{true, false, true};  // no dstate: the contraction runs over headdim
+
+void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::dcb_tile_problem(c.chunk_size, c.headdim, c.tile.m, c.tile.n, c.tile.k,
                                                  c.flags & SSD_FLAG_SEQ_IDX);
 }
-
-Status validate(const ssd_kernel_config& c) {
-  return validate_ssd_kernel(c, {true, false, true}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)",
-                             tile_problem);
-}
-
+Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {32, 64, 64, 0, 0}, {64, 64, 32, 0, 0}, tile_problem);
 }
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kHeaddim", c.headdim)
-      .integer("kHeadsPerGroup", c.heads_per_group)
-      .element("Element", c.dtype)
-      .integer("kBlockM", c.tile.m, "positions l")
+  SpecWriter s = shape_spec(c, kUses);
+  s.integer("kBlockM", c.tile.m, "positions l")
       .integer("kBlockN", c.tile.n, "positions s")
       .integer("kBlockK", c.tile.k, "headdim step")
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);

@@ -1,34 +1,27 @@
 // chunk_scan_bwd_ddA_intra (templates/ssd/chunk_scan_bwd_ddA_intra.cuh): the intra-chunk part of
 // the gradient w.r.t. the increments A·Δ, by row prefix sums in a fixed column order.
-#include "kernels/backward_tiles.h"
+#include "kernels/family.h"
 #include "ssd/backward_params.cuh"
 
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) { backward_defaults(c, false); }
+constexpr SsdFieldUse kUses{true, false, true};  // no dstate: the contraction runs over headdim
+
+void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::intra_tile_problem(c.chunk_size, c.headdim, c.tile.m, c.tile.n, c.tile.k);
 }
-
-Status validate(const ssd_kernel_config& c) {
-  return validate_ssd_kernel(c, {true, false, true}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)",
-                             tile_problem);
-}
-
+Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {64, 32, 64, 0, 0}, {64, 32, 32, 0, 0}, tile_problem);
 }
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kHeaddim", c.headdim)
-      .integer("kHeadsPerGroup", c.heads_per_group)
-      .element("Element", c.dtype)
-      .integer("kBlockM", c.tile.m, "rows l")
+  SpecWriter s = shape_spec(c, kUses);
+  s.integer("kBlockM", c.tile.m, "rows l")
       .integer("kBlockN", c.tile.n, "columns s")
       .integer("kBlockK", c.tile.k, "headdim step")
       .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);

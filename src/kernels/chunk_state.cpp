@@ -9,24 +9,15 @@
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_BF16;
-  c.chunk_size = 256;
-  c.headdim = 64;
-  c.dstate = 64;
-  c.heads_per_group = 1;
-}
+constexpr SsdFieldUse kUses{true, true, true};
+
+void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::fwd_geom::chunk_state_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
                                                          c.tile.k);
 }
-
-Status validate(const ssd_kernel_config& c) {
-  return validate_ssd_kernel(c, {true, true, true}, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)",
-                             tile_problem);
-}
-
+Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 // 64 x 128 x 32 measured best of seven candidates at the nemotronh-56b shape (docs/perf.md).
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0};
@@ -34,15 +25,10 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
 
 KernelSpec spec_of(const ssd_kernel_config& c, bool dstates) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kHeaddim", c.headdim)
-      .integer("kDstate", c.dstate)
-      .integer("kHeadsPerGroup", c.heads_per_group)
-      .integer("kBlockM", c.tile.m, "headdim")
+  SpecWriter s = shape_spec(c, kUses);
+  s.integer("kBlockM", c.tile.m, "headdim")
       .integer("kBlockN", c.tile.n, "dstate")
       .integer("kBlockK", c.tile.k, "positions")
-      .element("Element", c.dtype)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kDstates", dstates);
   return {s.members(), ssd_kernels::fwd_geom::chunk_state_threads(c.tile.m, c.tile.n), 0};

@@ -136,6 +136,29 @@ Status validate_ssd_kernel(const ssd_kernel_config& c, SsdFieldUse uses, std::in
   return Status::Ok();
 }
 
+Status validate_tensor_core(const ssd_kernel_config& c, SsdFieldUse uses,
+                            const char* (*tile_problem)(const ssd_kernel_config&)) {
+  return validate_ssd_kernel(c, uses, {SSD_DTYPE_BF16, SSD_DTYPE_FP16}, "bf16, fp16 (tensor cores)", tile_problem);
+}
+
+void tensor_core_defaults(ssd_kernel_config& c, SsdFieldUse uses) {
+  c.dtype = SSD_DTYPE_BF16;
+  c.chunk_size = 256;
+  c.headdim = uses.headdim ? 64 : 0;
+  c.dstate = uses.dstate ? 64 : 0;
+  c.heads_per_group = uses.heads_per_group ? 1 : 0;
+}
+
+SpecWriter shape_spec(const ssd_kernel_config& c, SsdFieldUse uses) {
+  SpecWriter s;
+  s.integer("kChunk", c.chunk_size);
+  if (uses.headdim) s.integer("kHeaddim", c.headdim);
+  if (uses.dstate) s.integer("kDstate", c.dstate);
+  if (uses.heads_per_group) s.integer("kHeadsPerGroup", c.heads_per_group);
+  s.element("Element", c.dtype);
+  return s;
+}
+
 std::vector<ssd_tile> tiles_accepted(const ssd_kernel_config& c, bool with_n, bool with_k,
                                      const char* (*tile_problem)(const ssd_kernel_config&)) {
   std::vector<ssd_tile> tiles;
@@ -148,6 +171,13 @@ std::vector<ssd_tile> tiles_accepted(const ssd_kernel_config& c, bool with_n, bo
         if (!tile_problem(t)) tiles.push_back(t.tile);
       }
   return tiles;
+}
+
+ssd_tile best_legal_tile(const ssd_kernel_config& c, ssd_tile best, ssd_tile fallback,
+                         const char* (*tile_problem)(const ssd_kernel_config&)) {
+  ssd_kernel_config probe = c;
+  probe.tile = best;
+  return tile_problem(probe) ? fallback : best;
 }
 
 std::vector<ssd_tile> tiles_m(std::initializer_list<int> ms) {

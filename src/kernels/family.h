@@ -98,10 +98,24 @@ struct SsdFieldUse {
 };
 Status validate_ssd_kernel(const ssd_kernel_config& c, SsdFieldUse uses, std::initializer_list<int> dtypes,
                            const char* dtypes_legal, const char* (*tile_problem)(const ssd_kernel_config&));
+// The tensor-core families (x, B, C in bf16 or fp16): validate_ssd_kernel with those dtypes.
+Status validate_tensor_core(const ssd_kernel_config& c, SsdFieldUse uses,
+                            const char* (*tile_problem)(const ssd_kernel_config&));
+// Their defaults: bf16, chunk 256, and headdim 64, dstate 64, one head per group for the fields
+// in `uses` (the others 0, as set_defaults promises).
+void tensor_core_defaults(ssd_kernel_config& c, SsdFieldUse uses);
+// Their Spec's shape members: kChunk, the fields in `uses` (kHeaddim, kDstate, kHeadsPerGroup),
+// Element.
+SpecWriter shape_spec(const ssd_kernel_config& c, SsdFieldUse uses);
 // Every m x n x k tile from the power-of-two candidates that `tile_problem` accepts; `with_n` /
 // `with_k`: whether the family has that tile dimension (otherwise it is 0).
 std::vector<ssd_tile> tiles_accepted(const ssd_kernel_config& c, bool with_n, bool with_k,
                                      const char* (*tile_problem)(const ssd_kernel_config&));
+// The fastest of the candidates measured at the nemotronh-56b shape (scripts/tile_sweep.sh,
+// docs/perf.md) when it is legal for this specialization, else the fallback that is legal for
+// every shape. Every legal tile gives the same bits (D2), so this is only about speed.
+ssd_tile best_legal_tile(const ssd_kernel_config& c, ssd_tile best, ssd_tile fallback,
+                         const char* (*tile_problem)(const ssd_kernel_config&));
 // A one-dimensional tile: every m in `ms`.
 std::vector<ssd_tile> tiles_m(std::initializer_list<int> ms);
 
