@@ -133,9 +133,9 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         }
       }
       const T* safe_xy = xyg + b * p.xy.stride[0];
-      const T* dcb = dcbg + b * p.dCB.stride[0] + c * p.dCB.stride[1] + g * p.dCB.stride[2];
-      const T* safe_o = og + b * p.other.stride[0] + g * p.other.stride[2];
-      const long long chunk_bc = b * p.dA_cumsum.stride[0] + c * p.dA_cumsum.stride[2];
+      const T* dcb = dcbg + p.dCB.offset(b, c, g);
+      const T* safe_o = og + p.other.offset(b, 0, g);
+      const long long chunk_bc = p.dA_cumsum.offset(b, 0, c);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // Longest dCB chains first: dB rows near the chunk start, dC rows near its end.
@@ -154,7 +154,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         for (int rr = 0; rr < KR; ++rr) {
           const int r = tid + rr * NT;
           bool k = r < BLOCK_M && m0 + r < valid;
-          if (HAS_SEQ_IDX && k) k = p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + m0 + r) * p.seq_idx.stride[1]] == q_ref;
+          if (HAS_SEQ_IDX && k) k = p.seq_idx(b, t0 + m0 + r) == q_ref;
           keep[rr] = k;
         }
         float sc_a[KR], sc_d[KR], sc_last = 0.f;
@@ -196,11 +196,10 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         auto head_load = [&](int buf, int k) {
           const int h = g * R + k / KP;
           const int pk0 = (k % KP) * BKP;
-          const T* xt = xyg + b * p.xy.stride[0] + (t0 + m0) * p.xy.stride[1] + h * p.xy.stride[2] + pk0 * p.xy.stride[3];
+          const T* xt = xyg + p.xy.offset(b, t0 + m0, h, pk0);
           block::load_tile<NT, BLOCK_M, BKP, LDXY>(sXY(buf), xt, p.xy.stride[1], p.xy.stride[3], vec_xy, safe_xy,
                                                    [&](int r, int) { return m0 + r < valid; });
-          const T* st = st_t + b * p.state.stride[0] + c * p.state.stride[1] + h * p.state.stride[2] +
-                        pk0 * p.state.stride[3] + n0;
+          const T* st = st_t + p.state.offset(b, c, h, pk0) + n0;
           block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state.stride[3], 1, vec_st, st_t,
                                                    [](int, int) { return true; });
         };
@@ -330,7 +329,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         ptx::cp_async_wait<0>();
 
         // ---- Store rows pos <= λ, rounded to T (pairs of columns per 32-bit store when aligned). ----
-        T* out = static_cast<T*>(p.out.data) + b * p.out.stride[0] + g * p.out.stride[2];
+        T* out = p.out.ptr_as<T>(b, 0, g);
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
 #pragma unroll

@@ -77,8 +77,8 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // positions l < valid are real tokens
-      const T* safe_c = Cg + b * p.C.stride[0] + grp * p.C.stride[2];
-      const T* safe_b = Bg + b * p.B.stride[0] + grp * p.B.stride[2];
+      const T* safe_c = Cg + p.C.offset(b, 0, grp);
+      const T* safe_b = Bg + p.B.offset(b, 0, grp);
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // Linear tile index -> (row tile mi, column tile ni) of the lower triangle.
         int mi = 0, ni = tile;
@@ -93,7 +93,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
         if (HAS_SEQ_IDX) {
           for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
             const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-            s_seq[i] = l < valid ? p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + l) * p.seq_idx.stride[1]] : -1;
+            s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
           }
         }
 
@@ -147,6 +147,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
 
         // Epilogue: σ mask (select), fp32 stores straight from the accumulators (each quad of
         // lanes writes 32 contiguous bytes of a row).
+        // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
         float* out = p.CB.data + b * p.CB.stride[0] + c * p.CB.stride[1] + grp * p.CB.stride[2];
 #pragma unroll
         for (int i = 0; i < MI; ++i) {

@@ -62,7 +62,7 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
         delta[j] = 0.f;
         if (head_ok && t < p.seqlen) {
           const float u = dt_preact(
-              load_as_float<T>(p.dt.data, item.b * p.dt.stride[0] + t * p.dt.stride[1] + h * p.dt.stride[2]), bias);
+              load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h)), bias);
           delta[j] = dt_clamp(dt_activation<kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
         }
       }
@@ -79,8 +79,8 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
         const long long ho = item.h0 + hh;
         if (ho < p.nheads) {
           const long long l = l0 + j;
-          p.dt_out.data[item.b * p.dt_out.stride[0] + ho * p.dt_out.stride[1] + item.c * p.dt_out.stride[2] + l] = s_dt[hh][j];
-          p.dA_cumsum.data[item.b * p.dA_cumsum.stride[0] + ho * p.dA_cumsum.stride[1] + item.c * p.dA_cumsum.stride[2] + l] =
+          p.dt_out.data[p.dt_out.offset(item.b, ho, item.c) + l] = s_dt[hh][j];
+          p.dA_cumsum.data[p.dA_cumsum.offset(item.b, ho, item.c) + l] =
               s_cs[hh][j];
         }
       }
@@ -118,9 +118,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         const long long l = l0 + j;
         float dda = 0.f, ddo = 0.f;
         if (ho < p.nheads && l < valid) {
-          dda = p.ddA_cumsum.data[item.b * p.ddA_cumsum.stride[0] + ho * p.ddA_cumsum.stride[1] +
-                             item.c * p.ddA_cumsum.stride[2] + l];
-          ddo = p.ddt_out.data[item.b * p.ddt_out.stride[0] + ho * p.ddt_out.stride[1] + item.c * p.ddt_out.stride[2] + l];
+          dda = p.ddA_cumsum.data[p.ddA_cumsum.offset(item.b, ho, item.c) + l];
+          ddo = p.ddt_out.data[p.ddt_out.offset(item.b, ho, item.c) + l];
         }
         s_ddA[hh][j] = dda;
         s_ddt[hh][j] = ddo;
@@ -131,7 +130,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
       for (int j = 0; j < BLOCK_L; ++j) {
         const long long t = item.c * Q + l0 + j;
         dt_raw[j] = (head_ok && l0 + j < valid)
-                        ? load_as_float<T>(p.dt.data, item.b * p.dt.stride[0] + t * p.dt.stride[1] + h * p.dt.stride[2])
+                        ? load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h))
                         : 0.f;
       }
 #pragma unroll
@@ -146,7 +145,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
           const float du = dt_backward<kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
           part_A = __dadd_rn(part_A, __dmul_rn(double(delta), double(g)));  // exact product
           part_bias = __dadd_rn(part_bias, double(du));
-          store_from_float<T>(p.ddt.data, item.b * p.ddt.stride[0] + t * p.ddt.stride[1] + h * p.ddt.stride[2], du);
+          store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, t, h), du);
         }
       }
       __syncthreads();

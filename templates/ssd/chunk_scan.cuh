@@ -146,13 +146,13 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const float* dA = p.dA_cumsum.data + b * p.dA_cumsum.stride[0] + h * p.dA_cumsum.stride[1] + c * p.dA_cumsum.stride[2];
-      const float* dt = p.dt.data + b * p.dt.stride[0] + h * p.dt.stride[1] + c * p.dt.stride[2];
-      const T* safe_x = xg + b * p.x.stride[0] + h * p.x.stride[2];
-      const T* safe_c = Cg + b * p.C.stride[0] + g * p.C.stride[2];
-      const float* cb_base = p.CB.data + b * p.CB.stride[0] + c * p.CB.stride[1] + g * p.CB.stride[2];
+      const float* dA = p.dA_cumsum.ptr(b, h, c);
+      const float* dt = p.dt.ptr(b, h, c);
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_c = Cg + p.C.offset(b, 0, g);
+      const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
-      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 - 1) * p.seq_idx.stride[1]];
+      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int m0 = (TILES_M - 1 - tile / TILES_N) * BLOCK_M;  // longest rows first
@@ -164,7 +164,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         for (int l = tid; l < Q; l += NT) {
           s_dA[l] = dA[l];
           s_dt[l] = dt[l];
-          if (HAS_SEQ_IDX) s_seq[l] = l < valid ? p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + l) * p.seq_idx.stride[1]] : -1;
+          if (HAS_SEQ_IDX) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
 
         FragC acc[MI][NJ];
@@ -176,8 +176,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n) ----------------
         {
           const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
-          const S* pt = Pg + b * p.states.stride[0] + c * p.states.stride[1] + h * p.states.stride[2] +
-                        p0 * p.states.stride[3];
+          const S* pt = Pg + p.states.offset(b, c, h, p0);
           auto sC = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
           auto sP = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
           // fp32 states: register-staged copy (load before the compute, convert + store after it).
@@ -386,28 +385,27 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             }
             if (HAS_D) {
               float xv[8];
-              detail::load8<T>(xg, b * p.x.stride[0] + t * p.x.stride[1] + h * p.x.stride[2] + pp * p.x.stride[3],
+              detail::load8<T>(xg, p.x.offset(b, t, h, pp),
                                p.x.stride[3], vec_x, xv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
-                const float d = D_PER_HEADDIM ? p.D.data[h * p.D.stride[0] + (pp + v) * p.D.stride[1]] : d_head;
+                const float d = D_PER_HEADDIM ? p.D(h, pp + v) : d_head;
                 y[v] = __fmaf_rn(xv[v], d, y[v]);
               }
             }
             if (HAS_Z) {
               detail::store8<T>(static_cast<T*>(p.out_x.data),
-                                b * p.out_x.stride[0] + t * p.out_x.stride[1] + h * p.out_x.stride[2] +
-                                    pp * p.out_x.stride[3],
+                                p.out_x.offset(b, t, h, pp),
                                 p.out_x.stride[3], vec_ox, y);
               float zv[8];
               detail::load8<T>(static_cast<const T*>(p.z.data),
-                               b * p.z.stride[0] + t * p.z.stride[1] + h * p.z.stride[2] + pp * p.z.stride[3], p.z.stride[3],
+                               p.z.offset(b, t, h, pp), p.z.stride[3],
                                vec_z, zv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
             }
             detail::store8<T>(static_cast<T*>(p.out.data),
-                              b * p.out.stride[0] + t * p.out.stride[1] + h * p.out.stride[2] + pp * p.out.stride[3],
+                              p.out.offset(b, t, h, pp),
                               p.out.stride[3], vec_out, y);
           }
         }

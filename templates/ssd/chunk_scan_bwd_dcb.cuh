@@ -113,7 +113,8 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
       const T* safe_x = xg + b * p.x.stride[0];
       const T* safe_dy = dyg + b * p.dy.stride[0];
-      const long long chunk_off = b * p.dA_cumsum.stride[0] + c * p.dA_cumsum.stride[2];
+      const long long chunk_off = p.dA_cumsum.offset(b, 0, c);
+      // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
       T* out = static_cast<T*>(p.dCB.data) + b * p.dCB.stride[0] + c * p.dCB.stride[1] + grp * p.dCB.stride[2];
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
@@ -139,7 +140,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           if (HAS_SEQ_IDX) {  // visible after the first barrier of the loop below
             for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
               const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-              s_seq[i] = l < valid ? p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + l) * p.seq_idx.stride[1]] : -1;
+              s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
             }
           }
 

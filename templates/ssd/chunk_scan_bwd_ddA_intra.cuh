@@ -106,10 +106,10 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const long long chunk_off = b * p.dA_cumsum.stride[0] + h * p.dA_cumsum.stride[1] + c * p.dA_cumsum.stride[2];
-      const T* safe_x = xg + b * p.x.stride[0] + h * p.x.stride[2];
-      const T* safe_dy = dyg + b * p.dy.stride[0] + h * p.dy.stride[2];
-      const float* cb_base = p.CB.data + b * p.CB.stride[0] + c * p.CB.stride[1] + g * p.CB.stride[2];
+      const long long chunk_off = p.dA_cumsum.offset(b, h, c);
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_dy = dyg + p.dy.offset(b, 0, h);
+      const float* cb_base = p.CB.ptr(b, c, g);
       const long long row_bhc = ((long long)b * nheads + h) * nchunks + c;  // (b, h, c) in the intra layouts
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {

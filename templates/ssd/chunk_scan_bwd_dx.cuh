@@ -219,21 +219,21 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const long long chunk_off = b * p.dA_cumsum.stride[0] + h * p.dA_cumsum.stride[1] + c * p.dA_cumsum.stride[2];
+      const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const float* dA = p.dA_cumsum.data + chunk_off;
       const float* dt = p.dt + chunk_off;
       float* ddt_x_out = p.ddt_x + chunk_off;
       float* w_out = p.w + chunk_off;
       float* v_out = p.v + chunk_off;
-      const T* safe_x = xg + b * p.x.stride[0] + h * p.x.stride[2];
-      const T* safe_dy = dyg + b * p.dy.stride[0] + h * p.dy.stride[2];
-      const T* safe_b = Bg + b * p.B.stride[0] + g * p.B.stride[2];
-      const T* safe_c = Cg + b * p.C.stride[0] + g * p.C.stride[2];
-      const T* ds_c = dsg + b * p.ds.stride[0] + c * p.ds.stride[1] + h * p.ds.stride[2];
-      const T* P_c = static_cast<const T*>(p.states.data) + b * p.states.stride[0] + c * p.states.stride[1] + h * p.states.stride[2];
-      const float* cb_base = p.CB.data + b * p.CB.stride[0] + c * p.CB.stride[1] + g * p.CB.stride[2];
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_dy = dyg + p.dy.offset(b, 0, h);
+      const T* safe_b = Bg + p.B.offset(b, 0, g);
+      const T* safe_c = Cg + p.C.offset(b, 0, g);
+      const T* ds_c = dsg + p.ds.offset(b, c, h);
+      const T* P_c = p.states.ptr_as<T>(b, c, h);
+      const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
-      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 - 1) * p.seq_idx.stride[1]];
+      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int m0 = tile * BLOCK_M;  // smallest m0 first: its m-range (m0 .. λ) is the longest
@@ -253,7 +253,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           s_dA[l] = dA[l];
           s_dt[l] = dt[l];
           if (HAS_SEQ_IDX)
-            s_seq[l] = l < valid ? p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + l) * p.seq_idx.stride[1]] : -1;
+            s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
 
         FragC acc[MI][NJ];
@@ -448,14 +448,14 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
             }
             if (HAS_D) {
               float dyv[8];
-              detail::load8<T>(safe_dy, t * p.dy.stride[1] + cc * p.dy.stride[3], p.dy.stride[3], vec_dy, dyv);
+              detail::load8<T>(safe_dy, p.dy.offset(0, t, 0, cc), p.dy.stride[3], vec_dy, dyv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
-                const float d = D_PER_HEADDIM ? p.D.data[h * p.D.stride[0] + (cc + v) * p.D.stride[1]] : d_head;
+                const float d = D_PER_HEADDIM ? p.D(h, cc + v) : d_head;
                 y[v] = __fmaf_rn(dyv[v], d, y[v]);
               }
             }
-            detail::store8<T>(dxg, b * p.dx.stride[0] + t * p.dx.stride[1] + h * p.dx.stride[2] + cc * p.dx.stride[3],
+            detail::store8<T>(dxg, p.dx.offset(b, t, h, cc),
                               p.dx.stride[3], vec_dx, y);
           }
         }

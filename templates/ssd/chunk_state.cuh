@@ -81,10 +81,10 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
       const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
-      const T* safe_x = xg + b * p.x.stride[0] + h * p.x.stride[2];
-      const T* safe_b = Bg + b * p.B.stride[0] + g * p.B.stride[2];
-      const float* dA = p.dA_cumsum.data + b * p.dA_cumsum.stride[0] + h * p.dA_cumsum.stride[1] + c * p.dA_cumsum.stride[2];
-      const float* dt = p.dt.data + b * p.dt.stride[0] + h * p.dt.stride[1] + c * p.dt.stride[2];
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_b = Bg + p.B.offset(b, 0, g);
+      const float* dA = p.dA_cumsum.ptr(b, h, c);
+      const float* dt = p.dt.ptr(b, h, c);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int p0 = (tile / TILES_N) * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
@@ -94,15 +94,15 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
           const float a_last = dA[Q - 1];
           int q_last = 0;  // the id tokens must match: seq_idx(cQ+λ) (ξ), or seq_idx(cQ-1) (η, DSTATES)
           if (HAS_SEQ_IDX) {
-            if (!DSTATES) q_last = p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + valid - 1) * p.seq_idx.stride[1]];
-            else if (c > 0) q_last = p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 - 1) * p.seq_idx.stride[1]];
+            if (!DSTATES) q_last = p.seq_idx(b, t0 + valid - 1);
+            else if (c > 0) q_last = p.seq_idx(b, t0 - 1);
           }
           for (int l = tid; l < Q; l += NT) {
             float w = 0.f;
             if (l < valid) {
               const float e = DSTATES ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
               bool keep = true;
-              if (HAS_SEQ_IDX) keep = p.seq_idx.data[b * p.seq_idx.stride[0] + (t0 + l) * p.seq_idx.stride[1]] == q_last;
+              if (HAS_SEQ_IDX) keep = p.seq_idx(b, t0 + l) == q_last;
               w = keep ? e : 0.f;
             }
             s_w[l] = w;
@@ -160,7 +160,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         }
         ptx::cp_async_wait<0>();
 
-        float* out = p.states.data + b * p.states.stride[0] + c * p.states.stride[1] + h * p.states.stride[2];
+        float* out = p.states.ptr(b, c, h);
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
 #pragma unroll

@@ -30,20 +30,19 @@ __device__ void gate_bwd(const GateBwdParams& p) {
     double acc = 0.0;
     for (long long l = 0; l < valid; ++l) {
       const long long t = c * Q + l;
-      const float g = load_as_float<T>(p.dout.data, b * p.dout.stride[0] + t * p.dout.stride[1] + h * p.dout.stride[2] + e * p.dout.stride[3]);
+      const float g = load_as_float<T>(p.dout.data, p.dout.offset(b, t, h, e));
       float dy = g;
       if (kZ) {
-        const float z = load_as_float<T>(p.z.data, b * p.z.stride[0] + t * p.z.stride[1] + h * p.z.stride[2] + e * p.z.stride[3]);
-        const float y = load_as_float<T>(p.out_x.data, b * p.out_x.stride[0] + t * p.out_x.stride[1] + h * p.out_x.stride[2] +
-                                                     e * p.out_x.stride[3]);
+        const float z = load_as_float<T>(p.z.data, p.z.offset(b, t, h, e));
+        const float y = load_as_float<T>(p.out_x.data, p.out_x.offset(b, t, h, e));
         const float sig = 1.f / (1.f + expf(-z));
         dy = __fmul_rn(__fmul_rn(g, z), sig);
         const float dz = __fmul_rn(__fmul_rn(__fmul_rn(g, y), sig), __fmaf_rn(z, 1.f - sig, 1.f));
-        store_from_float<T>(p.dy.data, b * p.dy.stride[0] + t * p.dy.stride[1] + h * p.dy.stride[2] + e * p.dy.stride[3], dy);
-        store_from_float<T>(p.dz.data, b * p.dz.stride[0] + t * p.dz.stride[1] + h * p.dz.stride[2] + e * p.dz.stride[3], dz);
+        store_from_float<T>(p.dy.data, p.dy.offset(b, t, h, e), dy);
+        store_from_float<T>(p.dz.data, p.dz.offset(b, t, h, e), dz);
       }
       if (kD) {
-        const float x = load_as_float<T>(p.x.data, b * p.x.stride[0] + t * p.x.stride[1] + h * p.x.stride[2] + e * p.x.stride[3]);
+        const float x = load_as_float<T>(p.x.data, p.x.offset(b, t, h, e));
         acc = __fma_rn(double(dy), double(x), acc);
       }
     }

@@ -24,10 +24,11 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
     const long long h = bh % p.nheads, b = bh / p.nheads;
     const long long e = eb * BLOCK + threadIdx.x;
     if (e >= p.state_size) continue;
-    float S = kHasInit ? p.initial_states.data[b * p.initial_states.stride[0] + h * p.initial_states.stride[1] + e] : 0.f;
+    float S = kHasInit ? p.initial_states.data[p.initial_states.offset(b, h) + e] : 0.f;
     int prev_id = 0;  // seq_idx(cQ - 1), with seq_idx(-1) := 0
+    // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
     float* base = p.states.data + b * p.states.stride[0] + h * p.states.stride[2] + e;
-    const float* cs = p.dA_cumsum.data + b * p.dA_cumsum.stride[0] + h * p.dA_cumsum.stride[1];
+    const float* cs = p.dA_cumsum.ptr(b, h);
     // kGroup chunks per step: their loads are issued before the first store, so they overlap
     // (the compiler cannot move loads above stores into the same buffer by itself).
     constexpr int kGroup = 4;
@@ -41,7 +42,7 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
           const long long last = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q) - 1;  // λ_c
           s_in[j] = base[c * p.states.stride[1]];
           log_carry[j] = cs[c * p.dA_cumsum.stride[2] + last];
-          last_id[j] = kHasSeqIdx ? p.seq_idx.data[b * p.seq_idx.stride[0] + (c * Q + last) * p.seq_idx.stride[1]] : 0;
+          last_id[j] = kHasSeqIdx ? p.seq_idx(b, c * Q + last) : 0;
         }
       }
 #pragma unroll
@@ -58,7 +59,7 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
         }
       }
     }
-    if (p.final_states.data) p.final_states.data[b * p.final_states.stride[0] + h * p.final_states.stride[1] + e] = S;
+    if (p.final_states.data) p.final_states.data[p.final_states.offset(b, h) + e] = S;
   }
 }
 

@@ -41,12 +41,12 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
     const long long h = bh % p.nheads, b = bh / p.nheads;
     const long long e = eb * BLOCK + threadIdx.x;
     if (e >= p.state_size) continue;  // whole warps (state_size % 32 == 0): the butterfly stays full
-    float dS = p.dfinal_states.data ? p.dfinal_states.data[b * p.dfinal_states.stride[0] + h * p.dfinal_states.stride[1] + e] : 0.f;
-    const float* Pb = p.states.data + b * p.states.stride[0] + h * p.states.stride[2] + e;
-    const float* dPb = p.dstates.data + b * p.dstates.stride[0] + h * p.dstates.stride[2] + e;
-    T* dsb = static_cast<T*>(p.ds.data) + b * p.ds.stride[0] + h * p.ds.stride[2] + e;
-    T* ptb = static_cast<T*>(p.states_t) + b * p.ds.stride[0] + h * p.ds.stride[2] + e;
-    const float* cs = p.dA_cumsum.data + b * p.dA_cumsum.stride[0] + h * p.dA_cumsum.stride[1];
+    float dS = p.dfinal_states.data ? p.dfinal_states.data[p.dfinal_states.offset(b, h) + e] : 0.f;
+    const float* Pb = p.states.ptr(b, 0, h) + e;
+    const float* dPb = p.dstates.ptr(b, 0, h) + e;
+    T* dsb = p.ds.ptr_as<T>(b, 0, h) + e;
+    T* ptb = static_cast<T*>(p.states_t) + p.ds.offset(b, 0, h) + e;
+    const float* cs = p.dA_cumsum.ptr(b, h);
     const long long rho_row = (b * p.nheads + h) * p.nchunks;
     // kGroup chunks per step, loads issued before the dependent chain (as state_passing_fwd).
     constexpr int kGroup = 4;
@@ -61,8 +61,8 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
           dP_in[j] = dPb[c * p.dstates.stride[1]];
           float k = expf(cs[c * p.dA_cumsum.stride[2] + last]);
           if (kHasSeqIdx) {
-            const int id_last = p.seq_idx.data[b * p.seq_idx.stride[0] + (c * Q + last) * p.seq_idx.stride[1]];
-            const int id_prev = c > 0 ? p.seq_idx.data[b * p.seq_idx.stride[0] + (c * Q - 1) * p.seq_idx.stride[1]] : 0;
+            const int id_last = p.seq_idx(b, c * Q + last);
+            const int id_prev = c > 0 ? p.seq_idx(b, c * Q - 1) : 0;
             if (id_last != id_prev) k = 0.f;
           }
           carry[j] = k;
@@ -89,7 +89,7 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
         }
       }
     }
-    if (p.dinit.data) p.dinit.data[b * p.dinit.stride[0] + h * p.dinit.stride[1] + e] = dS;
+    if (p.dinit.data) p.dinit.data[p.dinit.offset(b, h) + e] = dS;
   }
 }
 
