@@ -10,6 +10,7 @@
 #include "common/struct_io.h"
 #include "config/config.h"
 #include "ops/tensor_check.h"
+#include "ops/tensor_ref.h"
 #include "ssd/kernel_params.cuh"
 
 namespace ssd {
@@ -158,22 +159,11 @@ Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_a
   if (!kernel.ok()) return kernel.status();
 
   ssd_kernels::ChunkCumsumFwdParams p{};
-  p.dt = a.dt.data;
-  p.dt_stride_b = a.dt.strides[0];
-  p.dt_stride_l = a.dt.strides[1];
-  p.dt_stride_h = a.dt.strides[2];
-  p.A = static_cast<const float*>(a.A.data);
-  p.A_stride = a.A.strides[0];
-  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
-  p.dt_bias_stride = a.dt_bias.data ? a.dt_bias.strides[0] : 0;
-  p.dt_out = static_cast<float*>(a.dt_out.data);
-  p.dt_out_stride_b = a.dt_out.strides[0];
-  p.dt_out_stride_h = a.dt_out.strides[1];
-  p.dt_out_stride_c = a.dt_out.strides[2];
-  p.dA_cumsum = static_cast<float*>(a.dA_cumsum.data);
-  p.dA_cumsum_stride_b = a.dA_cumsum.strides[0];
-  p.dA_cumsum_stride_h = a.dA_cumsum.strides[1];
-  p.dA_cumsum_stride_c = a.dA_cumsum.strides[2];
+  p.dt = ref<const void, 3>(a.dt);
+  p.A = ref<const float, 1>(a.A);
+  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  p.dt_out = ref<float, 3>(a.dt_out);
+  p.dA_cumsum = ref<float, 3>(a.dA_cumsum);
   p.batch = d.batch;
   p.seqlen = d.seqlen;
   p.nheads = d.nheads;
@@ -249,31 +239,15 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   }
 
   ssd_kernels::ChunkCumsumBwdParams p{};
-  p.dt = a.dt.data;
-  p.dt_stride_b = a.dt.strides[0];
-  p.dt_stride_l = a.dt.strides[1];
-  p.dt_stride_h = a.dt.strides[2];
-  p.A = static_cast<const float*>(a.A.data);
-  p.A_stride = a.A.strides[0];
-  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
-  p.dt_bias_stride = bias ? a.dt_bias.strides[0] : 0;
-  p.ddA_cumsum = static_cast<const float*>(a.ddA_cumsum.data);
-  p.ddA_cumsum_stride_b = a.ddA_cumsum.strides[0];
-  p.ddA_cumsum_stride_h = a.ddA_cumsum.strides[1];
-  p.ddA_cumsum_stride_c = a.ddA_cumsum.strides[2];
-  p.ddt_out = static_cast<const float*>(a.ddt_out.data);
-  p.ddt_out_stride_b = a.ddt_out.strides[0];
-  p.ddt_out_stride_h = a.ddt_out.strides[1];
-  p.ddt_out_stride_c = a.ddt_out.strides[2];
-  p.ddt = a.ddt.data;
-  p.ddt_stride_b = a.ddt.strides[0];
-  p.ddt_stride_l = a.ddt.strides[1];
-  p.ddt_stride_h = a.ddt.strides[2];
+  p.dt = ref<const void, 3>(a.dt);
+  p.A = ref<const float, 1>(a.A);
+  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  p.ddA_cumsum = ref<const float, 3>(a.ddA_cumsum);
+  p.ddt_out = ref<const float, 3>(a.ddt_out);
+  p.ddt = ref<void, 3>(a.ddt);
   p.partials = reinterpret_cast<double*>(workspace);
-  p.dA = static_cast<float*>(a.dA.data);
-  p.dA_stride = a.dA.strides[0];
-  p.ddt_bias = static_cast<float*>(a.ddt_bias.data);
-  p.ddt_bias_stride = bias ? a.ddt_bias.strides[0] : 0;
+  p.dA = ref<float, 1>(a.dA);
+  p.ddt_bias = ref<float, 1>(a.ddt_bias);
   p.batch = d.batch;
   p.seqlen = d.seqlen;
   p.nheads = d.nheads;
@@ -283,12 +257,12 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
 
   Status s;
   if (!deterministic) {  // atomics accumulate into zeroed outputs
-    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA), size_t(std::max<long long>(p.dA_stride, 1)) * 4,
+    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA.data), size_t(std::max<long long>(p.dA.stride[0], 1)) * 4,
                                            0, 1, size_t(d.nheads), stream),
                     "cuMemsetD2D32Async(dA)");
     if (s.ok() && bias)
-      s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.ddt_bias),
-                                             size_t(std::max<long long>(p.ddt_bias_stride, 1)) * 4, 0, 1,
+      s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.ddt_bias.data),
+                                             size_t(std::max<long long>(p.ddt_bias.stride[0], 1)) * 4, 0, 1,
                                              size_t(d.nheads), stream),
                       "cuMemsetD2D32Async(ddt_bias)");
   }
@@ -300,11 +274,7 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
     ssd_kernels::ReduceHeadPartialsParams r{};
     r.partials = p.partials;
     r.out[0] = p.dA;
-    r.out_stride[0] = p.dA_stride;
-    if (bias) {
-      r.out[1] = p.ddt_bias;
-      r.out_stride[1] = p.ddt_bias_stride;
-    }
+    if (bias) r.out[1] = p.ddt_bias;
     r.batch = d.batch;
     r.nchunks = d.nchunks;
     r.nheads = d.nheads;

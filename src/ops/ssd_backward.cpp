@@ -12,6 +12,7 @@
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/tensor_check.h"
+#include "ops/tensor_ref.h"
 #include "ssd/backward_params.cuh"
 #include "ssd/kernel_params.cuh"
 
@@ -118,26 +119,13 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     owned = true;
   }
   ssd_kernels::GateBwdParams p{};
-  // (b, L, h, p) strides of a 4-D tensor.
-  auto strides4 = [](const ssd_tensor& s, long long& sb, long long& sl, long long& sh, long long& sp) {
-    sb = s.strides[0];
-    sl = s.strides[1];
-    sh = s.strides[2];
-    sp = s.strides[3];
-  };
-  p.dout = t.dout.data;
-  strides4(t.dout, p.dout_stride_b, p.dout_stride_l, p.dout_stride_h, p.dout_stride_p);
-  p.x = t.x.data;
-  strides4(t.x, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
+  p.dout = ref<const void, 4>(t.dout);
+  p.x = ref<const void, 4>(t.x);
   if (z) {
-    p.z = t.z.data;
-    strides4(t.z, p.z_stride_b, p.z_stride_l, p.z_stride_h, p.z_stride_p);
-    p.out_x = t.out_x.data;
-    strides4(t.out_x, p.out_x_stride_b, p.out_x_stride_l, p.out_x_stride_h, p.out_x_stride_p);
-    p.dy = t.dy.data;
-    strides4(t.dy, p.dy_stride_b, p.dy_stride_l, p.dy_stride_h, p.dy_stride_p);
-    p.dz = t.dz.data;
-    strides4(t.dz, p.dz_stride_b, p.dz_stride_l, p.dz_stride_h, p.dz_stride_p);
+    p.z = ref<const void, 4>(t.z);
+    p.out_x = ref<const void, 4>(t.out_x);
+    p.dy = ref<void, 4>(t.dy);
+    p.dz = ref<void, 4>(t.dz);
   }
   p.partials = reinterpret_cast<double*>(ws);
   p.dD = static_cast<float*>(t.dD.data);
@@ -157,8 +145,8 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
   if (s.ok() && reduce) {
     ssd_kernels::ReduceHeadPartialsParams r{};
     r.partials = p.partials;
-    r.out[0] = p.dD;
-    r.out_stride[0] = per_p ? 1 : t.dD.strides[0];
+    r.out[0].data = p.dD;
+    r.out[0].stride[0] = per_p ? 1 : t.dD.strides[0];
     r.batch = d.b;
     r.nchunks = d.nc;
     r.nheads = per_p ? d.h * d.p : d.h;  // (h, p) flattened: one "head" per (h, p)
@@ -523,11 +511,12 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   void* dCB = base + L.dCB;
   float* intra = f32(L.intra);
 
-  const int* seq = static_cast<const int*>(a.seq_idx.data);
-  const long long sq_b = seq ? a.seq_idx.strides[0] : 0, sq_l = seq ? a.seq_idx.strides[1] : 0;
-  const long long ch_c = d.Q, ch_h = d.nc * d.Q, ch_b = d.h * ch_h;          // (b, h, nc, Q)
-  const long long st_p = d.n, st_h = d.p * d.n, st_c = d.h * st_h, st_b = d.nc * st_c;  // (b, nc, h, p, n)
-  const long long cb_l = d.Q, cb_g = d.Q * d.Q, cb_c = d.g * cb_g, cb_b = d.nc * cb_c;  // (b, nc, g, Q, Q)
+  const TensorRef<const int, 2> seq = ref<const int, 2>(a.seq_idx);
+  // Workspace intermediates, contiguous (views over their leading axes).
+  const long long chunk_shape[] = {d.b, d.h, d.nc, d.Q};
+  const long long states_shape[] = {d.b, d.nc, d.h, d.p, d.n};  // (b, nc, h, p*n) for state_passing_bwd
+  const long long cb_shape[] = {d.b, d.nc, d.g, d.Q, d.Q};
+  const TensorRef<const float, 3> dA_cs_ref = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
   // dy: gate_bwd's output with z, else dout itself.
   const ssd_tensor dy = a.z.data ? contiguous_tensor(base + L.dy, a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
   const unsigned gy = grid_yz(d.b * d.nc, mb), gh = grid_yz(d.h, mb), gg = grid_yz(d.g, mb);
@@ -542,14 +531,12 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   if (s.ok()) stage_done(kBwdGate);
   if (s.ok()) {  // B-b: dP = dyᵀ diag(η e^A) C
     ssd_kernels::ChunkStateFwdParams p{};
-    p.x = dy.data;
-    p.x_stride_b = dy.strides[0]; p.x_stride_l = dy.strides[1]; p.x_stride_h = dy.strides[2]; p.x_stride_p = dy.strides[3];
-    p.B = a.C.data;
-    p.B_stride_b = a.C.strides[0]; p.B_stride_l = a.C.strides[1]; p.B_stride_g = a.C.strides[2]; p.B_stride_n = a.C.strides[3];
-    p.dt = dt_out; p.dt_stride_b = ch_b; p.dt_stride_h = ch_h; p.dt_stride_c = ch_c;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = ch_b; p.dA_cumsum_stride_h = ch_h; p.dA_cumsum_stride_c = ch_c;
-    p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.states = dP; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
+    p.x = ref<const void, 4>(dy);
+    p.B = ref<const void, 4>(a.C);
+    p.dt = contiguous_ref<const float, 3>(dt_out, chunk_shape);
+    p.dA_cumsum = dA_cs_ref;
+    p.seq_idx = seq;
+    p.states = contiguous_ref<float, 4>(dP, states_shape);
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
     const ssd_tile t = tile_of(k_dstates);
     void* params[] = {&p};
@@ -560,20 +547,16 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   if (s.ok() && !det) s = memset_zero(rho, size_t(d.b * d.h * d.nc), stream);
   if (s.ok()) {  // B-c: ds, dinit, ρ partials
     ssd_kernels::StatePassingBwdParams p{};
-    p.states = P; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h;
-    p.dstates = dP; p.dstates_stride_b = st_b; p.dstates_stride_c = st_c; p.dstates_stride_h = st_h;
-    p.ds = ds; p.ds_stride_b = st_b; p.ds_stride_c = st_c; p.ds_stride_h = st_h;
-    p.states_t = P_t;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = ch_b; p.dA_cumsum_stride_h = ch_h; p.dA_cumsum_stride_c = ch_c;
-    p.dfinal_states = static_cast<const float*>(a.dfinal_states.data);
-    p.dfinal_stride_b = a.dfinal_states.data ? a.dfinal_states.strides[0] : 0;
-    p.dfinal_stride_h = a.dfinal_states.data ? a.dfinal_states.strides[1] : 0;
-    p.dinit = static_cast<float*>(a.dinitial_states.data);
-    p.dinit_stride_b = a.dinitial_states.data ? a.dinitial_states.strides[0] : 0;
-    p.dinit_stride_h = a.dinitial_states.data ? a.dinitial_states.strides[1] : 0;
+    p.states = contiguous_ref<const float, 3>(P, states_shape);
+    p.dstates = contiguous_ref<const float, 3>(dP, states_shape);
+    p.ds = contiguous_ref<void, 3>(ds, states_shape);
+    p.states_t = P_t;  // laid out as ds
+    p.dA_cumsum = dA_cs_ref;
+    p.dfinal_states = ref<const float, 2>(a.dfinal_states);
+    p.dinit = ref<float, 2>(a.dinitial_states);
     if (det) p.rho_slots = reinterpret_cast<double*>(base + L.rho);
     else p.rho = rho;
-    p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.seq_idx = seq;
     p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
     const int block = tile_of(k_passing).m;
     void* params[] = {&p};
@@ -582,25 +565,18 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   if (s.ok()) stage_done(kBwdPassing);
   if (s.ok()) {  // B-d: dx, dΔˣ, w, v
     ssd_kernels::ChunkScanBwdDxParams p{};
-    p.CB = CB; p.CB_stride_b = cb_b; p.CB_stride_c = cb_c; p.CB_stride_g = cb_g; p.CB_stride_l = cb_l;
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.dy = dy.data;
-    p.dy_stride_b = dy.strides[0]; p.dy_stride_l = dy.strides[1]; p.dy_stride_h = dy.strides[2]; p.dy_stride_p = dy.strides[3];
-    p.dt = dt_out; p.dA_cumsum = dA_cs; p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
-    p.B = a.B.data;
-    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
-    p.C = a.C.data;
-    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
-    p.ds = ds; p.ds_stride_b = st_b; p.ds_stride_c = st_c; p.ds_stride_h = st_h; p.ds_stride_p = st_p;
-    p.states = P_t; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
-    p.D = static_cast<const float*>(a.D.data);
-    p.D_stride_h = a.D.data ? a.D.strides[0] : 0;
-    p.D_stride_p = a.D.data && a.D.ndim == 2 ? a.D.strides[1] : 0;
-    p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.dx = a.dx.data;
-    p.dx_stride_b = a.dx.strides[0]; p.dx_stride_l = a.dx.strides[1]; p.dx_stride_h = a.dx.strides[2]; p.dx_stride_p = a.dx.strides[3];
-    p.ddt_x = ddt_x; p.w = w; p.v = v;
+    p.CB = contiguous_ref<const float, 4>(CB, cb_shape);
+    p.x = ref<const void, 4>(a.x);
+    p.dy = ref<const void, 4>(dy);
+    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
+    p.B = ref<const void, 4>(a.B);
+    p.C = ref<const void, 4>(a.C);
+    p.ds = contiguous_ref<const void, 4>(ds, states_shape);
+    p.states = contiguous_ref<const void, 4>(P_t, states_shape);
+    p.D = ref<const float, 2>(a.D);  // D (h): stride[1] = 0
+    p.seq_idx = seq;
+    p.dx = ref<void, 4>(a.dx);
+    p.ddt_x = ddt_x; p.w = w; p.v = v;  // laid out as dA_cumsum
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
     void* params[] = {&p};
     s = launch_kernel(*k_dx, grid_x(ssd_kernels::bwd_geom::dx_tiles(d.Q, tile_of(k_dx).m), mb), gy, gh, params, stream);
@@ -608,13 +584,11 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   if (s.ok()) stage_done(kBwdDx);
   if (s.ok()) {  // B-e: dCB per group
     ssd_kernels::ChunkScanBwdDcbParams p{};
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.dy = dy.data;
-    p.dy_stride_b = dy.strides[0]; p.dy_stride_l = dy.strides[1]; p.dy_stride_h = dy.strides[2]; p.dy_stride_p = dy.strides[3];
-    p.dt = dt_out; p.dA_cumsum = dA_cs; p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
-    p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.dCB = dCB; p.dCB_stride_b = cb_b; p.dCB_stride_c = cb_c; p.dCB_stride_g = cb_g; p.dCB_stride_l = cb_l;
+    p.x = ref<const void, 4>(a.x);
+    p.dy = ref<const void, 4>(dy);
+    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
+    p.seq_idx = seq;
+    p.dCB = contiguous_ref<void, 4>(dCB, cb_shape);
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
     const ssd_tile t = tile_of(k_dcb);
     void* params[] = {&p};
@@ -624,12 +598,10 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   if (s.ok() && !det) s = memset_zero(intra, size_t(d.b * d.h * d.nc * d.Q), stream);
   if (s.ok()) {  // B-g intra
     ssd_kernels::ChunkScanBwdDdaIntraParams p{};
-    p.CB = CB; p.CB_stride_b = cb_b; p.CB_stride_c = cb_c; p.CB_stride_g = cb_g; p.CB_stride_l = cb_l;
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.dy = dy.data;
-    p.dy_stride_b = dy.strides[0]; p.dy_stride_l = dy.strides[1]; p.dy_stride_h = dy.strides[2]; p.dy_stride_p = dy.strides[3];
-    p.dt = dt_out; p.dA_cumsum = dA_cs; p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
+    p.CB = contiguous_ref<const float, 4>(CB, cb_shape);
+    p.x = ref<const void, 4>(a.x);
+    p.dy = ref<const void, 4>(dy);
+    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
     p.intra = intra;
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
     void* params[] = {&p};
@@ -642,20 +614,15 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     const ssd_kernel* k = is_dc ? k_dc : k_db;
     ssd_kernels::BcBwdParams p{};
     const ssd_tensor& xy = is_dc ? dy : a.x;
-    p.xy = xy.data;
-    p.xy_stride_b = xy.strides[0]; p.xy_stride_l = xy.strides[1]; p.xy_stride_h = xy.strides[2]; p.xy_stride_p = xy.strides[3];
-    p.state = is_dc ? P_t : ds;
-    p.state_stride_b = st_b; p.state_stride_c = st_c; p.state_stride_h = st_h; p.state_stride_p = st_p;
-    p.dCB = dCB; p.dCB_stride_b = cb_b; p.dCB_stride_c = cb_c; p.dCB_stride_g = cb_g; p.dCB_stride_l = cb_l;
+    p.xy = ref<const void, 4>(xy);
+    p.state = contiguous_ref<const void, 4>(is_dc ? P_t : ds, states_shape);
+    p.dCB = contiguous_ref<const void, 4>(dCB, cb_shape);
     const ssd_tensor& other = is_dc ? a.B : a.C;
-    p.other = other.data;
-    p.other_stride_b = other.strides[0]; p.other_stride_l = other.strides[1]; p.other_stride_g = other.strides[2];
-    p.other_stride_n = other.strides[3];
-    p.dt = dt_out; p.dA_cumsum = dA_cs; p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
-    p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.other = ref<const void, 4>(other);
+    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
+    p.seq_idx = seq;
     const ssd_tensor& out = is_dc ? a.dC : a.dB;
-    p.out = out.data;
-    p.out_stride_b = out.strides[0]; p.out_stride_l = out.strides[1]; p.out_stride_g = out.strides[2]; p.out_stride_n = out.strides[3];
+    p.out = ref<void, 4>(out);
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
     const ssd_tile t = tile_of(k);
     void* params[] = {&p};
@@ -667,10 +634,9 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     p.intra = intra; p.w = w;
     if (det) p.rho_slots = reinterpret_cast<const double*>(base + L.rho);
     else p.rho = rho;
-    p.v = v; p.dA_cumsum = dA_cs;
-    p.chunk_stride_b = ch_b; p.chunk_stride_h = ch_h; p.chunk_stride_c = ch_c;
-    p.ddA = ddA;
-    p.seq_idx = seq; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.v = v; p.dA_cumsum = dA_cs_ref;
+    p.ddA = ddA;  // w, v, ddA: laid out as dA_cumsum
+    p.seq_idx = seq;
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h; p.rho_slots_per_chunk = d.p * d.n / 32;
     void* params[] = {&p};
     s = launch_kernel(*k_dda, grid_x(d.b * d.nc * d.h, mb), 1, 1, params, stream);

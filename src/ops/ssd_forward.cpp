@@ -14,6 +14,7 @@
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/tensor_check.h"
+#include "ops/tensor_ref.h"
 #include "ssd/forward_params.cuh"
 #include "ssd/kernel_params.cuh"
 
@@ -156,9 +157,7 @@ Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const F
   float* dA_cs = buffers.dA_cumsum;
   float* CB = buffers.CB;
   float* states = buffers.states;
-  const bool seq = a.seq_idx.data != nullptr;
-  const int* seq_idx = static_cast<const int*>(a.seq_idx.data);
-  const long long sq_b = seq ? a.seq_idx.strides[0] : 0, sq_l = seq ? a.seq_idx.strides[1] : 0;
+  const TensorRef<const int, 2> seq_idx = ref<const int, 2>(a.seq_idx);
 
   Status s;
   {  // F1: dt preprocessing and the within-chunk cumulative sum.
@@ -178,16 +177,15 @@ Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const F
     s = chunk_cumsum_fwd(rt, &c, &o, stream);
   }
   if (s.ok()) stage_done(0);
-  const long long chunk_stride_h = d.nc * d.Q, chunk_stride_b = d.h * chunk_stride_h;
+  // Workspace intermediates, contiguous: the (b, h, nchunks, Q) vectors and CB (b, nchunks, g, Q, Q).
+  const long long chunk_shape[] = {d.b, d.h, d.nc, d.Q};
+  const long long cb_shape[] = {d.b, d.nc, d.g, d.Q, d.Q};
   if (s.ok()) {  // F4: CB = C B^T per (b, c, g).
     ssd_kernels::BmmChunkFwdParams p{};
-    p.C = a.C.data;
-    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
-    p.B = a.B.data;
-    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.CB = CB;
-    p.CB_stride_l = d.Q; p.CB_stride_g = d.Q * d.Q; p.CB_stride_c = d.g * d.Q * d.Q; p.CB_stride_b = d.nc * p.CB_stride_c;
+    p.C = ref<const void, 4>(a.C);
+    p.B = ref<const void, 4>(a.B);
+    p.seq_idx = seq_idx;
+    p.CB = contiguous_ref<float, 4>(CB, cb_shape);
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
     const ssd_tile& t = kernels[0]->built->config.tile;
     void* params[] = {&p};
@@ -195,17 +193,15 @@ Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const F
                       clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.g, max_blocks), params, stream);
   }
   if (s.ok()) stage_done(1);
-  const long long st_p = d.n, st_h = d.p * d.n, st_c = d.h * st_h, st_b = d.nc * st_c;
+  const long long states_shape[] = {d.b, d.nc, d.h, d.p, d.n};  // (b, nchunks, h, p*n) for the state kernels
   if (s.ok()) {  // F2: chunk states.
     ssd_kernels::ChunkStateFwdParams p{};
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.B = a.B.data;
-    p.B_stride_b = a.B.strides[0]; p.B_stride_l = a.B.strides[1]; p.B_stride_g = a.B.strides[2]; p.B_stride_n = a.B.strides[3];
-    p.dt = dt_out; p.dt_stride_b = chunk_stride_b; p.dt_stride_h = chunk_stride_h; p.dt_stride_c = d.Q;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
+    p.x = ref<const void, 4>(a.x);
+    p.B = ref<const void, 4>(a.B);
+    p.dt = contiguous_ref<const float, 3>(dt_out, chunk_shape);
+    p.dA_cumsum = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
+    p.seq_idx = seq_idx;
+    p.states = contiguous_ref<float, 4>(states, states_shape);
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
     const ssd_tile& t = kernels[1]->built->config.tile;
     void* params[] = {&p};
@@ -215,15 +211,11 @@ Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const F
   if (s.ok()) stage_done(2);
   if (s.ok()) {  // F3: entering states (in place) and final states.
     ssd_kernels::StatePassingFwdParams p{};
-    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
-    p.initial_states = static_cast<const float*>(a.initial_states.data);
-    p.init_stride_b = a.initial_states.data ? a.initial_states.strides[0] : 0;
-    p.init_stride_h = a.initial_states.data ? a.initial_states.strides[1] : 0;
-    p.final_states = static_cast<float*>(a.final_states.data);
-    p.final_stride_b = a.final_states.data ? a.final_states.strides[0] : 0;
-    p.final_stride_h = a.final_states.data ? a.final_states.strides[1] : 0;
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
+    p.states = contiguous_ref<float, 3>(states, states_shape);
+    p.dA_cumsum = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
+    p.initial_states = ref<const float, 2>(a.initial_states);
+    p.final_states = ref<float, 2>(a.final_states);
+    p.seq_idx = seq_idx;
     p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
     const int block = kernels[2]->built->config.tile.m;
     const int64_t work = (p.state_size + block - 1) / block * d.b * d.h;
@@ -233,25 +225,17 @@ Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const F
   if (s.ok()) stage_done(3);
   if (s.ok() && kernels[3]) {  // F5: the output.
     ssd_kernels::ChunkScanFwdParams p{};
-    p.CB = CB;
-    p.CB_stride_l = d.Q; p.CB_stride_g = d.Q * d.Q; p.CB_stride_c = d.g * d.Q * d.Q; p.CB_stride_b = d.nc * p.CB_stride_c;
-    p.x = a.x.data;
-    p.x_stride_b = a.x.strides[0]; p.x_stride_l = a.x.strides[1]; p.x_stride_h = a.x.strides[2]; p.x_stride_p = a.x.strides[3];
-    p.dt = dt_out; p.dt_stride_b = chunk_stride_b; p.dt_stride_h = chunk_stride_h; p.dt_stride_c = d.Q;
-    p.dA_cumsum = dA_cs; p.dA_cumsum_stride_b = chunk_stride_b; p.dA_cumsum_stride_h = chunk_stride_h; p.dA_cumsum_stride_c = d.Q;
-    p.C = a.C.data;
-    p.C_stride_b = a.C.strides[0]; p.C_stride_l = a.C.strides[1]; p.C_stride_g = a.C.strides[2]; p.C_stride_n = a.C.strides[3];
-    p.states = states; p.states_stride_b = st_b; p.states_stride_c = st_c; p.states_stride_h = st_h; p.states_stride_p = st_p;
-    p.D = static_cast<const float*>(a.D.data);
-    p.D_stride_h = a.D.data ? a.D.strides[0] : 0;
-    p.D_stride_p = a.D.data && a.D.ndim == 2 ? a.D.strides[1] : 0;
-    p.z = a.z.data;
-    if (a.z.data) { p.z_stride_b = a.z.strides[0]; p.z_stride_l = a.z.strides[1]; p.z_stride_h = a.z.strides[2]; p.z_stride_p = a.z.strides[3]; }
-    p.seq_idx = seq_idx; p.seq_idx_stride_b = sq_b; p.seq_idx_stride_l = sq_l;
-    p.out = a.out.data;
-    p.out_stride_b = a.out.strides[0]; p.out_stride_l = a.out.strides[1]; p.out_stride_h = a.out.strides[2]; p.out_stride_p = a.out.strides[3];
-    p.out_x = a.out_x.data;
-    if (a.out_x.data) { p.out_x_stride_b = a.out_x.strides[0]; p.out_x_stride_l = a.out_x.strides[1]; p.out_x_stride_h = a.out_x.strides[2]; p.out_x_stride_p = a.out_x.strides[3]; }
+    p.CB = contiguous_ref<const float, 4>(CB, cb_shape);
+    p.x = ref<const void, 4>(a.x);
+    p.dt = contiguous_ref<const float, 3>(dt_out, chunk_shape);
+    p.dA_cumsum = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
+    p.C = ref<const void, 4>(a.C);
+    p.states = contiguous_ref<const void, 4>(states, states_shape);
+    p.D = ref<const float, 2>(a.D);  // D (h): stride[1] = 0
+    p.z = ref<const void, 4>(a.z);
+    p.seq_idx = seq_idx;
+    p.out = ref<void, 4>(a.out);
+    p.out_x = ref<void, 4>(a.out_x);
     p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
     const ssd_tile& t = kernels[3]->built->config.tile;
     void* params[] = {&p};

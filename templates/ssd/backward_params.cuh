@@ -12,9 +12,10 @@
 //   chunk_cumsum_bwd (increments variant) then finishes ddt, dA, ddt_bias (B-h, B-i).
 //
 // Shared verbatim by the host launchers (g++) and the kernels (NVRTC), like forward_params.cuh:
-// plain C layout, strides in ELEMENTS, 64-bit. Intermediates the library allocates (dt, dA_cumsum,
-// CB, P, dP, ds, dCB, the (b, h, nchunks, Q) vectors) are contiguous in the order of their shape
-// comment; the kernels still take their strides where noted.
+// plain C layout, TensorRef views (strides in ELEMENTS, 64-bit). Intermediates the library
+// allocates (dt, dA_cumsum, CB, P, dP, ds, dCB, the (b, h, nchunks, Q) vectors) are contiguous in
+// the order of their shape comment; the kernels still take their strides where a view is given.
+// A plain pointer next to a view "laid out as" that view shares its strides.
 #pragma once
 
 #include "ssd/forward_params.cuh"
@@ -31,27 +32,20 @@ namespace ssd_kernels {
 //     dS_{c-1} = fma(θ_c · exp(A_c(λ_c)), dS_c, dP_c)
 //   dinit = dS_{-1} (written when dinit != null).
 struct StatePassingBwdParams {
-  const float* states;  // P: entering states (b, nchunks, h, p*n) fp32 (the forward recompute)
-  long long states_stride_b, states_stride_c, states_stride_h;
-  const float* dstates;  // dP (b, nchunks, h, p*n) fp32
-  long long dstates_stride_b, dstates_stride_c, dstates_stride_h;
-  void* ds;  // (b, nchunks, h, p*n), element type T
-  long long ds_stride_b, ds_stride_c, ds_stride_h;
-  void* states_t;  // rn_T(P) (b, nchunks, h, p*n), element type T, strides of ds: the mma operand of dx and dC
-  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
-  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
-  const float* dfinal_states;  // (b, h, p*n) fp32 or null (= 0)
-  long long dfinal_stride_b, dfinal_stride_h;
-  float* dinit;  // (b, h, p*n) fp32 or null (not written)
-  long long dinit_stride_b, dinit_stride_h;
+  TensorRef<const float, 3> states;  // P: entering states (b, nchunks, h) rows of p*n fp32 (the forward recompute)
+  TensorRef<const float, 3> dstates;  // dP (b, nchunks, h) rows of p*n fp32
+  TensorRef<void, 3> ds;  // (b, nchunks, h) rows of p*n, element type T
+  void* states_t;  // rn_T(P), element type T, laid out as ds: the mma operand of dx and dC
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const float, 2> dfinal_states;  // (b, h) rows of p*n fp32; data null (= 0) without
+  TensorRef<float, 2> dinit;  // (b, h) rows of p*n fp32; data null (not written) without
   // deterministic: ρ partials (b, h, nchunks, p*n/32) contiguous, fp64, one per 32 consecutive e
   //                (exact fp64 products, xor-butterfly sum inside the warp in fp64); the θ·exp
   //                factor is NOT applied here.
   // fast:          ρ sums (b, h, nchunks) fp32 contiguous, zeroed by the launcher, atomically added.
   double* rho_slots;
   float* rho;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
   long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n (a multiple of 32)
 };
 
@@ -61,35 +55,24 @@ struct StatePassingBwdParams {
 //   dx_l    = fma(dy_l, D, Δ_l·R_l)   (D term only with D)
 //   dΔˣ_l   = Σ_p x_lp R_lp;   w_l = Δ_l · Σ_p x_lp Rst_lp;
 //   v_l     = η_c(l)·exp(A(l)) · Σ_p dy_lp (C_l P_cᵀ)_p                    (contraction over n)
-// ddt_x, w, v: (b, h, nchunks, Q) fp32 sharing the strides chunk_stride_*, unit Q-stride; all Q
-// positions of a chunk are written (0 past λ_c).
+// ddt_x, w, v: (b, h, nchunks, Q) fp32 laid out as dA_cumsum (unit Q-stride); all Q positions of
+// a chunk are written (0 past λ_c).
 struct ChunkScanBwdDxParams {
-  const float* CB;  // (b, nchunks, g, Q, Q) fp32, unit s-stride; only (m, l) with l <= m <= λ read
-  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
-  const void* x;  // (b, L, h, p)
-  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
-  const void* dy;  // (b, L, h, p): dout, or gate_bwd's dy with z
-  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
-  const float* dt;  // Δ (b, h, nchunks, Q)
-  const float* dA_cumsum;  // (b, h, nchunks, Q)
-  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;  // of dt, dA_cumsum, ddt_x, w, v
-  const void* B;  // (b, L, g, n)
-  long long B_stride_b, B_stride_l, B_stride_g, B_stride_n;
-  const void* C;  // (b, L, g, n)
-  long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
-  const void* ds;  // (b, nchunks, h, p, n) element type T, unit n-stride
-  long long ds_stride_b, ds_stride_c, ds_stride_h, ds_stride_p;
-  const void* states;  // rn_T(P) (b, nchunks, h, p, n) element type T (state_passing_bwd's copy), unit n-stride
-  long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
-  const float* D;  // (h) or (h, p), or null without D
-  long long D_stride_h, D_stride_p;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
-  void* dx;  // (b, L, h, p) element type
-  long long dx_stride_b, dx_stride_l, dx_stride_h, dx_stride_p;
-  float* ddt_x;
-  float* w;
-  float* v;
+  TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q fp32, unit s-stride; only (m, l) with l <= m <= λ read
+  TensorRef<const void, 4> x;  // (b, L, h, p)
+  TensorRef<const void, 4> dy;  // (b, L, h, p): dout, or gate_bwd's dy with z
+  const float* dt;  // Δ (b, h, nchunks, Q), laid out as dA_cumsum
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const void, 4> B;  // (b, L, g, n)
+  TensorRef<const void, 4> C;  // (b, L, g, n)
+  TensorRef<const void, 4> ds;  // (b, nchunks, h, p) rows of n, element type T, unit n-stride
+  TensorRef<const void, 4> states;  // rn_T(P) (b, nchunks, h, p) rows of n, element type T (state_passing_bwd's copy), unit n-stride
+  TensorRef<const float, 2> D;  // (h) or (h, p) (stride[1] = 0 for (h)); data null without D
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<void, 4> dx;  // (b, L, h, p) element type
+  float* ddt_x;  // laid out as dA_cumsum
+  float* w;      // laid out as dA_cumsum
+  float* v;      // laid out as dA_cumsum
   long long batch, seqlen, nchunks, nheads;
 };
 
@@ -100,17 +83,12 @@ struct ChunkScanBwdDxParams {
 // stored rounded to T (it is only an mma operand of dB/dC). A written tile is written in full
 // (entries with s > l or padding are 0); tiles strictly above the diagonal are not written.
 struct ChunkScanBwdDcbParams {
-  const void* x;  // (b, L, h, p)
-  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
-  const void* dy;  // (b, L, h, p)
-  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
-  const float* dt;  // Δ (b, h, nchunks, Q)
-  const float* dA_cumsum;
-  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
-  void* dCB;  // (b, nchunks, g, Q, Q) element type T, unit s-stride
-  long long dCB_stride_b, dCB_stride_c, dCB_stride_g, dCB_stride_l;
+  TensorRef<const void, 4> x;  // (b, L, h, p)
+  TensorRef<const void, 4> dy;  // (b, L, h, p)
+  const float* dt;  // Δ (b, h, nchunks, Q), laid out as dA_cumsum
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<void, 4> dCB;  // (b, nchunks, g, Q) rows of Q, element type T, unit s-stride
   long long batch, seqlen, nchunks, ngroups;
 };
 
@@ -124,15 +102,11 @@ struct ChunkScanBwdDcbParams {
 // fast: T_r(k) atomically added into intra (b, h, nchunks, Q) contiguous, zeroed by the launcher.
 constexpr int kIntraRowGroup = 64;
 struct ChunkScanBwdDdaIntraParams {
-  const float* CB;  // (b, nchunks, g, Q, Q) fp32, unit s-stride; only s <= l <= λ read
-  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
-  const void* x;
-  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
-  const void* dy;
-  long long dy_stride_b, dy_stride_l, dy_stride_h, dy_stride_p;
-  const float* dt;
-  const float* dA_cumsum;
-  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;
+  TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q fp32, unit s-stride; only s <= l <= λ read
+  TensorRef<const void, 4> x;  // (b, L, h, p)
+  TensorRef<const void, 4> dy;  // (b, L, h, p)
+  const float* dt;  // laid out as dA_cumsum
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   float* intra;
   long long batch, seqlen, nchunks, nheads;
 };
@@ -145,21 +119,14 @@ struct ChunkScanBwdDdaIntraParams {
 // The head term of each head is an mma chain over p from 0 (ds / P rounded to T); the group sum
 // starts from +0.0; the dCB chain then continues on the same fp32 accumulator. Stored in T.
 struct BcBwdParams {
-  const void* xy;  // dB: x, dC: dy   (b, L, h, p)
-  long long xy_stride_b, xy_stride_l, xy_stride_h, xy_stride_p;
-  const void* state;  // dB: ds, dC: rn_T(P); (b, nchunks, h, p, n) in T, unit n-stride
-  long long state_stride_b, state_stride_c, state_stride_h, state_stride_p;
-  const void* dCB;  // (b, nchunks, g, Q, Q) element type T, unit s-stride
-  long long dCB_stride_b, dCB_stride_c, dCB_stride_g, dCB_stride_l;
-  const void* other;  // dB: C, dC: B   (b, L, g, n)
-  long long other_stride_b, other_stride_l, other_stride_g, other_stride_n;
-  const float* dt;
-  const float* dA_cumsum;
-  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
-  void* out;  // dB or dC (b, L, g, n)
-  long long out_stride_b, out_stride_l, out_stride_g, out_stride_n;
+  TensorRef<const void, 4> xy;  // dB: x, dC: dy   (b, L, h, p)
+  TensorRef<const void, 4> state;  // dB: ds, dC: rn_T(P); (b, nchunks, h, p) rows of n in T, unit n-stride
+  TensorRef<const void, 4> dCB;  // (b, nchunks, g, Q) rows of Q, element type T, unit s-stride
+  TensorRef<const void, 4> other;  // dB: C, dC: B   (b, L, g, n)
+  const float* dt;  // laid out as dA_cumsum
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<void, 4> out;  // dB or dC (b, L, g, n)
   long long batch, seqlen, nchunks, ngroups;
 };
 
@@ -174,13 +141,11 @@ struct ChunkScanBwdDdaParams {
   const float* intra;
   const double* rho_slots;  // deterministic
   const float* rho;         // fast
-  const float* w;
-  const float* v;
-  const float* dA_cumsum;
-  long long chunk_stride_b, chunk_stride_h, chunk_stride_c;  // of w, v, dA_cumsum, ddA
-  float* ddA;
-  const int* seq_idx;
-  long long seq_idx_stride_b, seq_idx_stride_l;
+  const float* w;  // laid out as dA_cumsum
+  const float* v;  // laid out as dA_cumsum
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  float* ddA;  // laid out as dA_cumsum
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
   long long batch, seqlen, nchunks, nheads, rho_slots_per_chunk;  // = p*n/32 (deterministic)
 };
 

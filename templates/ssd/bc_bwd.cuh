@@ -112,18 +112,18 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* xyg = static_cast<const T*>(p.xy);
-  const T* dcbg = static_cast<const T*>(p.dCB);
-  const T* og = static_cast<const T*>(p.other);
-  const T* st_t = static_cast<const T*>(p.state);  // dB: ds, dC: P (both T)
-  const bool vec_xy = aligned16(xyg) && p.xy_stride_p == 1 && ((p.xy_stride_b | p.xy_stride_l | p.xy_stride_h) & 7) == 0;
-  const bool vec_st = aligned16(p.state) &&
-                      ((p.state_stride_b | p.state_stride_c | p.state_stride_h | p.state_stride_p) & 7) == 0;
-  const bool vec_dcb = aligned16(dcbg) && ((p.dCB_stride_b | p.dCB_stride_c | p.dCB_stride_g | p.dCB_stride_l) & 7) == 0;
-  const bool vec_o = aligned16(og) && p.other_stride_n == 1 &&
-                     ((p.other_stride_b | p.other_stride_l | p.other_stride_g) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.out) & 3ull) == 0 && p.out_stride_n == 1 &&
-                       ((p.out_stride_b | p.out_stride_l | p.out_stride_g) & 1) == 0;
+  const T* xyg = static_cast<const T*>(p.xy.data);
+  const T* dcbg = static_cast<const T*>(p.dCB.data);
+  const T* og = static_cast<const T*>(p.other.data);
+  const T* st_t = static_cast<const T*>(p.state.data);  // dB: ds, dC: P (both T)
+  const bool vec_xy = aligned16(xyg) && p.xy.stride[3] == 1 && ((p.xy.stride[0] | p.xy.stride[1] | p.xy.stride[2]) & 7) == 0;
+  const bool vec_st = aligned16(p.state.data) &&
+                      ((p.state.stride[0] | p.state.stride[1] | p.state.stride[2] | p.state.stride[3]) & 7) == 0;
+  const bool vec_dcb = aligned16(dcbg) && ((p.dCB.stride[0] | p.dCB.stride[1] | p.dCB.stride[2] | p.dCB.stride[3]) & 7) == 0;
+  const bool vec_o = aligned16(og) && p.other.stride[3] == 1 &&
+                     ((p.other.stride[0] | p.other.stride[1] | p.other.stride[2]) & 7) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.out.data) & 3ull) == 0 && p.out.stride[3] == 1 &&
+                       ((p.out.stride[0] | p.out.stride[1] | p.out.stride[2]) & 1) == 0;
   // Work indices are 32-bit (batch * nchunks and ngroups < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), ngroups = int(p.ngroups);
   const int nbc = int(p.batch * p.nchunks);
@@ -136,17 +136,17 @@ __device__ void bc_bwd(const BcBwdParams& p) {
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ = valid - 1
       int q_ref = 0;  // dB: seq_idx(cQ + λ); dC: seq_idx(cQ - 1), 0 for the first chunk
       if (HAS_SEQ_IDX) {
-        const int* sq = p.seq_idx + b * p.seq_idx_stride_b;
+        const int* sq = p.seq_idx.data + b * p.seq_idx.stride[0];
         if (IS_DC) {
-          q_ref = c > 0 ? sq[(t0 - 1) * p.seq_idx_stride_l] : 0;
+          q_ref = c > 0 ? sq[(t0 - 1) * p.seq_idx.stride[1]] : 0;
         } else {
-          q_ref = sq[(t0 + valid - 1) * p.seq_idx_stride_l];
+          q_ref = sq[(t0 + valid - 1) * p.seq_idx.stride[1]];
         }
       }
-      const T* safe_xy = xyg + b * p.xy_stride_b;
-      const T* dcb = dcbg + b * p.dCB_stride_b + c * p.dCB_stride_c + g * p.dCB_stride_g;
-      const T* safe_o = og + b * p.other_stride_b + g * p.other_stride_g;
-      const long long chunk_bc = b * p.chunk_stride_b + c * p.chunk_stride_c;
+      const T* safe_xy = xyg + b * p.xy.stride[0];
+      const T* dcb = dcbg + p.dCB.offset(b, c, g);
+      const T* safe_o = og + p.other.offset(b, 0, g);
+      const long long chunk_bc = p.dA_cumsum.offset(b, 0, c);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // Longest dCB chains first: dB rows near the chunk start, dC rows near its end.
@@ -157,7 +157,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         const int kd = IS_DC ? ((m0 + BLOCK_M < valid ? m0 + BLOCK_M : valid) + BLOCK_K - 1) / BLOCK_K
                              : (valid - m0 + BLOCK_K - 1) / BLOCK_K;
         const int ksteps = KH + kd;
-        const T* ot = safe_o + t0 * p.other_stride_l + n0 * p.other_stride_n;
+        const T* ot = safe_o + t0 * p.other.stride[1] + n0 * p.other.stride[3];
 
         // ---- Per-head row scales: this thread owns rows r = tid + rr * NT of the tile. ----
         bool keep[KR];
@@ -165,13 +165,13 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         for (int rr = 0; rr < KR; ++rr) {
           const int r = tid + rr * NT;
           bool k = r < BLOCK_M && m0 + r < valid;
-          if (HAS_SEQ_IDX && k) k = p.seq_idx[b * p.seq_idx_stride_b + (t0 + m0 + r) * p.seq_idx_stride_l] == q_ref;
+          if (HAS_SEQ_IDX && k) k = p.seq_idx(b, t0 + m0 + r) == q_ref;
           keep[rr] = k;
         }
         float sc_a[KR], sc_d[KR], sc_last = 0.f;
         auto scale_fetch = [&](int i) {
-          const long long off = chunk_bc + (long long)(g * R + i) * p.chunk_stride_h;
-          const float* dA = p.dA_cumsum + off;
+          const long long off = chunk_bc + (long long)(g * R + i) * p.dA_cumsum.stride[1];
+          const float* dA = p.dA_cumsum.data + off;
           if (!IS_DC) sc_last = dA[Q - 1];
 #pragma unroll
           for (int rr = 0; rr < KR; ++rr) {
@@ -207,12 +207,11 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         auto head_load = [&](int buf, int k) {
           const int h = g * R + k / KP;
           const int pk0 = (k % KP) * BKP;
-          const T* xt = xyg + b * p.xy_stride_b + (t0 + m0) * p.xy_stride_l + h * p.xy_stride_h + pk0 * p.xy_stride_p;
-          block::load_tile<NT, BLOCK_M, BKP, LDXY>(sXY(buf), xt, p.xy_stride_l, p.xy_stride_p, vec_xy, safe_xy,
+          const T* xt = xyg + p.xy.offset(b, t0 + m0, h, pk0);
+          block::load_tile<NT, BLOCK_M, BKP, LDXY>(sXY(buf), xt, p.xy.stride[1], p.xy.stride[3], vec_xy, safe_xy,
                                                    [&](int r, int) { return m0 + r < valid; });
-          const T* st = st_t + b * p.state_stride_b + c * p.state_stride_c + h * p.state_stride_h +
-                        pk0 * p.state_stride_p + n0;
-          block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state_stride_p, 1, vec_st, st_t,
+          const T* st = st_t + p.state.offset(b, c, h, pk0) + n0;
+          block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state.stride[3], 1, vec_st, st_t,
                                                    [](int, int) { return true; });
         };
         auto dcb_load = [&](int buf, int j) {
@@ -221,16 +220,16 @@ __device__ void bc_bwd(const BcBwdParams& p) {
           if constexpr (IS_DC) {
             // rows l = m0 + r, columns s = k0 + cc
             block::load_tile<NT, BLOCK_M, BLOCK_K, LDD>(
-                sD(buf), dcb + (long long)m0 * p.dCB_stride_l + k0, p.dCB_stride_l, 1, vec_dcb, dcb,
+                sD(buf), dcb + (long long)m0 * p.dCB.stride[3] + k0, p.dCB.stride[3], 1, vec_dcb, dcb,
                 [&](int r, int c0) { return k0 + c0 <= m0 + r && m0 + r < valid; });
           } else {
             // rows l = k0 + r, columns s = m0 + cc
             block::load_tile<NT, BLOCK_K, BLOCK_M, LDD>(
-                sD(buf), dcb + (long long)k0 * p.dCB_stride_l + m0, p.dCB_stride_l, 1, vec_dcb, dcb,
+                sD(buf), dcb + (long long)k0 * p.dCB.stride[3] + m0, p.dCB.stride[3], 1, vec_dcb, dcb,
                 [&](int r, int c0) { return m0 + c0 <= k0 + r && k0 + r < valid; });
           }
-          block::load_tile<NT, BLOCK_K, BLOCK_N, LDO>(sO(buf), ot + k0 * p.other_stride_l, p.other_stride_l,
-                                                      p.other_stride_n, vec_o, safe_o,
+          block::load_tile<NT, BLOCK_K, BLOCK_N, LDO>(sO(buf), ot + k0 * p.other.stride[1], p.other.stride[1],
+                                                      p.other.stride[3], vec_o, safe_o,
                                                       [&](int r, int) { return k0 + r < valid; });
         };
         auto load_stage = [&](int buf, int k) {
@@ -341,14 +340,14 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         ptx::cp_async_wait<0>();
 
         // ---- Store rows pos <= λ, rounded to T (pairs of columns per 32-bit store when aligned). ----
-        T* out = static_cast<T*>(p.out) + b * p.out_stride_b + g * p.out_stride_g;
+        T* out = p.out.ptr_as<T>(b, 0, g);
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int pos = m0 + wm0 + 16 * i + lg + 8 * half;
             if (pos < valid) {
-              T* orow = out + (t0 + pos) * p.out_stride_l;
+              T* orow = out + (t0 + pos) * p.out.stride[1];
 #pragma unroll
               for (int j = 0; j < NJ; ++j) {
                 const int col = n0 + wn0 + 8 * j + 2 * lt;
@@ -356,8 +355,8 @@ __device__ void bc_bwd(const BcBwdParams& p) {
                 if (vec_out) {
                   *reinterpret_cast<unsigned*>(orow + col) = ptx::pack2<T>(v0, v1);
                 } else {
-                  orow[col * p.out_stride_n] = from_float<T>(v0);
-                  orow[(col + 1) * p.out_stride_n] = from_float<T>(v1);
+                  orow[col * p.out.stride[3]] = from_float<T>(v0);
+                  orow[(col + 1) * p.out.stride[3]] = from_float<T>(v1);
                 }
               }
             }

@@ -68,13 +68,13 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* Cg = static_cast<const T*>(p.C);
-  const T* Bg = static_cast<const T*>(p.B);
-  const bool vec = aligned16(Cg) && aligned16(Bg) && p.C_stride_n == 1 && p.B_stride_n == 1 &&
-                   ((p.C_stride_b | p.C_stride_l | p.C_stride_g) & 7) == 0 &&
-                   ((p.B_stride_b | p.B_stride_l | p.B_stride_g) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.CB) & 7ull) == 0 &&
-                       ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 1) == 0;
+  const T* Cg = static_cast<const T*>(p.C.data);
+  const T* Bg = static_cast<const T*>(p.B.data);
+  const bool vec = aligned16(Cg) && aligned16(Bg) && p.C.stride[3] == 1 && p.B.stride[3] == 1 &&
+                   ((p.C.stride[0] | p.C.stride[1] | p.C.stride[2]) & 7) == 0 &&
+                   ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.CB.data) & 7ull) == 0 &&
+                       ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 1) == 0;
   // Work indices are 32-bit (batch * nchunks and ngroups < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), ngroups = int(p.ngroups);
   const int nbc = int(p.batch * p.nchunks);
@@ -85,8 +85,8 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // positions l < valid are real tokens
-      const T* safe_c = Cg + b * p.C_stride_b + grp * p.C_stride_g;
-      const T* safe_b = Bg + b * p.B_stride_b + grp * p.B_stride_g;
+      const T* safe_c = Cg + p.C.offset(b, 0, grp);
+      const T* safe_b = Bg + p.B.offset(b, 0, grp);
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // Linear tile index -> (row tile mi, column tile ni) of the lower triangle.
         int mi = 0, ni = tile;
@@ -101,19 +101,19 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
         if (HAS_SEQ_IDX) {
           for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
             const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-            s_seq[i] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+            s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
           }
         }
 
-        const T* Ct = safe_c + (t0 + m0) * p.C_stride_l;
-        const T* Bt = safe_b + (t0 + n0) * p.B_stride_l;
+        const T* Ct = safe_c + (t0 + m0) * p.C.stride[1];
+        const T* Bt = safe_b + (t0 + n0) * p.B.stride[1];
         auto load_stage = [&](int buf, int ks) {
           const long long k0 = (long long)ks * BK;
           T* sa = s_tiles[buf];
           T* sb = sa + BLOCK_M * LD;
-          block::load_tile<NT, BLOCK_M, BK, LD>(sa, Ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n, vec, safe_c,
+          block::load_tile<NT, BLOCK_M, BK, LD>(sa, Ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec, safe_c,
                                                 [&](int r, int) { return m0 + r < valid; });
-          block::load_tile<NT, BLOCK_N, BK, LD>(sb, Bt + k0 * p.B_stride_n, p.B_stride_l, p.B_stride_n, vec, safe_b,
+          block::load_tile<NT, BLOCK_N, BK, LD>(sb, Bt + k0 * p.B.stride[3], p.B.stride[1], p.B.stride[3], vec, safe_b,
                                                 [&](int r, int) { return n0 + r < valid; });
         };
 
@@ -155,13 +155,14 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
 
         // Epilogue: σ mask (select), fp32 stores straight from the accumulators (each quad of
         // lanes writes 32 contiguous bytes of a row).
-        float* out = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + grp * p.CB_stride_g;
+        // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
+        float* out = p.CB.data + b * p.CB.stride[0] + c * p.CB.stride[1] + grp * p.CB.stride[2];
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int rl = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
-            float* orow = out + (long long)(m0 + rl) * p.CB_stride_l;
+            float* orow = out + (long long)(m0 + rl) * p.CB.stride[3];
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
               const int cl = wn0 + 8 * j + 2 * lt;  // column inside the tile

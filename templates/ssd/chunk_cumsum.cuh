@@ -57,8 +57,8 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
     const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
     const long long h = item.h0 + tid;
     const bool head_ok = h < p.nheads;
-    const float A = head_ok ? p.A[h * p.A_stride] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias[h * p.dt_bias_stride] : 0.f;
+    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
+    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
     float acc = 0.f;
     for (int l0 = 0; l0 < Q; l0 += BLOCK_L) {
       float delta[BLOCK_L];
@@ -68,7 +68,7 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
         delta[j] = 0.f;
         if (head_ok && t < p.seqlen) {
           const float u = dt_preact(
-              load_as_float<T>(p.dt, item.b * p.dt_stride_b + t * p.dt_stride_l + h * p.dt_stride_h), bias);
+              load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h)), bias);
           delta[j] = dt_clamp(dt_activation<kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
         }
       }
@@ -85,8 +85,8 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
         const long long ho = item.h0 + hh;
         if (ho < p.nheads) {
           const long long l = l0 + j;
-          p.dt_out[item.b * p.dt_out_stride_b + ho * p.dt_out_stride_h + item.c * p.dt_out_stride_c + l] = s_dt[hh][j];
-          p.dA_cumsum[item.b * p.dA_cumsum_stride_b + ho * p.dA_cumsum_stride_h + item.c * p.dA_cumsum_stride_c + l] =
+          p.dt_out.data[p.dt_out.offset(item.b, ho, item.c) + l] = s_dt[hh][j];
+          p.dA_cumsum.data[p.dA_cumsum.offset(item.b, ho, item.c) + l] =
               s_cs[hh][j];
         }
       }
@@ -118,8 +118,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
     const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
     const long long h = item.h0 + tid;
     const bool head_ok = h < p.nheads;
-    const float A = head_ok ? p.A[h * p.A_stride] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias[h * p.dt_bias_stride] : 0.f;
+    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
+    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
     float g = 0.f;
     double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
@@ -131,9 +131,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         const long long l = l0 + j;
         float dda = 0.f, ddo = 0.f;
         if (ho < p.nheads && l < valid) {
-          dda = p.ddA_cumsum[item.b * p.ddA_cumsum_stride_b + ho * p.ddA_cumsum_stride_h +
-                             item.c * p.ddA_cumsum_stride_c + l];
-          ddo = p.ddt_out[item.b * p.ddt_out_stride_b + ho * p.ddt_out_stride_h + item.c * p.ddt_out_stride_c + l];
+          dda = p.ddA_cumsum.data[p.ddA_cumsum.offset(item.b, ho, item.c) + l];
+          ddo = p.ddt_out.data[p.ddt_out.offset(item.b, ho, item.c) + l];
         }
         s_ddA[hh][j] = dda;
         s_ddt[hh][j] = ddo;
@@ -144,7 +143,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
       for (int j = 0; j < BLOCK_L; ++j) {
         const long long t = item.c * Q + l0 + j;
         dt_raw[j] = (head_ok && l0 + j < valid)
-                        ? load_as_float<T>(p.dt, item.b * p.dt_stride_b + t * p.dt_stride_l + h * p.dt_stride_h)
+                        ? load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h))
                         : 0.f;
       }
 #pragma unroll
@@ -159,7 +158,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
           const float du = dt_backward<kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
           part_A = __dadd_rn(part_A, __dmul_rn(double(delta), double(g)));  // exact product
           part_bias = __dadd_rn(part_bias, double(du));
-          store_from_float<T>(p.ddt, item.b * p.ddt_stride_b + t * p.ddt_stride_l + h * p.ddt_stride_h, du);
+          store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, t, h), du);
         }
       }
       __syncthreads();
@@ -171,8 +170,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         out[0] = part_A;
         if (kHasBias) out[1] = part_bias;
       } else {
-        atomicAdd(p.dA + h * p.dA_stride, __double2float_rn(part_A));
-        if (kHasBias) atomicAdd(p.ddt_bias + h * p.ddt_bias_stride, __double2float_rn(part_bias));
+        atomicAdd(p.dA.data + h * p.dA.stride[0], __double2float_rn(part_A));
+        if (kHasBias) atomicAdd(p.ddt_bias.data + h * p.ddt_bias.stride[0], __double2float_rn(part_bias));
       }
     }
   }

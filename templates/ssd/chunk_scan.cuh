@@ -132,20 +132,20 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   const int wm0 = warp * WM;
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* xg = static_cast<const T*>(p.x);
-  const T* Cg = static_cast<const T*>(p.C);
-  const S* Pg = static_cast<const S*>(p.states);
-  const bool vec_x = detail::vec16_bhlp(xg, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
-  const bool vec_c = detail::vec16_bhlp(Cg, p.C_stride_b, p.C_stride_l, p.C_stride_g, p.C_stride_n);
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* Cg = static_cast<const T*>(p.C.data);
+  const S* Pg = static_cast<const S*>(p.states.data);
+  const bool vec_x = detail::vec16_bhlp(xg, p.x.stride[0], p.x.stride[1], p.x.stride[2], p.x.stride[3]);
+  const bool vec_c = detail::vec16_bhlp(Cg, p.C.stride[0], p.C.stride[1], p.C.stride[2], p.C.stride[3]);
   constexpr long long SV = 16 / sizeof(S);  // elements per 16 bytes of the state type
   const bool vec_p = aligned16(Pg) &&
-                     ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & (SV - 1)) == 0;
-  const bool vec_cb = aligned16(p.CB) && ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 3) == 0;
-  const bool vec_out = detail::vec16_bhlp(p.out, p.out_stride_b, p.out_stride_l, p.out_stride_h, p.out_stride_p);
+                     ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & (SV - 1)) == 0;
+  const bool vec_cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
+  const bool vec_out = detail::vec16_bhlp(p.out.data, p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]);
   bool vec_z = true, vec_ox = true;
   if (HAS_Z) {
-    vec_z = detail::vec16_bhlp(p.z, p.z_stride_b, p.z_stride_l, p.z_stride_h, p.z_stride_p);
-    vec_ox = detail::vec16_bhlp(p.out_x, p.out_x_stride_b, p.out_x_stride_l, p.out_x_stride_h, p.out_x_stride_p);
+    vec_z = detail::vec16_bhlp(p.z.data, p.z.stride[0], p.z.stride[1], p.z.stride[2], p.z.stride[3]);
+    vec_ox = detail::vec16_bhlp(p.out_x.data, p.out_x.stride[0], p.out_x.stride[1], p.out_x.stride[2], p.out_x.stride[3]);
   }
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads);
@@ -154,19 +154,19 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     float d_head = 0.f;
-    if (HAS_D && !D_PER_HEADDIM) d_head = p.D[h * p.D_stride_h];
+    if (HAS_D && !D_PER_HEADDIM) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       const int b = bc % batch, c = bc / batch;
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const float* dA = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h + c * p.dA_cumsum_stride_c;
-      const float* dt = p.dt + b * p.dt_stride_b + h * p.dt_stride_h + c * p.dt_stride_c;
-      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
-      const T* safe_c = Cg + b * p.C_stride_b + g * p.C_stride_g;
-      const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
+      const float* dA = p.dA_cumsum.ptr(b, h, c);
+      const float* dt = p.dt.ptr(b, h, c);
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_c = Cg + p.C.offset(b, 0, g);
+      const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
-      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
+      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int m0 = (TILES_M - 1 - tile / TILES_N) * BLOCK_M;  // longest rows first
@@ -178,7 +178,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         for (int l = tid; l < Q; l += NT) {
           s_dA[l] = dA[l];
           s_dt[l] = dt[l];
-          if (HAS_SEQ_IDX) s_seq[l] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+          if (HAS_SEQ_IDX) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
 
         FragC acc[MI][NJ];
@@ -189,9 +189,8 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
 
         // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n) ----------------
         {
-          const T* ct = safe_c + (t0 + m0) * p.C_stride_l;
-          const S* pt = Pg + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h +
-                        p0 * p.states_stride_p;
+          const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
+          const S* pt = Pg + p.states.offset(b, c, h, p0);
           auto sC = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
           auto sP = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
           // fp32 states: register-staged copy (load before the compute, convert + store after it).
@@ -206,7 +205,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
                 const int i = it * NT + tid;
                 if (PCH % NT == 0 || i < PCH) {
                   const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
-                  const S* q = src + (long long)r * p.states_stride_p + cc;
+                  const S* q = src + (long long)r * p.states.stride[3] + cc;
                   if (vec_p) {
                     preg[it] = *reinterpret_cast<const float4*>(q);
                   } else {
@@ -234,10 +233,10 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
           };
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BKN;
-            block::load_tile<NT, BLOCK_M, BKN, LDA>(sC(buf), ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n, vec_c,
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sC(buf), ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c,
                                                     safe_c, [&](int r, int) { return m0 + r < valid; });
             if constexpr (!same_type<S, float>::value) {
-              block::load_tile<NT, BLOCK_N, BKN, LDA>(sP(buf), pt + k0, p.states_stride_p, 1, vec_p, pt,
+              block::load_tile<NT, BLOCK_N, BKN, LDA>(sP(buf), pt + k0, p.states.stride[3], 1, vec_p, pt,
                                                       [&](int, int) { return true; });
             }
           };
@@ -304,17 +303,17 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         // ---------------- Phase B: acc += W · X (contraction over s) ----------------
         {
           const int kb = (kend + BLOCK_K - 1) / BLOCK_K;
-          const float* cbt = cb_base + (long long)m0 * p.CB_stride_l;
-          const T* xt = safe_x + t0 * p.x_stride_l + p0 * p.x_stride_p;
+          const float* cbt = cb_base + (long long)m0 * p.CB.stride[3];
+          const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
           auto sCB = [&](int buf) { return reinterpret_cast<float*>(s_body + buf * STAGE_B); };
           auto sX = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_B + BLOCK_M * LDCB * 4); };
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BLOCK_K;
-            block::load_tile<NT, BLOCK_M, BLOCK_K, LDCB>(sCB(buf), cbt + k0, p.CB_stride_l, 1, vec_cb, cb_base,
+            block::load_tile<NT, BLOCK_M, BLOCK_K, LDCB>(sCB(buf), cbt + k0, p.CB.stride[3], 1, vec_cb, cb_base,
                                                          [&](int r, int c0) {
                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
                                                          });
-            block::load_tile<NT, BLOCK_K, BLOCK_N, LDX>(sX(buf), xt + k0 * p.x_stride_l, p.x_stride_l, p.x_stride_p,
+            block::load_tile<NT, BLOCK_K, BLOCK_N, LDX>(sX(buf), xt + k0 * p.x.stride[1], p.x.stride[1], p.x.stride[3],
                                                         vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
           };
 
@@ -400,29 +399,28 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             }
             if (HAS_D) {
               float xv[8];
-              detail::load8<T>(xg, b * p.x_stride_b + t * p.x_stride_l + h * p.x_stride_h + pp * p.x_stride_p,
-                               p.x_stride_p, vec_x, xv);
+              detail::load8<T>(xg, p.x.offset(b, t, h, pp),
+                               p.x.stride[3], vec_x, xv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
-                const float d = D_PER_HEADDIM ? p.D[h * p.D_stride_h + (pp + v) * p.D_stride_p] : d_head;
+                const float d = D_PER_HEADDIM ? p.D(h, pp + v) : d_head;
                 y[v] = __fmaf_rn(xv[v], d, y[v]);
               }
             }
             if (HAS_Z) {
-              detail::store8<T>(static_cast<T*>(p.out_x),
-                                b * p.out_x_stride_b + t * p.out_x_stride_l + h * p.out_x_stride_h +
-                                    pp * p.out_x_stride_p,
-                                p.out_x_stride_p, vec_ox, y);
+              detail::store8<T>(static_cast<T*>(p.out_x.data),
+                                p.out_x.offset(b, t, h, pp),
+                                p.out_x.stride[3], vec_ox, y);
               float zv[8];
-              detail::load8<T>(static_cast<const T*>(p.z),
-                               b * p.z_stride_b + t * p.z_stride_l + h * p.z_stride_h + pp * p.z_stride_p, p.z_stride_p,
+              detail::load8<T>(static_cast<const T*>(p.z.data),
+                               p.z.offset(b, t, h, pp), p.z.stride[3],
                                vec_z, zv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
             }
-            detail::store8<T>(static_cast<T*>(p.out),
-                              b * p.out_stride_b + t * p.out_stride_l + h * p.out_stride_h + pp * p.out_stride_p,
-                              p.out_stride_p, vec_out, y);
+            detail::store8<T>(static_cast<T*>(p.out.data),
+                              p.out.offset(b, t, h, pp),
+                              p.out.stride[3], vec_out, y);
           }
         }
         __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile

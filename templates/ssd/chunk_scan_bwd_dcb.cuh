@@ -100,16 +100,16 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* xg = static_cast<const T*>(p.x);
-  const T* dyg = static_cast<const T*>(p.dy);
-  const bool vec_x = aligned16(xg) && p.x_stride_p == 1 && ((p.x_stride_b | p.x_stride_l | p.x_stride_h) & 7) == 0;
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* dyg = static_cast<const T*>(p.dy.data);
+  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
   const bool vec_dy =
-      aligned16(dyg) && p.dy_stride_p == 1 && ((p.dy_stride_b | p.dy_stride_l | p.dy_stride_h) & 7) == 0;
+      aligned16(dyg) && p.dy.stride[3] == 1 && ((p.dy.stride[0] | p.dy.stride[1] | p.dy.stride[2]) & 7) == 0;
   // A, Δ rows are unit-stride; tile offsets m0, n0 are multiples of 16 floats.
-  const bool vec_f = aligned16(p.dt) && aligned16(p.dA_cumsum) &&
-                     ((p.chunk_stride_b | p.chunk_stride_h | p.chunk_stride_c) & 3) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.dCB) & 3ull) == 0 &&
-                       ((p.dCB_stride_b | p.dCB_stride_c | p.dCB_stride_g | p.dCB_stride_l) & 1) == 0;
+  const bool vec_f = aligned16(p.dt) && aligned16(p.dA_cumsum.data) &&
+                     ((p.dA_cumsum.stride[0] | p.dA_cumsum.stride[1] | p.dA_cumsum.stride[2]) & 3) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.dCB.data) & 3ull) == 0 &&
+                       ((p.dCB.stride[0] | p.dCB.stride[1] | p.dCB.stride[2] | p.dCB.stride[3]) & 1) == 0;
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), ngroups = int(p.ngroups);
   const int nbc = int(p.batch * p.nchunks);
@@ -121,10 +121,11 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const T* safe_x = xg + b * p.x_stride_b;
-      const T* safe_dy = dyg + b * p.dy_stride_b;
-      const long long chunk_off = b * p.chunk_stride_b + c * p.chunk_stride_c;
-      T* out = static_cast<T*>(p.dCB) + b * p.dCB_stride_b + c * p.dCB_stride_c + grp * p.dCB_stride_g;
+      const T* safe_x = xg + b * p.x.stride[0];
+      const T* safe_dy = dyg + b * p.dy.stride[0];
+      const long long chunk_off = p.dA_cumsum.offset(b, 0, c);
+      // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
+      T* out = static_cast<T*>(p.dCB.data) + b * p.dCB.stride[0] + c * p.dCB.stride[1] + grp * p.dCB.stride[2];
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // Linear tile index -> (row tile mi, column tile ni) of the lower triangle (as bmm_chunk_fwd).
@@ -149,32 +150,32 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           if (HAS_SEQ_IDX) {  // visible after the first barrier of the loop below
             for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
               const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-              s_seq[i] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+              s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
             }
           }
 
-          const T* dyt = safe_dy + (t0 + m0) * p.dy_stride_l;
-          const T* xt = safe_x + (t0 + n0) * p.x_stride_l;
+          const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
+          const T* xt = safe_x + (t0 + n0) * p.x.stride[1];
           // Stage `step` = (head h0 + step / KP, p-step step % KP) into buffer buf.
           auto load_stage = [&](int buf, int step) {
             const int h = h0 + step / KP, kp = step % KP;
             const long long k0 = (long long)kp * BKP;
             T* sa = s_tiles[buf];
             T* sb = sa + BLOCK_M * LD;
-            block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + h * p.dy_stride_h + k0 * p.dy_stride_p, p.dy_stride_l,
-                                                   p.dy_stride_p, vec_dy, safe_dy,
+            block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + h * p.dy.stride[2] + k0 * p.dy.stride[3], p.dy.stride[1],
+                                                   p.dy.stride[3], vec_dy, safe_dy,
                                                    [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + h * p.x_stride_h + k0 * p.x_stride_p, p.x_stride_l,
-                                                   p.x_stride_p, vec_x, safe_x,
+            block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + h * p.x.stride[2] + k0 * p.x.stride[3], p.x.stride[1],
+                                                   p.x.stride[3], vec_x, safe_x,
                                                    [&](int r, int) { return n0 + r < valid; });
             if (kp == KP - 1) {  // the head's epilogue runs on this stage: bring its A, Δ along
               // (b, h, nchunks, Q) intermediates: all Q entries exist, padding values are masked out.
-              const long long off = chunk_off + h * p.chunk_stride_h;
+              const long long off = chunk_off + h * p.dA_cumsum.stride[1];
               float* sd = s_side[buf];
               auto all = [](int, int) { return true; };
-              block::load_tile<NT, 1, BLOCK_M, BLOCK_M>(sd, p.dA_cumsum + off + m0, 0, 1, vec_f, p.dA_cumsum, all);
-              block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M, p.dA_cumsum + off + n0, 0, 1, vec_f,
-                                                        p.dA_cumsum, all);
+              block::load_tile<NT, 1, BLOCK_M, BLOCK_M>(sd, p.dA_cumsum.data + off + m0, 0, 1, vec_f, p.dA_cumsum.data, all);
+              block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M, p.dA_cumsum.data + off + n0, 0, 1, vec_f,
+                                                        p.dA_cumsum.data, all);
               block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M + BLOCK_N, p.dt + off + n0, 0, 1, vec_f, p.dt,
                                                         all);
             }
@@ -259,7 +260,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int rl = wm0 + 16 * i + lg + 8 * half;
-            T* orow = out + (long long)(m0 + rl) * p.dCB_stride_l + n0;
+            T* orow = out + (long long)(m0 + rl) * p.dCB.stride[3] + n0;
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
               const int cl = wn0 + 8 * j + 2 * lt;

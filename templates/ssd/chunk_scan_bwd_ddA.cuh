@@ -43,7 +43,7 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
     const long long c = bc % p.nchunks, b = bc / p.nchunks;
     const long long t0 = c * Q;
     const int valid = int(p.seqlen - t0 < Q ? p.seqlen - t0 : Q);  // λ_c = valid - 1
-    const long long base = b * p.chunk_stride_b + h * p.chunk_stride_h + c * p.chunk_stride_c;
+    const long long base = p.dA_cumsum.offset(b, h, c);
     const long long row = (b * p.nheads + h) * p.nchunks + c;  // (b, h, c) in the workspace layouts
     for (int l = tid; l < Q; l += BLOCK) {
       s_w[l] = l < valid ? p.w[base + l] : 0.f;
@@ -71,10 +71,10 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
       } else {
         acc = double(p.rho[row]);
       }
-      float carry = expf(p.dA_cumsum[base + valid - 1]);
+      float carry = expf(p.dA_cumsum.data[base + valid - 1]);
       if (kHasSeqIdx) {
-        const int id_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 + valid - 1) * p.seq_idx_stride_l];
-        const int id_prev = c > 0 ? p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l] : 0;
+        const int id_last = p.seq_idx(b, t0 + valid - 1);
+        const int id_prev = c > 0 ? p.seq_idx(b, t0 - 1) : 0;
         if (id_last != id_prev) carry = 0.f;
       }
       s_rho = __dmul_rn(double(carry), acc);

@@ -98,13 +98,13 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* xg = static_cast<const T*>(p.x);
-  const T* dyg = static_cast<const T*>(p.dy);
-  const bool vec_x = aligned16(xg) && p.x_stride_p == 1 && ((p.x_stride_b | p.x_stride_l | p.x_stride_h) & 7) == 0;
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* dyg = static_cast<const T*>(p.dy.data);
+  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
   const bool vec_dy =
-      aligned16(dyg) && p.dy_stride_p == 1 && ((p.dy_stride_b | p.dy_stride_l | p.dy_stride_h) & 7) == 0;
-  const bool vec_cb = (reinterpret_cast<unsigned long long>(p.CB) & 7ull) == 0 &&
-                      ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 1) == 0;
+      aligned16(dyg) && p.dy.stride[3] == 1 && ((p.dy.stride[0] | p.dy.stride[1] | p.dy.stride[2]) & 7) == 0;
+  const bool vec_cb = (reinterpret_cast<unsigned long long>(p.CB.data) & 7ull) == 0 &&
+                      ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 1) == 0;
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
   const int nbc = int(p.batch * p.nchunks);
@@ -116,10 +116,10 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const long long chunk_off = b * p.chunk_stride_b + h * p.chunk_stride_h + c * p.chunk_stride_c;
-      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
-      const T* safe_dy = dyg + b * p.dy_stride_b + h * p.dy_stride_h;
-      const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
+      const long long chunk_off = p.dA_cumsum.offset(b, h, c);
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_dy = dyg + p.dy.offset(b, 0, h);
+      const float* cb_base = p.CB.ptr(b, c, g);
       const long long row_bhc = ((long long)b * nheads + h) * nchunks + c;  // (b, h, c) in the intra layouts
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
@@ -132,23 +132,23 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
         // the previous item's readers finished before its closing barrier). Each row's carry is
         // initialised and later updated by the same thread (r = tid + i·NT).
         for (int l = tid; l < Q; l += NT) {
-          s_A[l] = p.dA_cumsum[chunk_off + l];
+          s_A[l] = p.dA_cumsum.data[chunk_off + l];
           s_dt[l] = p.dt[chunk_off + l];
         }
         for (int r = tid; r < BLOCK_M; r += NT) s_carry[r] = 0.f;
 
-        const T* dyt = safe_dy + (t0 + m0) * p.dy_stride_l;
-        const T* xt = safe_x + t0 * p.x_stride_l;
+        const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
+        const T* xt = safe_x + t0 * p.x.stride[1];
         // Stage `step` = (column tile step / KP, p-step step % KP) into buffer buf.
         auto load_stage = [&](int buf, int step) {
           const int s0 = (step / KP) * BLOCK_N;
           const long long k0 = (long long)(step % KP) * BKP;
           T* sa = s_tiles[buf];
           T* sb = sa + BLOCK_M * LD;
-          block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + k0 * p.dy_stride_p, p.dy_stride_l, p.dy_stride_p, vec_dy,
+          block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + k0 * p.dy.stride[3], p.dy.stride[1], p.dy.stride[3], vec_dy,
                                                  safe_dy, [&](int r, int) { return m0 + r < valid; });
-          block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + s0 * p.x_stride_l + k0 * p.x_stride_p, p.x_stride_l,
-                                                 p.x_stride_p, vec_x, safe_x,
+          block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + s0 * p.x.stride[1] + k0 * p.x.stride[3], p.x.stride[1],
+                                                 p.x.stride[3], vec_x, safe_x,
                                                  [&](int r, int) { return s0 + r < valid; });
         };
 
@@ -181,7 +181,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
                 const int l = m0 + wm0 + 16 * i + lg + 8 * half;
-                const float* cbr = cb_base + (long long)l * p.CB_stride_l;
+                const float* cbr = cb_base + (long long)l * p.CB.stride[3];
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) {
                   const int s = s0 + wn0 + 8 * j + 2 * lt;

@@ -203,20 +203,20 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   const int wn0 = (warp & 1) * WN;   // column half
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* xg = static_cast<const T*>(p.x);
-  const T* dyg = static_cast<const T*>(p.dy);
-  const T* Bg = static_cast<const T*>(p.B);
-  const T* Cg = static_cast<const T*>(p.C);
-  const T* dsg = static_cast<const T*>(p.ds);
-  const bool vec_x = detail::vec16_bhlp(xg, p.x_stride_b, p.x_stride_l, p.x_stride_h, p.x_stride_p);
-  const bool vec_dy = detail::vec16_bhlp(dyg, p.dy_stride_b, p.dy_stride_l, p.dy_stride_h, p.dy_stride_p);
-  const bool vec_b = detail::vec16_bhlp(Bg, p.B_stride_b, p.B_stride_l, p.B_stride_g, p.B_stride_n);
-  const bool vec_c = detail::vec16_bhlp(Cg, p.C_stride_b, p.C_stride_l, p.C_stride_g, p.C_stride_n);
-  const bool vec_ds = aligned16(dsg) && ((p.ds_stride_b | p.ds_stride_c | p.ds_stride_h | p.ds_stride_p) & 7) == 0;
-  const bool vec_p = aligned16(p.states) &&
-                     ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & 7) == 0;
-  const bool vec_cb = aligned16(p.CB) && ((p.CB_stride_b | p.CB_stride_c | p.CB_stride_g | p.CB_stride_l) & 3) == 0;
-  const bool vec_dx = detail::vec16_bhlp(p.dx, p.dx_stride_b, p.dx_stride_l, p.dx_stride_h, p.dx_stride_p);
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* dyg = static_cast<const T*>(p.dy.data);
+  const T* Bg = static_cast<const T*>(p.B.data);
+  const T* Cg = static_cast<const T*>(p.C.data);
+  const T* dsg = static_cast<const T*>(p.ds.data);
+  const bool vec_x = detail::vec16_bhlp(xg, p.x.stride[0], p.x.stride[1], p.x.stride[2], p.x.stride[3]);
+  const bool vec_dy = detail::vec16_bhlp(dyg, p.dy.stride[0], p.dy.stride[1], p.dy.stride[2], p.dy.stride[3]);
+  const bool vec_b = detail::vec16_bhlp(Bg, p.B.stride[0], p.B.stride[1], p.B.stride[2], p.B.stride[3]);
+  const bool vec_c = detail::vec16_bhlp(Cg, p.C.stride[0], p.C.stride[1], p.C.stride[2], p.C.stride[3]);
+  const bool vec_ds = aligned16(dsg) && ((p.ds.stride[0] | p.ds.stride[1] | p.ds.stride[2] | p.ds.stride[3]) & 7) == 0;
+  const bool vec_p = aligned16(p.states.data) &&
+                     ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 7) == 0;
+  const bool vec_cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
+  const bool vec_dx = detail::vec16_bhlp(p.dx.data, p.dx.stride[0], p.dx.stride[1], p.dx.stride[2], p.dx.stride[3]);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);
@@ -224,27 +224,27 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     float d_head = 0.f;
-    if (HAS_D && !D_PER_HEADDIM) d_head = p.D[h * p.D_stride_h];
+    if (HAS_D && !D_PER_HEADDIM) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       const int b = bc % batch, c = bc / batch;
       const long long t0 = (long long)c * Q;
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
-      const long long chunk_off = b * p.chunk_stride_b + h * p.chunk_stride_h + c * p.chunk_stride_c;
-      const float* dA = p.dA_cumsum + chunk_off;
+      const long long chunk_off = p.dA_cumsum.offset(b, h, c);
+      const float* dA = p.dA_cumsum.data + chunk_off;
       const float* dt = p.dt + chunk_off;
       float* ddt_x_out = p.ddt_x + chunk_off;
       float* w_out = p.w + chunk_off;
       float* v_out = p.v + chunk_off;
-      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
-      const T* safe_dy = dyg + b * p.dy_stride_b + h * p.dy_stride_h;
-      const T* safe_b = Bg + b * p.B_stride_b + g * p.B_stride_g;
-      const T* safe_c = Cg + b * p.C_stride_b + g * p.C_stride_g;
-      const T* ds_c = dsg + b * p.ds_stride_b + c * p.ds_stride_c + h * p.ds_stride_h;
-      const T* P_c = static_cast<const T*>(p.states) + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h;
-      const float* cb_base = p.CB + b * p.CB_stride_b + c * p.CB_stride_c + g * p.CB_stride_g;
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_dy = dyg + p.dy.offset(b, 0, h);
+      const T* safe_b = Bg + p.B.offset(b, 0, g);
+      const T* safe_c = Cg + p.C.offset(b, 0, g);
+      const T* ds_c = dsg + p.ds.offset(b, c, h);
+      const T* P_c = p.states.ptr_as<T>(b, c, h);
+      const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
-      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
+      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int m0 = tile * BLOCK_M;  // smallest m0 first: its m-range (m0 .. λ) is the longest
@@ -264,7 +264,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           s_dA[l] = dA[l];
           s_dt[l] = dt[l];
           if (HAS_SEQ_IDX)
-            s_seq[l] = l < valid ? p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] : -1;
+            s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
 
         FragC acc[MI][NJ];
@@ -298,12 +298,12 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         // ---------------- Phase A2: acc = C_tile · P_cᵀ (contraction over n), then v ----------------
         zero_acc();
         {
-          const T* ct = safe_c + (t0 + m0) * p.C_stride_l;
+          const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BKN;
-            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), ct + k0 * p.C_stride_n, p.C_stride_l, p.C_stride_n,
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3],
                                                     vec_c, safe_c, [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, P, BKN, LDA>(sK(buf), P_c + k0, p.states_stride_p, 1, vec_p, P_c,
+            block::load_tile<NT, P, BKN, LDA>(sK(buf), P_c + k0, p.states.stride[3], 1, vec_p, P_c,
                                               [&](int, int) { return true; });
           };
           detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage);
@@ -315,19 +315,19 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           const float e = keep ? __expf(s_dA[l]) : 0.f;
           return __fmul_rn(e, dot);
         };
-        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_dy, p.dy_stride_l, p.dy_stride_p, vec_dy,
+        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_dy, p.dy.stride[1], p.dy.stride[3], vec_dy,
                                                 v_out, finish_v);
         __syncthreads();  // the staging tile is reused by phase A1's stages
 
         // ---------------- Phase A1: acc = B_tile · ds_cᵀ (over n), row scale eend, then w ----------------
         zero_acc();
         {
-          const T* bt = safe_b + (t0 + m0) * p.B_stride_l;
+          const T* bt = safe_b + (t0 + m0) * p.B.stride[1];
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BKN;
-            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), bt + k0 * p.B_stride_n, p.B_stride_l, p.B_stride_n,
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), bt + k0 * p.B.stride[3], p.B.stride[1], p.B.stride[3],
                                                     vec_b, safe_b, [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, P, BKN, LDA>(sK(buf), ds_c + k0, p.ds_stride_p, 1, vec_ds, ds_c,
+            block::load_tile<NT, P, BKN, LDA>(sK(buf), ds_c + k0, p.ds.stride[3], 1, vec_ds, ds_c,
                                               [&](int, int) { return true; });
           };
           detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage);
@@ -357,7 +357,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         }
         stage_acc();
         auto finish_w = [&](int l, float dot) { return __fmul_rn(s_dt[l], dot); };  // w_l = Δ_l · dotx_l
-        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x_stride_l, p.x_stride_p, vec_x, w_out,
+        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x.stride[1], p.x.stride[3], vec_x, w_out,
                                                 finish_w);
         __syncthreads();  // the staging tile is reused by phase B's stages
 
@@ -366,17 +366,17 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           const int kb0 = m0 / BLOCK_K;                     // the step containing m0 (m < m0 <= l: zeros)
           const int kb1 = (valid + BLOCK_K - 1) / BLOCK_K;  // steps past λ hold zeros only
           const int nk = kb1 - kb0;
-          const T* dyt = safe_dy + t0 * p.dy_stride_l;
+          const T* dyt = safe_dy + t0 * p.dy.stride[1];
           auto sCB = [&](int buf) { return reinterpret_cast<float*>(s_body + buf * STAGE_B); };
           auto sDY = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_B + BLOCK_K * LDCB * 4); };
           auto load_stage = [&](int buf, int ks) {  // ks: absolute step index
             const int k0 = ks * BLOCK_K;
             // CB rows m = k0 + r, columns l = m0 + c0 .. +3: only groups with l0 <= m <= λ.
-            block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + (long long)k0 * p.CB_stride_l + m0,
-                                                         p.CB_stride_l, 1, vec_cb, cb_base, [&](int r, int c0) {
+            block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + (long long)k0 * p.CB.stride[3] + m0,
+                                                         p.CB.stride[3], 1, vec_cb, cb_base, [&](int r, int c0) {
                                                            return m0 + c0 <= k0 + r && k0 + r < valid;
                                                          });
-            block::load_tile<NT, BLOCK_K, P, LDY>(sDY(buf), dyt + k0 * p.dy_stride_l, p.dy_stride_l, p.dy_stride_p,
+            block::load_tile<NT, BLOCK_K, P, LDY>(sDY(buf), dyt + k0 * p.dy.stride[1], p.dy.stride[1], p.dy.stride[3],
                                                   vec_dy, safe_dy, [&](int r, int) { return k0 + r < valid; });
           };
 
@@ -442,7 +442,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         {
           constexpr int CPR = P / 8;
           constexpr int TOTAL = BLOCK_M * CPR;
-          T* dxg = static_cast<T*>(p.dx);
+          T* dxg = static_cast<T*>(p.dx.data);
           for (int i = tid; i < TOTAL; i += NT) {
             const int r = i / CPR, cc = (i % CPR) * 8;
             const int l = m0 + r;
@@ -459,19 +459,19 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
             }
             if (HAS_D) {
               float dyv[8];
-              detail::load8<T>(safe_dy, t * p.dy_stride_l + cc * p.dy_stride_p, p.dy_stride_p, vec_dy, dyv);
+              detail::load8<T>(safe_dy, p.dy.offset(0, t, 0, cc), p.dy.stride[3], vec_dy, dyv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
-                const float d = D_PER_HEADDIM ? p.D[h * p.D_stride_h + (cc + v) * p.D_stride_p] : d_head;
+                const float d = D_PER_HEADDIM ? p.D(h, cc + v) : d_head;
                 y[v] = __fmaf_rn(dyv[v], d, y[v]);
               }
             }
-            detail::store8<T>(dxg, b * p.dx_stride_b + t * p.dx_stride_l + h * p.dx_stride_h + cc * p.dx_stride_p,
-                              p.dx_stride_p, vec_dx, y);
+            detail::store8<T>(dxg, p.dx.offset(b, t, h, cc),
+                              p.dx.stride[3], vec_dx, y);
           }
         }
         auto finish_ddt = [](int, float dot) { return dot; };
-        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x_stride_l, p.x_stride_p, vec_x,
+        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x.stride[1], p.x.stride[3], vec_x,
                                                 ddt_x_out, finish_ddt);
         __syncthreads();  // the staging tile and the per-position arrays are reused by the next tile
       }

@@ -74,12 +74,12 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
   const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
   const int lg = lane >> 2, lt = lane & 3;
 
-  const T* xg = static_cast<const T*>(p.x);
-  const T* Bg = static_cast<const T*>(p.B);
-  const bool vec_x = aligned16(xg) && p.x_stride_p == 1 && ((p.x_stride_b | p.x_stride_l | p.x_stride_h) & 7) == 0;
-  const bool vec_b = aligned16(Bg) && p.B_stride_n == 1 && ((p.B_stride_b | p.B_stride_l | p.B_stride_g) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.states) & 7ull) == 0 &&
-                       ((p.states_stride_b | p.states_stride_c | p.states_stride_h | p.states_stride_p) & 1) == 0;
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* Bg = static_cast<const T*>(p.B.data);
+  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
+  const bool vec_b = aligned16(Bg) && p.B.stride[3] == 1 && ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(p.states.data) & 7ull) == 0 &&
+                       ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 1) == 0;
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);
@@ -92,10 +92,10 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
       const long long rem_len = p.seqlen - t0;
       const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
       const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
-      const T* safe_x = xg + b * p.x_stride_b + h * p.x_stride_h;
-      const T* safe_b = Bg + b * p.B_stride_b + g * p.B_stride_g;
-      const float* dA = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h + c * p.dA_cumsum_stride_c;
-      const float* dt = p.dt + b * p.dt_stride_b + h * p.dt_stride_h + c * p.dt_stride_c;
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_b = Bg + p.B.offset(b, 0, g);
+      const float* dA = p.dA_cumsum.ptr(b, h, c);
+      const float* dt = p.dt.ptr(b, h, c);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int p0 = (tile / TILES_N) * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
@@ -105,28 +105,28 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
           const float a_last = dA[Q - 1];
           int q_last = 0;  // the id tokens must match: seq_idx(cQ+λ) (ξ), or seq_idx(cQ-1) (η, DSTATES)
           if (HAS_SEQ_IDX) {
-            if (!DSTATES) q_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 + valid - 1) * p.seq_idx_stride_l];
-            else if (c > 0) q_last = p.seq_idx[b * p.seq_idx_stride_b + (t0 - 1) * p.seq_idx_stride_l];
+            if (!DSTATES) q_last = p.seq_idx(b, t0 + valid - 1);
+            else if (c > 0) q_last = p.seq_idx(b, t0 - 1);
           }
           for (int l = tid; l < Q; l += NT) {
             float w = 0.f;
             if (l < valid) {
               const float e = DSTATES ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
               bool keep = true;
-              if (HAS_SEQ_IDX) keep = p.seq_idx[b * p.seq_idx_stride_b + (t0 + l) * p.seq_idx_stride_l] == q_last;
+              if (HAS_SEQ_IDX) keep = p.seq_idx(b, t0 + l) == q_last;
               w = keep ? e : 0.f;
             }
             s_w[l] = w;
           }
         }
 
-        const T* xt = safe_x + t0 * p.x_stride_l + p0 * p.x_stride_p;
-        const T* bt = safe_b + t0 * p.B_stride_l + n0 * p.B_stride_n;
+        const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
+        const T* bt = safe_b + t0 * p.B.stride[1] + n0 * p.B.stride[3];
         auto load_stage = [&](int buf, int ks) {
           const int k0 = ks * BLOCK_K;
-          block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], xt + k0 * p.x_stride_l, p.x_stride_l, p.x_stride_p,
+          block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], xt + k0 * p.x.stride[1], p.x.stride[1], p.x.stride[3],
                                                       vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
-          block::load_tile<NT, BLOCK_K, BLOCK_N, LDB>(s_b[buf], bt + k0 * p.B_stride_l, p.B_stride_l, p.B_stride_n,
+          block::load_tile<NT, BLOCK_K, BLOCK_N, LDB>(s_b[buf], bt + k0 * p.B.stride[1], p.B.stride[1], p.B.stride[3],
                                                       vec_b, safe_b, [&](int r, int) { return k0 + r < valid; });
         };
 
@@ -171,13 +171,13 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         }
         ptx::cp_async_wait<0>();
 
-        float* out = p.states + b * p.states_stride_b + c * p.states_stride_c + h * p.states_stride_h;
+        float* out = p.states.ptr(b, c, h);
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int row = p0 + wm0 + 16 * i + lg + 8 * half;  // headdim index
-            float* orow = out + (long long)row * p.states_stride_p;
+            float* orow = out + (long long)row * p.states.stride[3];
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
               const int col = n0 + wn0 + 8 * j + 2 * lt;  // dstate index

@@ -4,8 +4,10 @@
 //   chunk_scan_fwd  (chunk_scan.cuh)   y = (CB ∘ L ∘ causal) diag(Δ) X + diag(η E_start) C P_cᵀ (+ D x, · silu z)
 //
 // Shared verbatim by the host launchers (g++) and the kernels (NVRTC): plain C layout only
-// (pointers, long long, int, float), strides in ELEMENTS, 64-bit. The geometry helpers below are
-// constexpr functions usable on both sides; the kernels static_assert against the same helpers.
+// (pointers, TensorRef views = pointer + strides in ELEMENTS, 64-bit (primitives/tensor_ref.cuh),
+// long long, int, float). A view whose comment names a unit-stride innermost axis covers only the
+// axes before it. The geometry helpers below are constexpr functions usable on both sides; the
+// kernels static_assert against the same helpers.
 //
 // Layout requirements (the host validates; nothing else is assumed):
 //   * every tensor below comes with full strides, except the unit-stride axes named per field;
@@ -16,70 +18,45 @@
 //   * seq_idx (b, L) int32 may be null only when the kernel was specialized without seq_idx.
 #pragma once
 
-#if defined(__CUDACC__)
-#define SSD_HOST_DEVICE __host__ __device__
-#else
-#define SSD_HOST_DEVICE
-#endif
+#include "ssd/primitives/tensor_ref.cuh"  // also defines SSD_HOST_DEVICE
 
 namespace ssd_kernels {
 
 // ------------------------------------------------------------------------------------------------
 // F4: CB[b, c, g, l, s] = σ_c(l, s) · Σ_n C[b, cQ+l, g, n] · B[b, cQ+s, g, n]   (fp32 out)
 struct BmmChunkFwdParams {
-  const void* C;  // (b, L, g, n), element type; n-stride given (1 for the vector path)
-  long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
-  const void* B;  // (b, L, g, n)
-  long long B_stride_b, B_stride_l, B_stride_g, B_stride_n;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
-  float* CB;  // (b, nchunks, g, Q, Q), unit s-stride
-  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
+  TensorRef<const void, 4> C;  // (b, L, g, n), element type; n-stride given (1 for the vector path)
+  TensorRef<const void, 4> B;  // (b, L, g, n)
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<float, 4> CB;  // (b, nchunks, g, Q) rows of Q, unit s-stride
   long long batch, seqlen, nchunks, ngroups;
 };
 
 // F2: states[b, c, h, p, n] = Σ_{l ≤ λ_c} ξ_c(l) exp(min(A(Q-1) - A(l), 0)) Δ_l x[l, p] B[l, n]  (fp32 out)
 struct ChunkStateFwdParams {
-  const void* x;  // (b, L, h, p), element type
-  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
-  const void* B;  // (b, L, g, n)
-  long long B_stride_b, B_stride_l, B_stride_g, B_stride_n;
-  const float* dt;  // Δ, (b, h, nchunks, Q), unit Q-stride (chunk_cumsum_fwd's dt_out)
-  long long dt_stride_b, dt_stride_h, dt_stride_c;
-  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
-  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
-  float* states;  // (b, nchunks, h, p, n), unit n-stride
-  long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
+  TensorRef<const void, 4> x;  // (b, L, h, p), element type
+  TensorRef<const void, 4> B;  // (b, L, g, n)
+  TensorRef<const float, 3> dt;  // Δ, (b, h, nchunks) rows of Q, unit Q-stride (chunk_cumsum_fwd's dt_out)
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<float, 4> states;  // (b, nchunks, h, p) rows of n, unit n-stride
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
 
 // F5: ŷ_l = Σ_{s ≤ l} CB(l, s) exp(min(A(l) - A(s), 0)) Δ_s x_s + η_c(l) exp(A(l)) P_c C_l;
 //     y = ŷ + D ⊙ x;  out = y · silu(z) (out_x = y) with z, else out = y.   Stored in x's dtype.
 struct ChunkScanFwdParams {
-  const float* CB;  // (b, nchunks, g, Q, Q), unit s-stride; only entries with s <= l are read
-  long long CB_stride_b, CB_stride_c, CB_stride_g, CB_stride_l;
-  const void* x;  // (b, L, h, p), element type
-  long long x_stride_b, x_stride_l, x_stride_h, x_stride_p;
-  const float* dt;  // Δ, (b, h, nchunks, Q), unit Q-stride
-  long long dt_stride_b, dt_stride_h, dt_stride_c;
-  const float* dA_cumsum;  // (b, h, nchunks, Q), unit Q-stride
-  long long dA_cumsum_stride_b, dA_cumsum_stride_h, dA_cumsum_stride_c;
-  const void* C;  // (b, L, g, n), element type
-  long long C_stride_b, C_stride_l, C_stride_g, C_stride_n;
-  const void* states;  // P: (b, nchunks, h, p, n), state type (fp32 or element type), unit n-stride
-  long long states_stride_b, states_stride_c, states_stride_h, states_stride_p;
-  const float* D;  // (h) or (h, p), or null when the specialization has no D
-  long long D_stride_h, D_stride_p;
-  const void* z;  // (b, L, h, p), element type, or null without z
-  long long z_stride_b, z_stride_l, z_stride_h, z_stride_p;
-  const int* seq_idx;  // (b, L) or null
-  long long seq_idx_stride_b, seq_idx_stride_l;
-  void* out;  // (b, L, h, p), element type
-  long long out_stride_b, out_stride_l, out_stride_h, out_stride_p;
-  void* out_x;  // y before gating, (b, L, h, p), element type; written only with z (may be null otherwise)
-  long long out_x_stride_b, out_x_stride_l, out_x_stride_h, out_x_stride_p;
+  TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q, unit s-stride; only entries with s <= l are read
+  TensorRef<const void, 4> x;  // (b, L, h, p), element type
+  TensorRef<const float, 3> dt;  // Δ, (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const void, 4> C;  // (b, L, g, n), element type
+  TensorRef<const void, 4> states;  // P: (b, nchunks, h, p) rows of n, state type (fp32 or element type), unit n-stride
+  TensorRef<const float, 2> D;  // (h) or (h, p) (stride[1] = 0 for (h)); data null when the specialization has no D
+  TensorRef<const void, 4> z;  // (b, L, h, p), element type; data null without z
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<void, 4> out;  // (b, L, h, p), element type
+  TensorRef<void, 4> out_x;  // y before gating, (b, L, h, p), element type; written only with z (data may be null otherwise)
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
 

@@ -37,20 +37,19 @@ __device__ void gate_bwd(const GateBwdParams& p) {
     double acc = 0.0;
     for (long long l = 0; l < valid; ++l) {
       const long long t = c * Q + l;
-      const float g = load_as_float<T>(p.dout, b * p.dout_stride_b + t * p.dout_stride_l + h * p.dout_stride_h + e * p.dout_stride_p);
+      const float g = load_as_float<T>(p.dout.data, p.dout.offset(b, t, h, e));
       float dy = g;
       if (kZ) {
-        const float z = load_as_float<T>(p.z, b * p.z_stride_b + t * p.z_stride_l + h * p.z_stride_h + e * p.z_stride_p);
-        const float y = load_as_float<T>(p.out_x, b * p.out_x_stride_b + t * p.out_x_stride_l + h * p.out_x_stride_h +
-                                                     e * p.out_x_stride_p);
+        const float z = load_as_float<T>(p.z.data, p.z.offset(b, t, h, e));
+        const float y = load_as_float<T>(p.out_x.data, p.out_x.offset(b, t, h, e));
         const float sig = 1.f / (1.f + expf(-z));
         dy = __fmul_rn(__fmul_rn(g, z), sig);
         const float dz = __fmul_rn(__fmul_rn(__fmul_rn(g, y), sig), __fmaf_rn(z, 1.f - sig, 1.f));
-        store_from_float<T>(p.dy, b * p.dy_stride_b + t * p.dy_stride_l + h * p.dy_stride_h + e * p.dy_stride_p, dy);
-        store_from_float<T>(p.dz, b * p.dz_stride_b + t * p.dz_stride_l + h * p.dz_stride_h + e * p.dz_stride_p, dz);
+        store_from_float<T>(p.dy.data, p.dy.offset(b, t, h, e), dy);
+        store_from_float<T>(p.dz.data, p.dz.offset(b, t, h, e), dz);
       }
       if (kD) {
-        const float x = load_as_float<T>(p.x, b * p.x_stride_b + t * p.x_stride_l + h * p.x_stride_h + e * p.x_stride_p);
+        const float x = load_as_float<T>(p.x.data, p.x.offset(b, t, h, e));
         acc = __fma_rn(double(dy), double(x), acc);
       }
     }

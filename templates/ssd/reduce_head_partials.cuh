@@ -35,7 +35,7 @@ __device__ void reduce_head_partials(const ReduceHeadPartialsParams& p) {
       for (int j = 0; j < P; ++j) total[j] = __fadd_rn(total[j], __double2float_rn(sample[j]));
     }
 #pragma unroll
-    for (int j = 0; j < P; ++j) p.out[j][h * p.out_stride[j]] = total[j];
+    for (int j = 0; j < P; ++j) p.out[j](h) = total[j];
   }
 }
 

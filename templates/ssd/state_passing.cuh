@@ -31,10 +31,11 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
     const long long h = bh % p.nheads, b = bh / p.nheads;
     const long long e = eb * BLOCK + threadIdx.x;
     if (e >= p.state_size) continue;
-    float S = kHasInit ? p.initial_states[b * p.init_stride_b + h * p.init_stride_h + e] : 0.f;
+    float S = kHasInit ? p.initial_states.data[p.initial_states.offset(b, h) + e] : 0.f;
     int prev_id = 0;  // seq_idx(cQ - 1), with seq_idx(-1) := 0
-    float* base = p.states + b * p.states_stride_b + h * p.states_stride_h + e;
-    const float* cs = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h;
+    // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
+    float* base = p.states.data + b * p.states.stride[0] + h * p.states.stride[2] + e;
+    const float* cs = p.dA_cumsum.ptr(b, h);
     // kGroup chunks per step: their loads are issued before the first store, so they overlap
     // (the compiler cannot move loads above stores into the same buffer by itself).
     constexpr int kGroup = 4;
@@ -46,9 +47,9 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
         const long long c = c0 + j;
         if (c < p.nchunks) {
           const long long last = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q) - 1;  // λ_c
-          s_in[j] = base[c * p.states_stride_c];
-          log_carry[j] = cs[c * p.dA_cumsum_stride_c + last];
-          last_id[j] = kHasSeqIdx ? p.seq_idx[b * p.seq_idx_stride_b + (c * Q + last) * p.seq_idx_stride_l] : 0;
+          s_in[j] = base[c * p.states.stride[1]];
+          log_carry[j] = cs[c * p.dA_cumsum.stride[2] + last];
+          last_id[j] = kHasSeqIdx ? p.seq_idx(b, c * Q + last) : 0;
         }
       }
 #pragma unroll
@@ -60,12 +61,12 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
             if (last_id[j] != prev_id) carry = 0.f;
             prev_id = last_id[j];
           }
-          base[c * p.states_stride_c] = S;
+          base[c * p.states.stride[1]] = S;
           S = __fmaf_rn(carry, S, s_in[j]);
         }
       }
     }
-    if (p.final_states) p.final_states[b * p.final_stride_b + h * p.final_stride_h + e] = S;
+    if (p.final_states.data) p.final_states.data[p.final_states.offset(b, h) + e] = S;
   }
 }
 

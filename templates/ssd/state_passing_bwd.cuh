@@ -48,12 +48,12 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
     const long long h = bh % p.nheads, b = bh / p.nheads;
     const long long e = eb * BLOCK + threadIdx.x;
     if (e >= p.state_size) continue;  // whole warps (state_size % 32 == 0): the butterfly stays full
-    float dS = p.dfinal_states ? p.dfinal_states[b * p.dfinal_stride_b + h * p.dfinal_stride_h + e] : 0.f;
-    const float* Pb = p.states + b * p.states_stride_b + h * p.states_stride_h + e;
-    const float* dPb = p.dstates + b * p.dstates_stride_b + h * p.dstates_stride_h + e;
-    T* dsb = static_cast<T*>(p.ds) + b * p.ds_stride_b + h * p.ds_stride_h + e;
-    T* ptb = static_cast<T*>(p.states_t) + b * p.ds_stride_b + h * p.ds_stride_h + e;
-    const float* cs = p.dA_cumsum + b * p.dA_cumsum_stride_b + h * p.dA_cumsum_stride_h;
+    float dS = p.dfinal_states.data ? p.dfinal_states.data[p.dfinal_states.offset(b, h) + e] : 0.f;
+    const float* Pb = p.states.ptr(b, 0, h) + e;
+    const float* dPb = p.dstates.ptr(b, 0, h) + e;
+    T* dsb = p.ds.ptr_as<T>(b, 0, h) + e;
+    T* ptb = static_cast<T*>(p.states_t) + p.ds.offset(b, 0, h) + e;
+    const float* cs = p.dA_cumsum.ptr(b, h);
     const long long rho_row = (b * p.nheads + h) * p.nchunks;
     // kGroup chunks per step, loads issued before the dependent chain (as state_passing_fwd).
     constexpr int kGroup = 4;
@@ -64,12 +64,12 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
         const long long c = c0 - j;
         if (c >= 0) {
           const long long last = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q) - 1;  // λ_c
-          P_in[j] = Pb[c * p.states_stride_c];
-          dP_in[j] = dPb[c * p.dstates_stride_c];
-          float k = expf(cs[c * p.dA_cumsum_stride_c + last]);
+          P_in[j] = Pb[c * p.states.stride[1]];
+          dP_in[j] = dPb[c * p.dstates.stride[1]];
+          float k = expf(cs[c * p.dA_cumsum.stride[2] + last]);
           if (kHasSeqIdx) {
-            const int id_last = p.seq_idx[b * p.seq_idx_stride_b + (c * Q + last) * p.seq_idx_stride_l];
-            const int id_prev = c > 0 ? p.seq_idx[b * p.seq_idx_stride_b + (c * Q - 1) * p.seq_idx_stride_l] : 0;
+            const int id_last = p.seq_idx(b, c * Q + last);
+            const int id_prev = c > 0 ? p.seq_idx(b, c * Q - 1) : 0;
             if (id_last != id_prev) k = 0.f;
           }
           carry[j] = k;
@@ -79,8 +79,8 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
       for (int j = 0; j < kGroup; ++j) {
         const long long c = c0 - j;
         if (c >= 0) {
-          dsb[c * p.ds_stride_c] = from_float<T>(dS);
-          ptb[c * p.ds_stride_c] = from_float<T>(P_in[j]);
+          dsb[c * p.ds.stride[1]] = from_float<T>(dS);
+          ptb[c * p.ds.stride[1]] = from_float<T>(P_in[j]);
           if (kDeterministic) {
             double part = __dmul_rn(double(P_in[j]), double(dS));  // exact: 24 + 24 mantissa bits
 #pragma unroll
@@ -96,7 +96,7 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
         }
       }
     }
-    if (p.dinit) p.dinit[b * p.dinit_stride_b + h * p.dinit_stride_h + e] = dS;
+    if (p.dinit.data) p.dinit.data[p.dinit.offset(b, h) + e] = dS;
   }
 }
 

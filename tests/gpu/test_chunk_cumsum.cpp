@@ -454,9 +454,8 @@ TEST_CASE("ssd_kernel_launch: a raw launch of reduce_head_partials on a caller's
   d_out.poison();
   ssd_kernels::ReduceHeadPartialsParams p{};
   p.partials = static_cast<const double*>(d_parts.get());
-  p.out[0] = static_cast<float*>(d_out.get());
-  p.out[1] = static_cast<float*>(d_out.get()) + h;
-  p.out_stride[0] = p.out_stride[1] = 1;
+  p.out[0] = {static_cast<float*>(d_out.get()), {1}};
+  p.out[1] = {static_cast<float*>(d_out.get()) + h, {1}};
   p.batch = b;
   p.nchunks = nc;
   p.nheads = h;
