@@ -22,7 +22,8 @@ TEST_CASE("kernel families: one descriptor per id, in enum order, names unique a
   std::set<std::string> names;
   for (size_t i = 0; i < families.size(); ++i) {
     const KernelFamily& f = *families[i];
-    CAPTURE(f.name);
+    const std::string name = f.name;  // CAPTURE of a const char* prints the pointer
+    CAPTURE(name);
     CHECK(int(f.id) == int(i) + 1);  // the enum starts at 1 and has no gaps
     CHECK(find_family(f.id) == &f);
     CHECK(names.insert(f.name).second);
@@ -37,7 +38,8 @@ TEST_CASE("kernel families: one descriptor per id, in enum order, names unique a
 
 TEST_CASE("kernel families: defaults validate, normalize and generate a unit that instantiates the template") {
   for (const KernelFamily* f : kernel_families()) {
-    CAPTURE(f->name);
+    const std::string name = f->name;
+    CAPTURE(name);
     const ssd_kernel_config c = default_config(f->id);
     REQUIRE_MESSAGE(validate_config(c).ok(), validate_config(c).detail);
     auto n = normalize_config(c);
@@ -55,7 +57,8 @@ TEST_CASE("kernel families: defaults validate, normalize and generate a unit tha
 
 TEST_CASE("kernel families: every legal tile validates, and its m x n x k reaches the Spec") {
   for (const KernelFamily* f : kernel_families()) {
-    CAPTURE(f->name);
+    const std::string name = f->name;
+    CAPTURE(name);
     const ssd_kernel_config c = default_config(f->id);
     const std::vector<ssd_tile> tiles = legal_tiles(c);
     CHECK(!tiles.empty());
@@ -73,9 +76,11 @@ TEST_CASE("kernel families: every legal tile validates, and its m x n x k reache
 
 TEST_CASE("kernel families: a flag the family does not read, warps or stages are refused naming the field") {
   for (const KernelFamily* f : kernel_families()) {
-    CAPTURE(f->name);
+    const std::string name = f->name;
+    CAPTURE(name);
     ssd_kernel_config c = default_config(f->id);
-    for (uint32_t bit = 1; bit <= SSD_FLAG_DDA_INCREMENTS; bit <<= 1) {
+    for (int shift = 0; shift < 32; ++shift) {  // every bit, named or not
+      const uint32_t bit = 1u << shift;
       if (f->allowed_flags & bit) continue;
       ssd_kernel_config bad = c;
       bad.flags |= bit;

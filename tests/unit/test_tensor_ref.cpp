@@ -10,6 +10,7 @@
 #include "codegen/codegen.h"
 #include "compile/kernel_builder.h"
 #include "config/config.h"
+#include "kernels/family.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
 #include "ssd/backward_params.cuh"
@@ -100,8 +101,9 @@ TEST_CASE("contiguous_ref views the leading axes of a row-major buffer") {
 
 TEST_CASE("every kernel's unit includes tensor_ref.cuh, so it is embedded and hashed into the key") {
   KernelBuilder planner(nullptr);
-  for (int kind = SSD_KERNEL_CHUNK_CUMSUM_FWD; kind <= SSD_KERNEL_CHUNK_SCAN_BWD_DDA; ++kind) {
-    auto plan = planner.plan(default_config(ssd_kernel_id(kind)));
+  for (const KernelFamily* f : kernel_families()) {
+    const int kind = int(f->id);
+    auto plan = planner.plan(default_config(f->id));
     REQUIRE_MESSAGE(plan.ok(), kind);
     auto unit = generate_unit(plan->config);
     REQUIRE_MESSAGE(unit.ok(), kind);
