@@ -14,8 +14,8 @@ for L in 2048 4096 16384; do
 done
 "$root/build-gpu/ssdgen" check --preset nemotronh-56b --batch 1 --seqlen 512 | tee -a "$out/bench.txt" || status=1
 if [ -d "$root/.peer/mamba/mamba_ssm" ]; then
-  # Warm the cache with the CLI first: compiling with NVRTC inside a process that has PyTorch's own
-  # libnvrtc.so.13 loaded crashes (open issue, see docs/perf.md); loading cached cubins does not.
+  # Warm the cache with the CLI first (in parallel, every core), so that the timed Python process
+  # loads cubins instead of compiling (in-process compiling works: docs/perf.md, the std::regex fix).
   export SSD_CACHE_DIR=${SSD_CACHE_DIR:-$(mktemp -d)}
   "$root/build-gpu/ssdgen" compile --preset nemotronh-56b --arch sm_90a --mode both | tail -1
   PYTHONUNBUFFERED=1 python3 "$root/scripts/peer_bench.py" --lib "$root/build-gpu/libssdgen.so" \
