@@ -67,6 +67,10 @@ struct ChunkScanFwdParams {
 // Requirements: blockDim = (*_threads(...), 1, 1) exactly (the warp layout is derived from it);
 // nchunks = ceil(seqlen / Q); batch * nchunks, nheads and ngroups < 2^31 (work indices are 32-bit,
 // all global offsets are 64-bit).
+// The `name<...>` lines below list each template's compile-time constants under the local names its
+// body uses (Q = Spec::kChunk, P = kHeaddim, N = kDstate, HEADS_PER_GROUP = kHeadsPerGroup,
+// BLOCK_* = kBlock*, T = Element, HAS_* / flags = the Spec's booleans): the templates take one
+// `class Spec` (src/kernels/ writes it) and alias these at their top.
 namespace fwd_geom {
 
 constexpr int kMaxStaticSmem = 48 * 1024;
