@@ -63,18 +63,23 @@ Result<ssd_launch_options> read_options(const ssd_launch_options* options) {
   return o;
 }
 
+ssd_kernel_config cumsum_config(ssd_kernel_id kernel, ssd_dtype dtype, int32_t chunk, bool bias, bool softplus,
+                                const ssd_tile& tile, ssd_mode mode, ssd_arch arch) {
+  ssd_kernel_config c = default_config(kernel);
+  c.chunk_size = chunk;
+  c.dtype = dtype;
+  c.flags = (bias ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
+  c.tile = tile;
+  c.mode = mode;
+  c.arch = arch;
+  return c;
+}
+
 Result<ssd_kernel_config> make_config(ssd_runtime& rt, ssd_kernel_id kernel, const Dims& d, ssd_dtype dtype, bool bias,
                                       bool softplus, const ssd_launch_options& o, ssd_mode mode) {
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
-  ssd_kernel_config c = default_config(kernel);
-  c.chunk_size = d.chunk;
-  c.dtype = dtype;
-  c.flags = (bias ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
-  c.tile = o.tile;
-  c.mode = mode;
-  c.arch = arch.value();
-  return c;
+  return cumsum_config(kernel, dtype, d.chunk, bias, softplus, o.tile, mode, arch.value());
 }
 
 unsigned grid_for(int64_t work, int32_t max_blocks) {
@@ -170,9 +175,20 @@ Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_a
   p.nchunks = d.nchunks;
   p.dt_limit_lo = a.dt_limit_lo;
   p.dt_limit_hi = a.dt_limit_hi;
-  void* params[] = {&p};
-  const ssd_kernel& k = *kernel.value();
-  return launch_kernel(k, grid_for(cumsum_work(d, k.built->config.tile.m), options->max_blocks), 1, 1, params, stream);
+  return launch_chunk_cumsum_fwd(*kernel.value(), p, options->max_blocks, stream);
+}
+
+ssd_kernel_config chunk_cumsum_fwd_config(ssd_dtype dt_dtype, int32_t chunk_size, bool dt_bias, bool dt_softplus,
+                                          const ssd_tile& tile, ssd_mode mode, ssd_arch arch) {
+  return cumsum_config(SSD_KERNEL_CHUNK_CUMSUM_FWD, dt_dtype, chunk_size, dt_bias, dt_softplus, tile, mode, arch);
+}
+
+Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumFwdParams& p,
+                               int32_t max_blocks, CUstream stream) {
+  const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
+  ssd_kernels::ChunkCumsumFwdParams copy = p;
+  void* params[] = {&copy};
+  return launch_kernel(kernel, grid_for(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
 }
 
 Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* user_args, ssd_mode mode) {

@@ -3,8 +3,16 @@
 
 #include "common/status.h"
 #include "runtime/runtime.h"
+#include "ssd/kernel_params.cuh"
 
 namespace ssd {
+
+// For plans that validated their inputs themselves (the SSD forward): the forward kernel's config
+// and its launch (grid from the block's heads and the params' dimensions, capped by max_blocks).
+ssd_kernel_config chunk_cumsum_fwd_config(ssd_dtype dt_dtype, int32_t chunk_size, bool dt_bias, bool dt_softplus,
+                                          const ssd_tile& tile, ssd_mode mode, ssd_arch arch);
+Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumFwdParams& params,
+                               int32_t max_blocks, CUstream stream);
 
 ssd_launch_options default_launch_options();
 ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args();

@@ -336,10 +336,10 @@ ssd_kernel_config with_tile(ssd_kernel_config c, const ssd_tile& t) {
 
 std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
                                            ssd_mode mode, const BackwardTuning& tn) {
-  // The recompute: the forward's own configs, without chunk_scan (the backward does not need out).
+  // The recompute: the forward's own plan without chunk_scan (the backward does not need out).
   const ssd_forward_args f = forward_inputs(a);
-  std::vector<ssd_kernel_config> out = forward_stage_configs(f, d, arch, mode, &tn.forward);
-  out.pop_back();
+  std::vector<ssd_kernel_config> out =
+      forward_plan_configs(ForwardCall{f, d, mode, arch, ForwardBuffers{}, 0, tn.forward, false});
   const uint32_t flags = specialization_flags(f);
   const SsdShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
   // gate_bwd only with z or D (without both it has nothing to compute), then the backward proper.
@@ -472,9 +472,6 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     if (!k.ok()) return k.status();
     ks.push_back(k.value());
   }
-  const ssd_kernel* fwd_kernels[4] = {find_kernel(ks, SSD_KERNEL_BMM_CHUNK_FWD),
-                                      find_kernel(ks, SSD_KERNEL_CHUNK_STATE_FWD),
-                                      find_kernel(ks, SSD_KERNEL_STATE_PASSING_FWD), nullptr};
   const ssd_kernel* k_dstates = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES);
   const ssd_kernel* k_passing = find_kernel(ks, SSD_KERNEL_STATE_PASSING_BWD);
   const ssd_kernel* k_dx = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DX);
@@ -522,8 +519,9 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   const unsigned gy = grid_yz(d.b * d.nc, mb), gh = grid_yz(d.h, mb), gg = grid_yz(d.g, mb);
   auto tile_of = [](const ssd_kernel* k) { return k->built->config.tile; };
 
-  Status s = launch_forward_stages(rt, forward_inputs(a), d, mode, fwd_kernels, ForwardBuffers{dt_out, dA_cs, CB, P},
-                                   mb, stream);
+  const ssd_forward_args f = forward_inputs(a);
+  const ForwardCall recompute{f, d, mode, arch.value(), ForwardBuffers{dt_out, dA_cs, CB, P}, mb, tn.forward, false};
+  Status s = run_forward_plan(rt, recompute, stream);
   if (s.ok()) stage_done(kBwdRecompute);
   if (s.ok() && (a.z.data || a.D.data)) {  // B-a: dy, dz, dD
     s = gate_backward(rt, gate_tensors(a, d, base + L.dy), mode, base + L.gate, mb, stream);

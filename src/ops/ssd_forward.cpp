@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
 #include "ssd/forward_params.cuh"
@@ -100,8 +101,6 @@ Result<ssd_forward_layout> layout_for(const ForwardDims& d) {
   return l;
 }
 
-// The five specializations one call uses: chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing,
-// chunk_scan (in launch order).
 unsigned grid_x(int64_t v, int32_t max_blocks) {
   const int64_t cap = max_blocks > 0 ? max_blocks : 0x7fffffff;
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
@@ -109,6 +108,142 @@ unsigned grid_x(int64_t v, int32_t max_blocks) {
 unsigned clamp_grid(int64_t v, int32_t max_blocks) {
   const int64_t cap = max_blocks > 0 ? std::min<int64_t>(max_blocks, 65535) : 65535;
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
+}
+
+// ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state -> state_passing ->
+// chunk_scan (the last one only when the output is wanted: the backward's recompute stops after
+// the entering states). Each stage binds its parameter block from the call's validated arguments
+// and the workspace buffers.
+
+using F = ForwardCall;
+
+SsdShape shape_of(const F& c) {
+  return SsdShape{c.d.Q, int32_t(c.d.p), int32_t(c.d.n), int32_t(c.d.h / c.d.g), c.a.x.dtype};
+}
+ssd_kernel_config shaped(const F& c, ssd_kernel_id kernel, const ssd_tile& tile) {
+  ssd_kernel_config k = config_for_shape(kernel, shape_of(c), specialization_flags(c.a), c.mode, c.arch);
+  k.tile = tile;
+  return k;
+}
+// Workspace intermediates, contiguous: the (b, h, nchunks, Q) vectors, CB (b, nchunks, g, Q, Q) and
+// the states (b, nchunks, h, p, n), viewed over their leading axes.
+template <class T, int N>
+TensorRef<T, N> chunked(const F& c, float* p) {
+  const long long shape[] = {c.d.b, c.d.h, c.d.nc, c.d.Q};
+  return contiguous_ref<T, N>(p, shape);
+}
+template <class T, int N>
+TensorRef<T, N> cb_ref(const F& c) {
+  const long long shape[] = {c.d.b, c.d.nc, c.d.g, c.d.Q, c.d.Q};
+  return contiguous_ref<T, N>(c.buf.CB, shape);
+}
+template <class T, int N>
+TensorRef<T, N> states_ref(const F& c) {
+  const long long shape[] = {c.d.b, c.d.nc, c.d.h, c.d.p, c.d.n};
+  return contiguous_ref<T, N>(c.buf.states, shape);
+}
+unsigned gy(const F& c) { return clamp_grid(c.d.b * c.d.nc, c.max_blocks); }
+
+// F1: dt preprocessing and the within-chunk cumulative sum.
+ssd_kernel_config cumsum_config(const F& c) {
+  return chunk_cumsum_fwd_config(c.a.dt.dtype, c.d.Q, c.a.dt_bias.data != nullptr, c.a.dt_softplus != 0, ssd_tile{},
+                                 c.mode, c.arch);
+}
+Status cumsum_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkCumsumFwdParams p{};
+  p.dt = ref<const void, 3>(c.a.dt);
+  p.A = ref<const float, 1>(c.a.A);
+  p.dt_bias = ref<const float, 1>(c.a.dt_bias);
+  p.dt_out = chunked<float, 3>(c, c.buf.dt_out);
+  p.dA_cumsum = chunked<float, 3>(c, c.buf.dA_cumsum);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc;
+  p.dt_limit_lo = c.a.dt_limit_lo;
+  p.dt_limit_hi = c.a.dt_limit_hi;
+  return launch_chunk_cumsum_fwd(k, p, c.max_blocks, stream);
+}
+
+// F4: CB = C B^T per (b, c, g).
+ssd_kernel_config bmm_config(const F& c) { return shaped(c, SSD_KERNEL_BMM_CHUNK_FWD, c.tiles.bmm); }
+Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::BmmChunkFwdParams p{};
+  p.C = ref<const void, 4>(c.a.C);
+  p.B = ref<const void, 4>(c.a.B);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.CB = cb_ref<float, 4>(c);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.ngroups = c.d.g;
+  const ssd_tile& t = k.built->config.tile;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(ssd_kernels::fwd_geom::bmm_chunk_tiles(c.d.Q, t.m, t.n), c.max_blocks), gy(c),
+                       clamp_grid(c.d.g, c.max_blocks), params, stream);
+}
+
+// F2: chunk states.
+ssd_kernel_config state_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state); }
+Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkStateFwdParams p{};
+  p.x = ref<const void, 4>(c.a.x);
+  p.B = ref<const void, 4>(c.a.B);
+  p.dt = chunked<const float, 3>(c, c.buf.dt_out);
+  p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.states = states_ref<float, 4>(c);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  const ssd_tile& t = k.built->config.tile;
+  void* params[] = {&p};
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks), gy(c),
+      clamp_grid(c.d.h, c.max_blocks), params, stream);
+}
+
+// F3: entering states (in place) and final states.
+ssd_kernel_config passing_config(const F& c) { return shaped(c, SSD_KERNEL_STATE_PASSING_FWD, c.tiles.passing); }
+Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::StatePassingFwdParams p{};
+  p.states = states_ref<float, 3>(c);
+  p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
+  p.initial_states = ref<const float, 2>(c.a.initial_states);
+  p.final_states = ref<float, 2>(c.a.final_states);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc; p.state_size = c.d.p * c.d.n;
+  const int block = k.built->config.tile.m;
+  const int64_t work = (p.state_size + block - 1) / block * c.d.b * c.d.h;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(work, c.max_blocks), 1, 1, params, stream);
+}
+
+// F5: the output.
+bool scan_runs(const F& c) { return c.with_output; }
+ssd_kernel_config scan_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_SCAN_FWD, c.tiles.scan); }
+Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkScanFwdParams p{};
+  p.CB = cb_ref<const float, 4>(c);
+  p.x = ref<const void, 4>(c.a.x);
+  p.dt = chunked<const float, 3>(c, c.buf.dt_out);
+  p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
+  p.C = ref<const void, 4>(c.a.C);
+  p.states = states_ref<const void, 4>(c);
+  p.D = ref<const float, 2>(c.a.D);  // D (h): stride[1] = 0
+  p.z = ref<const void, 4>(c.a.z);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.out = ref<void, 4>(c.a.out);
+  p.out_x = ref<void, 4>(c.a.out_x);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  const ssd_tile& t = k.built->config.tile;
+  void* params[] = {&p};
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::chunk_scan_tiles(c.d.Q, int(c.d.p), t.m, t.n), c.max_blocks), gy(c),
+      clamp_grid(c.d.h, c.max_blocks), params, stream);
+}
+
+const std::vector<Stage<F>>& forward_plan() {
+  static const std::vector<Stage<F>> plan = {
+      {"chunk_cumsum_fwd", 0, nullptr, cumsum_config, cumsum_launch},
+      {"bmm_chunk_fwd", 1, nullptr, bmm_config, bmm_launch},
+      {"chunk_state_fwd", 2, nullptr, state_config, state_launch},
+      {"state_passing_fwd", 3, nullptr, passing_config, passing_launch},
+      {"chunk_scan_fwd", 4, scan_runs, scan_config, scan_launch},
+  };
+  return plan;
 }
 
 }  // namespace
@@ -122,128 +257,13 @@ uint32_t specialization_flags(const ssd_forward_args& a) {
   return flags;
 }
 
-std::vector<ssd_kernel_config> forward_stage_configs(const ssd_forward_args& a, const ForwardDims& d, ssd_arch arch,
-                                                     ssd_mode mode, const ForwardTiles* tiles) {
-  std::vector<ssd_kernel_config> out;
-  ssd_kernel_config cs = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  cs.chunk_size = d.Q;
-  cs.dtype = a.dt.dtype;
-  cs.flags = (a.dt_bias.data ? uint32_t(SSD_FLAG_DT_BIAS) : 0u) | (a.dt_softplus ? uint32_t(SSD_FLAG_DT_SOFTPLUS) : 0u);
-  cs.mode = mode;
-  cs.arch = arch;
-  out.push_back(cs);
-  const SsdShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
-  for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
-                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
-    ssd_kernel_config c = config_for_shape(k, shape, specialization_flags(a), mode, arch);
-    if (tiles) {
-      c.tile = c.kernel == SSD_KERNEL_BMM_CHUNK_FWD     ? tiles->bmm
-               : c.kernel == SSD_KERNEL_CHUNK_STATE_FWD ? tiles->state
-               : c.kernel == SSD_KERNEL_STATE_PASSING_FWD ? tiles->passing
-                                                          : tiles->scan;
-    }
-    out.push_back(c);
-  }
-  return out;
+std::vector<ssd_kernel_config> forward_plan_configs(const ForwardCall& call) {
+  return plan_configs(call, forward_plan());
 }
 
-Status launch_forward_stages(ssd_runtime& rt, const ssd_forward_args& a, const ForwardDims& d, ssd_mode mode,
-                             const ssd_kernel* const kernels[4], const ForwardBuffers& buffers, int32_t max_blocks,
-                             CUstream stream, const std::function<void(int)>& after_stage) {
-  auto stage_done = [&](int stage) {
-    if (after_stage) after_stage(stage);
-  };
-  float* dt_out = buffers.dt_out;
-  float* dA_cs = buffers.dA_cumsum;
-  float* CB = buffers.CB;
-  float* states = buffers.states;
-  const TensorRef<const int, 2> seq_idx = ref<const int, 2>(a.seq_idx);
-
-  Status s;
-  {  // F1: dt preprocessing and the within-chunk cumulative sum.
-    ssd_chunk_cumsum_fwd_args c = default_cumsum_fwd_args();
-    c.chunk_size = d.Q;
-    c.dt_softplus = a.dt_softplus;
-    c.dt_limit_lo = a.dt_limit_lo;
-    c.dt_limit_hi = a.dt_limit_hi;
-    c.dt = a.dt;
-    c.A = a.A;
-    c.dt_bias = a.dt_bias;
-    c.dt_out = contiguous_tensor(dt_out, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
-    c.dA_cumsum = contiguous_tensor(dA_cs, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
-    ssd_launch_options o = default_launch_options();
-    o.mode = mode;
-    o.max_blocks = max_blocks;
-    s = chunk_cumsum_fwd(rt, &c, &o, stream);
-  }
-  if (s.ok()) stage_done(0);
-  // Workspace intermediates, contiguous: the (b, h, nchunks, Q) vectors and CB (b, nchunks, g, Q, Q).
-  const long long chunk_shape[] = {d.b, d.h, d.nc, d.Q};
-  const long long cb_shape[] = {d.b, d.nc, d.g, d.Q, d.Q};
-  if (s.ok()) {  // F4: CB = C B^T per (b, c, g).
-    ssd_kernels::BmmChunkFwdParams p{};
-    p.C = ref<const void, 4>(a.C);
-    p.B = ref<const void, 4>(a.B);
-    p.seq_idx = seq_idx;
-    p.CB = contiguous_ref<float, 4>(CB, cb_shape);
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
-    const ssd_tile& t = kernels[0]->built->config.tile;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[0], grid_x(ssd_kernels::fwd_geom::bmm_chunk_tiles(d.Q, t.m, t.n), max_blocks),
-                      clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.g, max_blocks), params, stream);
-  }
-  if (s.ok()) stage_done(1);
-  const long long states_shape[] = {d.b, d.nc, d.h, d.p, d.n};  // (b, nchunks, h, p*n) for the state kernels
-  if (s.ok()) {  // F2: chunk states.
-    ssd_kernels::ChunkStateFwdParams p{};
-    p.x = ref<const void, 4>(a.x);
-    p.B = ref<const void, 4>(a.B);
-    p.dt = contiguous_ref<const float, 3>(dt_out, chunk_shape);
-    p.dA_cumsum = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
-    p.seq_idx = seq_idx;
-    p.states = contiguous_ref<float, 4>(states, states_shape);
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    const ssd_tile& t = kernels[1]->built->config.tile;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[1], grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(d.p), int(d.n), t.m, t.n), max_blocks),
-                      clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.h, max_blocks), params, stream);
-  }
-  if (s.ok()) stage_done(2);
-  if (s.ok()) {  // F3: entering states (in place) and final states.
-    ssd_kernels::StatePassingFwdParams p{};
-    p.states = contiguous_ref<float, 3>(states, states_shape);
-    p.dA_cumsum = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
-    p.initial_states = ref<const float, 2>(a.initial_states);
-    p.final_states = ref<float, 2>(a.final_states);
-    p.seq_idx = seq_idx;
-    p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
-    const int block = kernels[2]->built->config.tile.m;
-    const int64_t work = (p.state_size + block - 1) / block * d.b * d.h;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[2], grid_x(work, max_blocks), 1, 1, params, stream);
-  }
-  if (s.ok()) stage_done(3);
-  if (s.ok() && kernels[3]) {  // F5: the output.
-    ssd_kernels::ChunkScanFwdParams p{};
-    p.CB = contiguous_ref<const float, 4>(CB, cb_shape);
-    p.x = ref<const void, 4>(a.x);
-    p.dt = contiguous_ref<const float, 3>(dt_out, chunk_shape);
-    p.dA_cumsum = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
-    p.C = ref<const void, 4>(a.C);
-    p.states = contiguous_ref<const void, 4>(states, states_shape);
-    p.D = ref<const float, 2>(a.D);  // D (h): stride[1] = 0
-    p.z = ref<const void, 4>(a.z);
-    p.seq_idx = seq_idx;
-    p.out = ref<void, 4>(a.out);
-    p.out_x = ref<void, 4>(a.out_x);
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    const ssd_tile& t = kernels[3]->built->config.tile;
-    void* params[] = {&p};
-    s = launch_kernel(*kernels[3], grid_x(ssd_kernels::fwd_geom::chunk_scan_tiles(d.Q, int(d.p), t.m, t.n), max_blocks),
-                      clamp_grid(d.b * d.nc, max_blocks), clamp_grid(d.h, max_blocks), params, stream);
-  }
-  if (s.ok() && kernels[3]) stage_done(4);
-  return s;
+Status run_forward_plan(ssd_runtime& rt, const ForwardCall& call, CUstream stream,
+                        const std::function<void(int)>& after_stage) {
+  return run_plan(rt, call, forward_plan(), stream, after_stage);
 }
 
 ssd_forward_args default_forward_args() {
@@ -269,7 +289,8 @@ Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_
   if (!args.ok()) return args.status();
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
-  return forward_stage_configs(args.value(), d, arch, mode, tiles);
+  const ForwardCall call{args.value(), d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  return forward_plan_configs(call);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
@@ -299,15 +320,9 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   }
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
-
-  // All kernels first: nothing is launched unless every one of them is available.
-  const std::vector<ssd_kernel_config> configs = forward_stage_configs(a, d, arch.value(), mode, tiles);
-  const ssd_kernel* kernels[4];
-  for (int i = 0; i < 4; ++i) {
-    auto k = get_kernel(rt, configs[i + 1]);
-    if (!k.ok()) return k.status();
-    kernels[i] = k.value();
-  }
+  // Every kernel before any allocation: nothing happens unless all of them are available.
+  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  for (const ssd_kernel_config& c : forward_plan_configs(call)) SSD_RETURN_IF_ERROR(get_kernel(rt, c).status());
 
   const cuda::Driver& drv = *cuda::driver().value();
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(a.workspace);
@@ -321,13 +336,11 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
     owned = true;
   }
   char* base = reinterpret_cast<char*>(ws);
-  float* dt_out = reinterpret_cast<float*>(base + layout.dt_out_offset);
-  float* dA_cs = reinterpret_cast<float*>(base + layout.dA_cumsum_offset);
-  float* CB = reinterpret_cast<float*>(base + layout.CB_offset);
-  float* states = reinterpret_cast<float*>(base + layout.states_offset);
-  const ssd_kernel* const stage_kernels[4] = {kernels[0], kernels[1], kernels[2], kernels[3]};
-  Status s = launch_forward_stages(rt, a, d, mode, stage_kernels, ForwardBuffers{dt_out, dA_cs, CB, states}, 0, stream,
-                                   after_stage);
+  call.buf = ForwardBuffers{reinterpret_cast<float*>(base + layout.dt_out_offset),
+                            reinterpret_cast<float*>(base + layout.dA_cumsum_offset),
+                            reinterpret_cast<float*>(base + layout.CB_offset),
+                            reinterpret_cast<float*>(base + layout.states_offset)};
+  Status s = run_forward_plan(rt, call, stream, after_stage);
   if (owned) {
     Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
     if (s.ok()) s = f;

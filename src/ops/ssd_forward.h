@@ -30,12 +30,6 @@ struct ForwardBuffers {
   float* CB;
   float* states;
 };
-// Launches F1 (chunk_cumsum_fwd) then kernels[0..3] = bmm_chunk, chunk_state, state_passing,
-// chunk_scan (kernels[3] may be null: the backward's recompute stops after the entering states).
-// max_blocks > 0 caps every grid axis (D4 tests).
-Status launch_forward_stages(ssd_runtime& runtime, const ssd_forward_args& args, const ForwardDims& d, ssd_mode mode,
-                             const ssd_kernel* const kernels[4], const ForwardBuffers& buffers, int32_t max_blocks,
-                             CUstream stream, const std::function<void(int)>& after_stage = {});
 Result<ssd_forward_layout> forward_layout(const ssd_forward_args* args);
 // Per-stage tile overrides (zeros = the default tile). Not in the C API: for measuring tile
 // candidates (`ssdgen bench fwd --tiles`) before one becomes a default.
@@ -45,10 +39,27 @@ struct ForwardTiles {
 
 // SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D, _D_PER_HEADDIM, _Z as the arguments give them.
 uint32_t specialization_flags(const ssd_forward_args& args);
-// chunk_cumsum_fwd, bmm_chunk, chunk_state, state_passing, chunk_scan for these (validated) arguments,
-// with `tiles` (may be null; zero tiles = the defaults).
-std::vector<ssd_kernel_config> forward_stage_configs(const ssd_forward_args& args, const ForwardDims& d, ssd_arch arch,
-                                                     ssd_mode mode, const ForwardTiles* tiles);
+
+// One call of the forward's plan (src/ops/plan.h) on validated arguments: chunk_cumsum_fwd ->
+// bmm_chunk -> chunk_state -> state_passing -> chunk_scan, the last only with_output (the
+// backward's recompute stops after the entering states). max_blocks > 0 caps every grid axis
+// (D4 tests).
+struct ForwardCall {
+  const ssd_forward_args& a;
+  ForwardDims d;
+  ssd_mode mode;
+  ssd_arch arch;
+  ForwardBuffers buf;
+  int32_t max_blocks;
+  ForwardTiles tiles;
+  bool with_output;
+};
+// The kernels the call uses, in launch order (prepare, presets, the backward's list).
+std::vector<ssd_kernel_config> forward_plan_configs(const ForwardCall& call);
+// Fetches every kernel, then launches the stages; after_stage(i) after stage i (0 cumsum, 1 bmm,
+// 2 chunk_state, 3 state_passing, 4 chunk_scan) is enqueued.
+Status run_forward_plan(ssd_runtime& runtime, const ForwardCall& call, CUstream stream,
+                        const std::function<void(int)>& after_stage = {});
 
 // `after_stage(i)` runs on the host after stage i (0 cumsum, 1 bmm, 2 chunk_state, 3 state_passing,
 // 4 chunk_scan) is enqueued: the benchmark records events there.
