@@ -183,6 +183,59 @@ ssd_kernel_config chunk_cumsum_fwd_config(ssd_dtype dt_dtype, int32_t chunk_size
   return cumsum_config(SSD_KERNEL_CHUNK_CUMSUM_FWD, dt_dtype, chunk_size, dt_bias, dt_softplus, tile, mode, arch);
 }
 
+ssd_kernel_config chunk_cumsum_bwd_config(ssd_dtype dt_dtype, int32_t chunk_size, bool dt_bias, bool dt_softplus,
+                                          bool ddA_increments, const ssd_tile& tile, ssd_mode mode, ssd_arch arch) {
+  ssd_kernel_config c =
+      cumsum_config(SSD_KERNEL_CHUNK_CUMSUM_BWD, dt_dtype, chunk_size, dt_bias, dt_softplus, tile, mode, arch);
+  if (ddA_increments) c.flags |= SSD_FLAG_DDA_INCREMENTS;
+  return c;
+}
+
+ssd_kernel_config reduce_head_partials_config(int32_t partials, const ssd_tile& tile, ssd_mode mode, ssd_arch arch) {
+  ssd_kernel_config c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
+  c.partials = partials;
+  c.tile = tile;
+  c.mode = mode;
+  c.arch = arch;
+  return c;
+}
+
+Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumBwdParams& p,
+                               int32_t max_blocks, CUstream stream) {
+  const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
+  ssd_kernels::ChunkCumsumBwdParams copy = p;
+  void* params[] = {&copy};
+  return launch_kernel(kernel, grid_for(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
+}
+
+Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& p, CUstream stream) {
+  const cuda::Driver& drv = *cuda::driver().value();
+  Status s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA.data),
+                                                size_t(std::max<long long>(p.dA.stride[0], 1)) * 4, 0, 1,
+                                                size_t(p.nheads), stream),
+                         "cuMemsetD2D32Async(dA)");
+  if (s.ok() && p.ddt_bias.data)
+    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.ddt_bias.data),
+                                           size_t(std::max<long long>(p.ddt_bias.stride[0], 1)) * 4, 0, 1,
+                                           size_t(p.nheads), stream),
+                    "cuMemsetD2D32Async(ddt_bias)");
+  return s;
+}
+
+Status launch_head_sums_reduce(const ssd_kernel& reduce, const ssd_kernels::ChunkCumsumBwdParams& p,
+                               int32_t max_blocks, CUstream stream) {
+  ssd_kernels::ReduceHeadPartialsParams r{};
+  r.partials = p.partials;
+  r.out[0] = p.dA;
+  if (p.ddt_bias.data) r.out[1] = p.ddt_bias;
+  r.batch = p.batch;
+  r.nchunks = p.nchunks;
+  r.nheads = p.nheads;
+  void* rparams[] = {&r};
+  const int block = reduce.built->config.tile.m;
+  return launch_kernel(reduce, grid_for((p.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
+}
+
 Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumFwdParams& p,
                                int32_t max_blocks, CUstream stream) {
   const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
@@ -225,20 +278,14 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   if (a.workspace && reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
     return make_error(SSD_ERROR_INVALID_ALIGNMENT, "workspace: must be 16-byte aligned");
 
-  auto config = make_config(rt, SSD_KERNEL_CHUNK_CUMSUM_BWD, d, a.dt.dtype, bias, a.dt_softplus != 0,
-                            options.value(), mode);
-  if (!config.ok()) return config.status();
-  if (ddA_increments) config->flags |= SSD_FLAG_DDA_INCREMENTS;
-  auto kernel = get_kernel(rt, config.value());
+  auto arch = runtime_arch(rt);
+  if (!arch.ok()) return arch.status();
+  auto kernel = get_kernel(rt, chunk_cumsum_bwd_config(a.dt.dtype, d.chunk, bias, a.dt_softplus != 0, ddA_increments,
+                                                       options->tile, mode, arch.value()));
   if (!kernel.ok()) return kernel.status();
   const ssd_kernel* reduce = nullptr;
   if (deterministic) {
-    ssd_kernel_config rc = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-    rc.partials = bias ? 2 : 1;
-    rc.tile = options->reduce_tile;
-    rc.mode = mode;
-    rc.arch = config->arch;
-    auto r = get_kernel(rt, rc);
+    auto r = get_kernel(rt, reduce_head_partials_config(bias ? 2 : 1, options->reduce_tile, mode, arch.value()));
     if (!r.ok()) return r.status();
     reduce = r.value();
   }
@@ -272,32 +319,9 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   p.dt_limit_hi = a.dt_limit_hi;
 
   Status s;
-  if (!deterministic) {  // atomics accumulate into zeroed outputs
-    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA.data), size_t(std::max<long long>(p.dA.stride[0], 1)) * 4,
-                                           0, 1, size_t(d.nheads), stream),
-                    "cuMemsetD2D32Async(dA)");
-    if (s.ok() && bias)
-      s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.ddt_bias.data),
-                                             size_t(std::max<long long>(p.ddt_bias.stride[0], 1)) * 4, 0, 1,
-                                             size_t(d.nheads), stream),
-                      "cuMemsetD2D32Async(ddt_bias)");
-  }
-  void* params[] = {&p};
-  const ssd_kernel& k = *kernel.value();
-  if (s.ok())
-    s = launch_kernel(k, grid_for(cumsum_work(d, k.built->config.tile.m), options->max_blocks), 1, 1, params, stream);
-  if (s.ok() && reduce) {
-    ssd_kernels::ReduceHeadPartialsParams r{};
-    r.partials = p.partials;
-    r.out[0] = p.dA;
-    if (bias) r.out[1] = p.ddt_bias;
-    r.batch = d.batch;
-    r.nchunks = d.nchunks;
-    r.nheads = d.nheads;
-    void* rparams[] = {&r};
-    const int block = reduce->built->config.tile.m;
-    s = launch_kernel(*reduce, grid_for((d.nheads + block - 1) / block, options->max_blocks), 1, 1, rparams, stream);
-  }
+  if (!deterministic) s = zero_head_sums(p, stream);  // atomics accumulate into zeroed outputs
+  if (s.ok()) s = launch_chunk_cumsum_bwd(*kernel.value(), p, options->max_blocks, stream);
+  if (s.ok() && reduce) s = launch_head_sums_reduce(*reduce, p, options->max_blocks, stream);
   if (owned) {
     Status f = cuda::check(drv.cuMemFreeAsync(workspace, stream), "cuMemFreeAsync(workspace)");
     if (s.ok()) s = f;

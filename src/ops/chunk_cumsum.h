@@ -13,6 +13,17 @@ ssd_kernel_config chunk_cumsum_fwd_config(ssd_dtype dt_dtype, int32_t chunk_size
                                           const ssd_tile& tile, ssd_mode mode, ssd_arch arch);
 Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumFwdParams& params,
                                int32_t max_blocks, CUstream stream);
+// The backward's: its kernel (ddA_increments: the SSD backward's variant), the deterministic head
+// reduction of its partials (`partials` values per record), fast mode's zeroing of dA / ddt_bias
+// before the atomics, and the reduction of params.partials into params.dA (and .ddt_bias).
+ssd_kernel_config chunk_cumsum_bwd_config(ssd_dtype dt_dtype, int32_t chunk_size, bool dt_bias, bool dt_softplus,
+                                          bool ddA_increments, const ssd_tile& tile, ssd_mode mode, ssd_arch arch);
+ssd_kernel_config reduce_head_partials_config(int32_t partials, const ssd_tile& tile, ssd_mode mode, ssd_arch arch);
+Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumBwdParams& params,
+                               int32_t max_blocks, CUstream stream);
+Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& params, CUstream stream);
+Status launch_head_sums_reduce(const ssd_kernel& reduce, const ssd_kernels::ChunkCumsumBwdParams& params,
+                               int32_t max_blocks, CUstream stream);
 
 ssd_launch_options default_launch_options();
 ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args();

@@ -16,7 +16,7 @@ namespace ssd {
 template <class Call>
 struct Stage {
   const char* name;
-  int report;                                    // after_stage(report) once enqueued; -1: none
+  int report;                                    // after_stage(report) once enqueued (or skipped); -1: none
   bool (*runs)(const Call& call);                // nullptr: always
   ssd_kernel_config (*config)(const Call& call);
   Status (*launch)(const Call& call, const ssd_kernel& kernel, CUstream stream);
@@ -44,8 +44,8 @@ Status run_plan(ssd_runtime& rt, const Call& call, const std::vector<Stage<Call>
   for (size_t i = 0; i < stages.size(); ++i)
     if (stage_runs(stages[i], call)) SSD_ASSIGN_OR_RETURN(kernels[i], get_kernel(rt, stages[i].config(call)));
   for (size_t i = 0; i < stages.size(); ++i) {
-    if (!kernels[i]) continue;
-    SSD_RETURN_IF_ERROR(stages[i].launch(call, *kernels[i], stream));
+    if (kernels[i]) SSD_RETURN_IF_ERROR(stages[i].launch(call, *kernels[i], stream));
+    // Reported whether or not the stage ran: a benchmark's events stay in step.
     if (after_stage && stages[i].report >= 0) after_stage(stages[i].report);
   }
   return Status::Ok();

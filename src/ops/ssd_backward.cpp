@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
 #include "ssd/backward_params.cuh"
@@ -81,14 +82,11 @@ Result<size_t> gate_backward_workspace(const GateBwdTensors& t, ssd_mode mode) {
   return partial_bytes(t, d);
 }
 
-Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, void* workspace, int32_t max_blocks,
-                     CUstream stream) {
-  GateDims d{};
-  SSD_RETURN_IF_ERROR(check_gate(t, d));
-  auto arch = runtime_arch(rt);
-  if (!arch.ok()) return arch.status();
+namespace {
+
+// The gate stage's pieces, shared by gate_backward and the backward's plan.
+ssd_kernel_config gate_config(const GateBwdTensors& t, const GateDims& d, ssd_mode mode, ssd_arch arch) {
   const bool z = t.z.data != nullptr, D = t.D.data != nullptr, per_p = D && t.D.ndim == 2;
-  const bool deterministic = mode == SSD_MODE_DETERMINISTIC;
   ssd_kernel_config c = default_config(SSD_KERNEL_GATE_BWD);
   c.chunk_size = t.chunk_size;
   c.headdim = int32_t(d.p);
@@ -96,16 +94,72 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
   c.flags = (z ? uint32_t(SSD_FLAG_Z) : 0u) | (D ? uint32_t(SSD_FLAG_D) : 0u) |
             (per_p ? uint32_t(SSD_FLAG_D_PER_HEADDIM) : 0u);
   c.mode = mode;
-  c.arch = arch.value();
-  auto kernel = get_kernel(rt, c);
+  c.arch = arch;
+  return c;
+}
+
+// Fast mode: dD accumulates with atomics into zeroed memory.
+Status zero_dD(const GateBwdTensors& t, const GateDims& d, CUstream stream) {
+  const bool per_p = t.D.ndim == 2;
+  const size_t count = per_p ? size_t(d.h * d.p) : size_t(d.h);
+  const size_t pitch = per_p ? 4 : size_t(std::max<int64_t>(t.dD.strides[0], 1)) * 4;
+  const cuda::Driver& drv = *cuda::driver().value();
+  return cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(t.dD.data), pitch, 0, 1, count, stream),
+                     "cuMemsetD2D32Async(dD)");
+}
+
+Status launch_gate(const ssd_kernel& k, const GateBwdTensors& t, const GateDims& d, void* partials, int32_t max_blocks,
+                   CUstream stream) {
+  ssd_kernels::GateBwdParams p{};
+  p.dout = ref<const void, 4>(t.dout);
+  p.x = ref<const void, 4>(t.x);
+  if (t.z.data) {
+    p.z = ref<const void, 4>(t.z);
+    p.out_x = ref<const void, 4>(t.out_x);
+    p.dy = ref<void, 4>(t.dy);
+    p.dz = ref<void, 4>(t.dz);
+  }
+  p.partials = static_cast<double*>(partials);
+  p.dD = static_cast<float*>(t.dD.data);
+  p.batch = d.b;
+  p.seqlen = d.L;
+  p.nheads = d.h;
+  p.nchunks = d.nc;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_for(d.b * d.nc * d.h, max_blocks), 1, 1, params, stream);
+}
+
+// Deterministic mode: dD = the ordered sum of the gate's fp64 partials.
+Status launch_dD_reduce(const ssd_kernel& reduce, const GateBwdTensors& t, const GateDims& d, void* partials,
+                        int32_t max_blocks, CUstream stream) {
+  const bool per_p = t.D.ndim == 2;
+  ssd_kernels::ReduceHeadPartialsParams r{};
+  r.partials = static_cast<double*>(partials);
+  r.out[0].data = static_cast<float*>(t.dD.data);
+  r.out[0].stride[0] = per_p ? 1 : t.dD.strides[0];
+  r.batch = d.b;
+  r.nchunks = d.nc;
+  r.nheads = per_p ? d.h * d.p : d.h;  // (h, p) flattened: one "head" per (h, p)
+  void* rparams[] = {&r};
+  const int block = reduce.built->config.tile.m;
+  return launch_kernel(reduce, grid_for((r.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
+}
+
+}  // namespace
+
+Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, void* workspace, int32_t max_blocks,
+                     CUstream stream) {
+  GateDims d{};
+  SSD_RETURN_IF_ERROR(check_gate(t, d));
+  auto arch = runtime_arch(rt);
+  if (!arch.ok()) return arch.status();
+  const bool D = t.D.data != nullptr;
+  const bool deterministic = mode == SSD_MODE_DETERMINISTIC;
+  auto kernel = get_kernel(rt, gate_config(t, d, mode, arch.value()));
   if (!kernel.ok()) return kernel.status();
   const ssd_kernel* reduce = nullptr;
   if (D && deterministic) {
-    ssd_kernel_config rc = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-    rc.partials = 1;
-    rc.mode = mode;
-    rc.arch = arch.value();
-    auto r = get_kernel(rt, rc);
+    auto r = get_kernel(rt, reduce_head_partials_config(1, ssd_tile{}, mode, arch.value()));
     if (!r.ok()) return r.status();
     reduce = r.value();
   }
@@ -118,42 +172,11 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&ws, bytes.value(), stream), "cuMemAllocAsync(workspace)"));
     owned = true;
   }
-  ssd_kernels::GateBwdParams p{};
-  p.dout = ref<const void, 4>(t.dout);
-  p.x = ref<const void, 4>(t.x);
-  if (z) {
-    p.z = ref<const void, 4>(t.z);
-    p.out_x = ref<const void, 4>(t.out_x);
-    p.dy = ref<void, 4>(t.dy);
-    p.dz = ref<void, 4>(t.dz);
-  }
-  p.partials = reinterpret_cast<double*>(ws);
-  p.dD = static_cast<float*>(t.dD.data);
-  p.batch = d.b;
-  p.seqlen = d.L;
-  p.nheads = d.h;
-  p.nchunks = d.nc;
+  void* partials = reinterpret_cast<void*>(ws);
   Status s;
-  if (D && !deterministic) {
-    const size_t count = per_p ? size_t(d.h * d.p) : size_t(d.h);
-    const size_t pitch = per_p ? 4 : size_t(std::max<int64_t>(t.dD.strides[0], 1)) * 4;
-    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(t.dD.data), pitch, 0, 1, count, stream),
-                    "cuMemsetD2D32Async(dD)");
-  }
-  void* params[] = {&p};
-  if (s.ok()) s = launch_kernel(*kernel.value(), grid_for(d.b * d.nc * d.h, max_blocks), 1, 1, params, stream);
-  if (s.ok() && reduce) {
-    ssd_kernels::ReduceHeadPartialsParams r{};
-    r.partials = p.partials;
-    r.out[0].data = p.dD;
-    r.out[0].stride[0] = per_p ? 1 : t.dD.strides[0];
-    r.batch = d.b;
-    r.nchunks = d.nc;
-    r.nheads = per_p ? d.h * d.p : d.h;  // (h, p) flattened: one "head" per (h, p)
-    void* rparams[] = {&r};
-    const int block = reduce->built->config.tile.m;
-    s = launch_kernel(*reduce, grid_for((r.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
-  }
+  if (D && !deterministic) s = zero_dD(t, d, stream);
+  if (s.ok()) s = launch_gate(*kernel.value(), t, d, partials, max_blocks, stream);
+  if (s.ok() && reduce) s = launch_dD_reduce(*reduce, t, d, partials, max_blocks, stream);
   if (owned) {
     Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
     if (s.ok()) s = f;
@@ -334,72 +357,273 @@ ssd_kernel_config with_tile(ssd_kernel_config c, const ssd_tile& t) {
   return c;
 }
 
-std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
-                                           ssd_mode mode, const BackwardTuning& tn) {
-  // The recompute: the forward's own plan without chunk_scan (the backward does not need out).
-  const ssd_forward_args f = forward_inputs(a);
-  std::vector<ssd_kernel_config> out =
-      forward_plan_configs(ForwardCall{f, d, mode, arch, ForwardBuffers{}, 0, tn.forward, false});
-  const uint32_t flags = specialization_flags(f);
-  const SsdShape shape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype};
-  // gate_bwd only with z or D (without both it has nothing to compute), then the backward proper.
-  std::vector<ssd_kernel_id> kernels;
-  if (flags & (SSD_FLAG_Z | SSD_FLAG_D)) kernels.push_back(SSD_KERNEL_GATE_BWD);
-  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX,
-                          SSD_KERNEL_CHUNK_SCAN_BWD_DCB, SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA,
-                          SSD_KERNEL_CHUNK_STATE_BWD_DB, SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA})
-    kernels.push_back(k);
-  for (ssd_kernel_id k : kernels) {
-    const ssd_kernel_config c = config_for_shape(k, shape, flags, mode, arch);
-    const ssd_tile* t = nullptr;
-    switch (c.kernel) {
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES: t = &tn.dstates; break;
-      case SSD_KERNEL_STATE_PASSING_BWD: t = &tn.passing; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DX: t = &tn.dx; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: t = &tn.dcb; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: t = &tn.intra; break;
-      case SSD_KERNEL_CHUNK_STATE_BWD_DB: t = &tn.db; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DC: t = &tn.dc; break;
-      case SSD_KERNEL_CHUNK_SCAN_BWD_DDA: t = &tn.dda; break;
-      default: break;
-    }
-    out.push_back(t ? with_tile(c, *t) : c);
-  }
-  ssd_kernel_config cb = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
-  cb.chunk_size = d.Q;
-  cb.dtype = a.dt.dtype;
-  cb.flags = out.front().flags | SSD_FLAG_DDA_INCREMENTS;  // chunk_cumsum_fwd's dt_bias, dt_softplus
-  cb.tile = tn.cumsum;
-  cb.mode = mode;
-  cb.arch = arch;
-  out.push_back(cb);
-  if (mode == SSD_MODE_DETERMINISTIC) {
-    ssd_kernel_config r = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-    r.partials = a.dt_bias.data ? 2 : 1;
-    r.tile = tn.reduce;
-    r.mode = mode;
-    r.arch = arch;
-    out.push_back(r);
-    if (a.D.data && r.partials != 1) {  // gate_bwd's dD reduction (one partial, default tile)
-      ssd_kernel_config r1 = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-      r1.mode = mode;
-      r1.arch = arch;
-      out.push_back(r1);
-    }
-  }
-  return out;
-}
-
-const ssd_kernel* find_kernel(const std::vector<const ssd_kernel*>& ks, ssd_kernel_id id) {
-  for (const ssd_kernel* k : ks)
-    if (k->built->config.kernel == id) return k;
-  return nullptr;
-}
-
 Status memset_zero(void* p, size_t floats, CUstream stream) {
   const cuda::Driver& drv = *cuda::driver().value();
   return cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p), floats * 4, 0, floats, 1, stream),
                      "cuMemsetD2D32Async");
+}
+
+// ---- The backward's plan (after the recompute, the forward's plan without chunk_scan): gate_bwd
+// and its dD reduction, then B-b .. B-g, then chunk_cumsum_bwd and its dA / ddt_bias reduction.
+// Each stage binds its parameter block from a BackwardCall of validated arguments; fast mode zeroes
+// what its atomics accumulate into right before the stage that needs it.
+
+struct BackwardCall {
+  const ssd_backward_args& a;
+  const ForwardDims& d;
+  ssd_mode mode;
+  ssd_arch arch;
+  const BackwardTuning& tn;
+  const BackwardLayout& L;
+  char* base;  // the workspace (null while only listing the kernels)
+  bool det() const { return mode == SSD_MODE_DETERMINISTIC; }
+  float* f32(size_t offset) const { return reinterpret_cast<float*>(base + offset); }
+  // dy: gate_bwd's output with z, else dout itself.
+  ssd_tensor dy() const {
+    return a.z.data ? contiguous_tensor(base + L.dy, a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
+  }
+  GateBwdTensors gate() const { return gate_tensors(a, d, base + L.dy); }
+  GateDims gate_dims() const { return GateDims{d.b, d.L, d.h, d.p, d.nc}; }
+  SsdShape shape() const { return SsdShape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype}; }
+  ssd_kernel_config shaped(ssd_kernel_id k, const ssd_tile& tile) const {
+    return with_tile(config_for_shape(k, shape(), specialization_flags(forward_inputs(a)), mode, arch), tile);
+  }
+  unsigned gy() const { return grid_yz(d.b * d.nc, tn.max_blocks); }
+  unsigned gh() const { return grid_yz(d.h, tn.max_blocks); }
+  unsigned gg() const { return grid_yz(d.g, tn.max_blocks); }
+  // Workspace intermediates, contiguous, viewed over their leading axes.
+  template <class T, int N>
+  TensorRef<T, N> chunked(size_t offset) const {
+    const long long shape[] = {d.b, d.h, d.nc, d.Q};
+    return contiguous_ref<T, N>(reinterpret_cast<T*>(base + offset), shape);
+  }
+  template <class T, int N>
+  TensorRef<T, N> states(size_t offset) const {  // (b, nc, h, p*n) for state_passing_bwd
+    const long long shape[] = {d.b, d.nc, d.h, d.p, d.n};
+    return contiguous_ref<T, N>(reinterpret_cast<T*>(base + offset), shape);
+  }
+  template <class T, int N>
+  TensorRef<T, N> cb(size_t offset) const {
+    const long long shape[] = {d.b, d.nc, d.g, d.Q, d.Q};
+    return contiguous_ref<T, N>(reinterpret_cast<T*>(base + offset), shape);
+  }
+  ssd_kernels::ChunkCumsumBwdParams cumsum() const {
+    ssd_kernels::ChunkCumsumBwdParams p{};
+    p.dt = ref<const void, 3>(a.dt);
+    p.A = ref<const float, 1>(a.A);
+    p.dt_bias = ref<const float, 1>(a.dt_bias);
+    p.ddA_cumsum = chunked<const float, 3>(L.ddA);
+    p.ddt_out = chunked<const float, 3>(L.ddt_x);
+    p.ddt = ref<void, 3>(a.ddt);
+    p.partials = reinterpret_cast<double*>(base + L.cumsum);
+    p.dA = ref<float, 1>(a.dA);
+    p.ddt_bias = ref<float, 1>(a.ddt_bias);
+    p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc;
+    p.dt_limit_lo = a.dt_limit_lo;
+    p.dt_limit_hi = a.dt_limit_hi;
+    return p;
+  }
+};
+using B = BackwardCall;
+
+// B-a: dy, dz and the dD partials (fast mode: dD itself, zeroed first), with z or D.
+bool gate_runs(const B& c) { return c.a.z.data || c.a.D.data; }
+ssd_kernel_config gate_cfg(const B& c) { return gate_config(c.gate(), c.gate_dims(), c.mode, c.arch); }
+Status gate_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  if (c.a.D.data && !c.det()) SSD_RETURN_IF_ERROR(zero_dD(c.gate(), c.gate_dims(), stream));
+  return launch_gate(k, c.gate(), c.gate_dims(), c.base + c.L.gate, c.tn.max_blocks, stream);
+}
+bool dD_reduce_runs(const B& c) { return c.a.D.data && c.det(); }
+ssd_kernel_config dD_reduce_cfg(const B& c) { return reduce_head_partials_config(1, ssd_tile{}, c.mode, c.arch); }
+Status dD_reduce_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  return launch_dD_reduce(k, c.gate(), c.gate_dims(), c.base + c.L.gate, c.tn.max_blocks, stream);
+}
+
+// B-b: dP = dyᵀ diag(η e^A) C (chunk_state's template on (dy, C)).
+ssd_kernel_config dstates_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, c.tn.dstates); }
+Status dstates_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkStateFwdParams p{};
+  p.x = ref<const void, 4>(c.dy());
+  p.B = ref<const void, 4>(c.a.C);
+  p.dt = c.chunked<const float, 3>(c.L.dt_out);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.states = c.states<float, 4>(c.L.dP);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  const ssd_tile t = k.built->config.tile;
+  void* params[] = {&p};
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.tn.max_blocks), c.gy(),
+      c.gh(), params, stream);
+}
+
+// B-c: ds, dinit, the ρ partials (fast mode: ρ by atomics, zeroed first).
+ssd_kernel_config passing_cfg(const B& c) { return c.shaped(SSD_KERNEL_STATE_PASSING_BWD, c.tn.passing); }
+Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  float* rho = c.f32(c.L.rho);
+  if (!c.det()) SSD_RETURN_IF_ERROR(memset_zero(rho, size_t(c.d.b * c.d.h * c.d.nc), stream));
+  ssd_kernels::StatePassingBwdParams p{};
+  p.states = c.states<const float, 3>(c.L.states);
+  p.dstates = c.states<const float, 3>(c.L.dP);
+  p.ds = c.states<void, 3>(c.L.ds);
+  p.states_t = c.base + c.L.states_t;  // laid out as ds
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.dfinal_states = ref<const float, 2>(c.a.dfinal_states);
+  p.dinit = ref<float, 2>(c.a.dinitial_states);
+  if (c.det()) p.rho_slots = reinterpret_cast<double*>(c.base + c.L.rho);
+  else p.rho = rho;
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc; p.state_size = c.d.p * c.d.n;
+  const int block = k.built->config.tile.m;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x((p.state_size + block - 1) / block * c.d.b * c.d.h, c.tn.max_blocks), 1, 1, params,
+                       stream);
+}
+
+// B-d: dx, dΔˣ, w, v.
+ssd_kernel_config dx_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DX, c.tn.dx); }
+Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkScanBwdDxParams p{};
+  p.CB = c.cb<const float, 4>(c.L.CB);
+  p.x = ref<const void, 4>(c.a.x);
+  p.dy = ref<const void, 4>(c.dy());
+  p.dt = c.f32(c.L.dt_out);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.B = ref<const void, 4>(c.a.B);
+  p.C = ref<const void, 4>(c.a.C);
+  p.ds = c.states<const void, 4>(c.L.ds);
+  p.states = c.states<const void, 4>(c.L.states_t);
+  p.D = ref<const float, 2>(c.a.D);  // D (h): stride[1] = 0
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.dx = ref<void, 4>(c.a.dx);
+  p.ddt_x = c.f32(c.L.ddt_x); p.w = c.f32(c.L.w); p.v = c.f32(c.L.v);  // laid out as dA_cumsum
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::dx_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
+                       c.gy(), c.gh(), params, stream);
+}
+
+// B-e: dCB per group.
+ssd_kernel_config dcb_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DCB, c.tn.dcb); }
+Status dcb_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkScanBwdDcbParams p{};
+  p.x = ref<const void, 4>(c.a.x);
+  p.dy = ref<const void, 4>(c.dy());
+  p.dt = c.f32(c.L.dt_out);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.dCB = c.cb<void, 4>(c.L.dCB);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.ngroups = c.d.g;
+  const ssd_tile t = k.built->config.tile;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::dcb_tiles(c.d.Q, t.m, t.n), c.tn.max_blocks), c.gy(), c.gg(),
+                       params, stream);
+}
+
+// B-g (intra-chunk part; fast mode: atomics into zeroed rows).
+ssd_kernel_config intra_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, c.tn.intra); }
+Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  float* intra = c.f32(c.L.intra);
+  if (!c.det()) SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
+  ssd_kernels::ChunkScanBwdDdaIntraParams p{};
+  p.CB = c.cb<const float, 4>(c.L.CB);
+  p.x = ref<const void, 4>(c.a.x);
+  p.dy = ref<const void, 4>(c.dy());
+  p.dt = c.f32(c.L.dt_out);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.intra = intra;
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::intra_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
+                       c.gy(), c.gh(), params, stream);
+}
+
+// B-f: dB (from x and ds), then dC (from dy and the entering states).
+Status bc_launch(const B& c, const ssd_kernel& k, CUstream stream, bool is_dc) {
+  ssd_kernels::BcBwdParams p{};
+  p.xy = ref<const void, 4>(is_dc ? c.dy() : c.a.x);
+  p.state = c.states<const void, 4>(is_dc ? c.L.states_t : c.L.ds);
+  p.dCB = c.cb<const void, 4>(c.L.dCB);
+  p.other = ref<const void, 4>(is_dc ? c.a.B : c.a.C);
+  p.dt = c.f32(c.L.dt_out);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.out = ref<void, 4>(is_dc ? c.a.dC : c.a.dB);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.ngroups = c.d.g;
+  const ssd_tile t = k.built->config.tile;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::bc_tiles(c.d.Q, int(c.d.n), t.m, t.n), c.tn.max_blocks),
+                       c.gy(), c.gg(), params, stream);
+}
+ssd_kernel_config db_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_STATE_BWD_DB, c.tn.db); }
+Status db_launch(const B& c, const ssd_kernel& k, CUstream stream) { return bc_launch(c, k, stream, false); }
+ssd_kernel_config dc_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DC, c.tn.dc); }
+Status dc_launch(const B& c, const ssd_kernel& k, CUstream stream) { return bc_launch(c, k, stream, true); }
+
+// B-g: ddA per position.
+ssd_kernel_config dda_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DDA, c.tn.dda); }
+Status dda_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkScanBwdDdaParams p{};
+  p.intra = c.f32(c.L.intra);
+  p.w = c.f32(c.L.w);
+  if (c.det()) p.rho_slots = reinterpret_cast<const double*>(c.base + c.L.rho);
+  else p.rho = c.f32(c.L.rho);
+  p.v = c.f32(c.L.v);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.ddA = c.f32(c.L.ddA);  // w, v, ddA: laid out as dA_cumsum
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h; p.rho_slots_per_chunk = c.d.p * c.d.n / 32;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(c.d.b * c.d.nc * c.d.h, c.tn.max_blocks), 1, 1, params, stream);
+}
+
+// B-h, B-i: ddt, and dA, ddt_bias (deterministic: fp64 partials, then their ordered reduction;
+// fast: atomics into zeroed outputs).
+ssd_kernel_config cumsum_cfg(const B& c) {
+  return chunk_cumsum_bwd_config(c.a.dt.dtype, c.d.Q, c.a.dt_bias.data != nullptr, c.a.dt_softplus != 0,
+                                 /*ddA_increments=*/true, c.tn.cumsum, c.mode, c.arch);
+}
+Status cumsum_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  const ssd_kernels::ChunkCumsumBwdParams p = c.cumsum();
+  if (!c.det()) SSD_RETURN_IF_ERROR(zero_head_sums(p, stream));
+  return launch_chunk_cumsum_bwd(k, p, c.tn.max_blocks, stream);
+}
+bool sums_reduce_runs(const B& c) { return c.det(); }
+ssd_kernel_config sums_reduce_cfg(const B& c) {
+  return reduce_head_partials_config(c.a.dt_bias.data ? 2 : 1, c.tn.reduce, c.mode, c.arch);
+}
+Status sums_reduce_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  return launch_head_sums_reduce(k, c.cumsum(), c.tn.max_blocks, stream);
+}
+
+const std::vector<Stage<B>>& backward_plan() {
+  static const std::vector<Stage<B>> plan = {
+      {"gate_bwd", -1, gate_runs, gate_cfg, gate_launch},
+      {"reduce_head_partials (dD)", kBwdGate, dD_reduce_runs, dD_reduce_cfg, dD_reduce_launch},
+      {"chunk_scan_bwd_dstates", kBwdDstates, nullptr, dstates_cfg, dstates_launch},
+      {"state_passing_bwd", kBwdPassing, nullptr, passing_cfg, passing_launch},
+      {"chunk_scan_bwd_dx", kBwdDx, nullptr, dx_cfg, dx_launch},
+      {"chunk_scan_bwd_dcb", kBwdDcb, nullptr, dcb_cfg, dcb_launch},
+      {"chunk_scan_bwd_ddA_intra", kBwdIntra, nullptr, intra_cfg, intra_launch},
+      {"chunk_state_bwd_db", kBwdDb, nullptr, db_cfg, db_launch},
+      {"chunk_scan_bwd_dc", kBwdDc, nullptr, dc_cfg, dc_launch},
+      {"chunk_scan_bwd_ddA", kBwdDdA, nullptr, dda_cfg, dda_launch},
+      {"chunk_cumsum_bwd", -1, nullptr, cumsum_cfg, cumsum_launch},
+      {"reduce_head_partials (dA, ddt_bias)", kBwdCumsum, sums_reduce_runs, sums_reduce_cfg, sums_reduce_launch},
+  };
+  return plan;
+}
+
+// The recompute (the forward's plan without chunk_scan), then the backward's own stages.
+std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
+                                           ssd_mode mode, const BackwardTuning& tn) {
+  const ssd_forward_args f = forward_inputs(a);
+  std::vector<ssd_kernel_config> out =
+      forward_plan_configs(ForwardCall{f, d, mode, arch, ForwardBuffers{}, 0, tn.forward, false});
+  const BackwardLayout no_layout{};
+  for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan()))
+    out.push_back(c);
+  return out;
 }
 
 }  // namespace
@@ -451,9 +675,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_backward(a, d));
   const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
-  const int32_t mb = tn.max_blocks;
   const ssd_mode mode = a.mode >= 0 ? ssd_mode(a.mode) : rt.mode;
-  const bool det = mode == SSD_MODE_DETERMINISTIC;
   auto layout = layout_for(a, d, mode);
   if (!layout.ok()) return layout.status();
   const BackwardLayout& L = layout.value();
@@ -465,21 +687,9 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
 
-  // Every kernel first: nothing is launched unless all of them are available.
-  std::vector<const ssd_kernel*> ks;
-  for (const ssd_kernel_config& c : configs_for(a, d, arch.value(), mode, tn)) {
-    auto k = get_kernel(rt, c);
-    if (!k.ok()) return k.status();
-    ks.push_back(k.value());
-  }
-  const ssd_kernel* k_dstates = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES);
-  const ssd_kernel* k_passing = find_kernel(ks, SSD_KERNEL_STATE_PASSING_BWD);
-  const ssd_kernel* k_dx = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DX);
-  const ssd_kernel* k_dcb = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DCB);
-  const ssd_kernel* k_intra = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA);
-  const ssd_kernel* k_db = find_kernel(ks, SSD_KERNEL_CHUNK_STATE_BWD_DB);
-  const ssd_kernel* k_dc = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DC);
-  const ssd_kernel* k_dda = find_kernel(ks, SSD_KERNEL_CHUNK_SCAN_BWD_DDA);
+  // Every kernel first: nothing is allocated or launched unless all of them are available.
+  for (const ssd_kernel_config& c : configs_for(a, d, arch.value(), mode, tn))
+    SSD_RETURN_IF_ERROR(get_kernel(rt, c).status());
 
   const cuda::Driver& drv = *cuda::driver().value();
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(workspace);
@@ -493,166 +703,15 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   }
   char* base = reinterpret_cast<char*>(ws);
   auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
-  float* dt_out = f32(L.dt_out);
-  float* dA_cs = f32(L.dA_cumsum);
-  float* CB = f32(L.CB);
-  float* P = f32(L.states);
-  float* dP = f32(L.dP);
-  void* ds = base + L.ds;
-  void* P_t = base + L.states_t;
-  float* rho = f32(L.rho);
-  float* ddt_x = f32(L.ddt_x);
-  float* w = f32(L.w);
-  float* v = f32(L.v);
-  float* ddA = f32(L.ddA);
-  void* dCB = base + L.dCB;
-  float* intra = f32(L.intra);
-
-  const TensorRef<const int, 2> seq = ref<const int, 2>(a.seq_idx);
-  // Workspace intermediates, contiguous (views over their leading axes).
-  const long long chunk_shape[] = {d.b, d.h, d.nc, d.Q};
-  const long long states_shape[] = {d.b, d.nc, d.h, d.p, d.n};  // (b, nc, h, p*n) for state_passing_bwd
-  const long long cb_shape[] = {d.b, d.nc, d.g, d.Q, d.Q};
-  const TensorRef<const float, 3> dA_cs_ref = contiguous_ref<const float, 3>(dA_cs, chunk_shape);
-  // dy: gate_bwd's output with z, else dout itself.
-  const ssd_tensor dy = a.z.data ? contiguous_tensor(base + L.dy, a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
-  const unsigned gy = grid_yz(d.b * d.nc, mb), gh = grid_yz(d.h, mb), gg = grid_yz(d.g, mb);
-  auto tile_of = [](const ssd_kernel* k) { return k->built->config.tile; };
-
   const ssd_forward_args f = forward_inputs(a);
-  const ForwardCall recompute{f, d, mode, arch.value(), ForwardBuffers{dt_out, dA_cs, CB, P}, mb, tn.forward, false};
+  const ForwardCall recompute{f,        d,   mode, arch.value(), ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)},
+                              tn.max_blocks, tn.forward, false};
   Status s = run_forward_plan(rt, recompute, stream);
   if (s.ok()) stage_done(kBwdRecompute);
-  if (s.ok() && (a.z.data || a.D.data)) {  // B-a: dy, dz, dD
-    s = gate_backward(rt, gate_tensors(a, d, base + L.dy), mode, base + L.gate, mb, stream);
-  }
-  if (s.ok()) stage_done(kBwdGate);
-  if (s.ok()) {  // B-b: dP = dyᵀ diag(η e^A) C
-    ssd_kernels::ChunkStateFwdParams p{};
-    p.x = ref<const void, 4>(dy);
-    p.B = ref<const void, 4>(a.C);
-    p.dt = contiguous_ref<const float, 3>(dt_out, chunk_shape);
-    p.dA_cumsum = dA_cs_ref;
-    p.seq_idx = seq;
-    p.states = contiguous_ref<float, 4>(dP, states_shape);
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    const ssd_tile t = tile_of(k_dstates);
-    void* params[] = {&p};
-    s = launch_kernel(*k_dstates, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(d.p), int(d.n), t.m, t.n), mb),
-                      gy, gh, params, stream);
-  }
-  if (s.ok()) stage_done(kBwdDstates);
-  if (s.ok() && !det) s = memset_zero(rho, size_t(d.b * d.h * d.nc), stream);
-  if (s.ok()) {  // B-c: ds, dinit, ρ partials
-    ssd_kernels::StatePassingBwdParams p{};
-    p.states = contiguous_ref<const float, 3>(P, states_shape);
-    p.dstates = contiguous_ref<const float, 3>(dP, states_shape);
-    p.ds = contiguous_ref<void, 3>(ds, states_shape);
-    p.states_t = P_t;  // laid out as ds
-    p.dA_cumsum = dA_cs_ref;
-    p.dfinal_states = ref<const float, 2>(a.dfinal_states);
-    p.dinit = ref<float, 2>(a.dinitial_states);
-    if (det) p.rho_slots = reinterpret_cast<double*>(base + L.rho);
-    else p.rho = rho;
-    p.seq_idx = seq;
-    p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc; p.state_size = d.p * d.n;
-    const int block = tile_of(k_passing).m;
-    void* params[] = {&p};
-    s = launch_kernel(*k_passing, grid_x((p.state_size + block - 1) / block * d.b * d.h, mb), 1, 1, params, stream);
-  }
-  if (s.ok()) stage_done(kBwdPassing);
-  if (s.ok()) {  // B-d: dx, dΔˣ, w, v
-    ssd_kernels::ChunkScanBwdDxParams p{};
-    p.CB = contiguous_ref<const float, 4>(CB, cb_shape);
-    p.x = ref<const void, 4>(a.x);
-    p.dy = ref<const void, 4>(dy);
-    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
-    p.B = ref<const void, 4>(a.B);
-    p.C = ref<const void, 4>(a.C);
-    p.ds = contiguous_ref<const void, 4>(ds, states_shape);
-    p.states = contiguous_ref<const void, 4>(P_t, states_shape);
-    p.D = ref<const float, 2>(a.D);  // D (h): stride[1] = 0
-    p.seq_idx = seq;
-    p.dx = ref<void, 4>(a.dx);
-    p.ddt_x = ddt_x; p.w = w; p.v = v;  // laid out as dA_cumsum
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    void* params[] = {&p};
-    s = launch_kernel(*k_dx, grid_x(ssd_kernels::bwd_geom::dx_tiles(d.Q, tile_of(k_dx).m), mb), gy, gh, params, stream);
-  }
-  if (s.ok()) stage_done(kBwdDx);
-  if (s.ok()) {  // B-e: dCB per group
-    ssd_kernels::ChunkScanBwdDcbParams p{};
-    p.x = ref<const void, 4>(a.x);
-    p.dy = ref<const void, 4>(dy);
-    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
-    p.seq_idx = seq;
-    p.dCB = contiguous_ref<void, 4>(dCB, cb_shape);
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
-    const ssd_tile t = tile_of(k_dcb);
-    void* params[] = {&p};
-    s = launch_kernel(*k_dcb, grid_x(ssd_kernels::bwd_geom::dcb_tiles(d.Q, t.m, t.n), mb), gy, gg, params, stream);
-  }
-  if (s.ok()) stage_done(kBwdDcb);
-  if (s.ok() && !det) s = memset_zero(intra, size_t(d.b * d.h * d.nc * d.Q), stream);
-  if (s.ok()) {  // B-g intra
-    ssd_kernels::ChunkScanBwdDdaIntraParams p{};
-    p.CB = contiguous_ref<const float, 4>(CB, cb_shape);
-    p.x = ref<const void, 4>(a.x);
-    p.dy = ref<const void, 4>(dy);
-    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
-    p.intra = intra;
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h;
-    void* params[] = {&p};
-    s = launch_kernel(*k_intra, grid_x(ssd_kernels::bwd_geom::intra_tiles(d.Q, tile_of(k_intra).m), mb), gy, gh, params,
-                      stream);
-  }
-  if (s.ok()) stage_done(kBwdIntra);
-  for (int which = 0; which < 2 && s.ok(); ++which) {  // B-f: dB, then dC
-    const bool is_dc = which == 1;
-    const ssd_kernel* k = is_dc ? k_dc : k_db;
-    ssd_kernels::BcBwdParams p{};
-    const ssd_tensor& xy = is_dc ? dy : a.x;
-    p.xy = ref<const void, 4>(xy);
-    p.state = contiguous_ref<const void, 4>(is_dc ? P_t : ds, states_shape);
-    p.dCB = contiguous_ref<const void, 4>(dCB, cb_shape);
-    const ssd_tensor& other = is_dc ? a.B : a.C;
-    p.other = ref<const void, 4>(other);
-    p.dt = dt_out; p.dA_cumsum = dA_cs_ref;
-    p.seq_idx = seq;
-    const ssd_tensor& out = is_dc ? a.dC : a.dB;
-    p.out = ref<void, 4>(out);
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.ngroups = d.g;
-    const ssd_tile t = tile_of(k);
-    void* params[] = {&p};
-    s = launch_kernel(*k, grid_x(ssd_kernels::bwd_geom::bc_tiles(d.Q, int(d.n), t.m, t.n), mb), gy, gg, params, stream);
-    if (s.ok()) stage_done(is_dc ? kBwdDc : kBwdDb);
-  }
-  if (s.ok()) {  // B-g: ddA per position
-    ssd_kernels::ChunkScanBwdDdaParams p{};
-    p.intra = intra; p.w = w;
-    if (det) p.rho_slots = reinterpret_cast<const double*>(base + L.rho);
-    else p.rho = rho;
-    p.v = v; p.dA_cumsum = dA_cs_ref;
-    p.ddA = ddA;  // w, v, ddA: laid out as dA_cumsum
-    p.seq_idx = seq;
-    p.batch = d.b; p.seqlen = d.L; p.nchunks = d.nc; p.nheads = d.h; p.rho_slots_per_chunk = d.p * d.n / 32;
-    void* params[] = {&p};
-    s = launch_kernel(*k_dda, grid_x(d.b * d.nc * d.h, mb), 1, 1, params, stream);
-  }
-  if (s.ok()) stage_done(kBwdDdA);
-  if (s.ok()) {  // B-h, B-i: ddt, dA, ddt_bias
-    ssd_chunk_cumsum_bwd_args c = cumsum_args(a, d, ddA, ddt_x, base + L.cumsum, L.total - L.cumsum);
-    ssd_launch_options o = default_launch_options();
-    o.mode = mode;
-    o.tile = tn.cumsum;
-    o.reduce_tile = tn.reduce;
-    o.max_blocks = mb;
-    s = chunk_cumsum_bwd(rt, &c, &o, stream, /*ddA_increments=*/true);
-  }
-  if (s.ok()) stage_done(kBwdCumsum);
+  if (s.ok()) s = run_plan(rt, BackwardCall{a, d, mode, arch.value(), tn, L, base}, backward_plan(), stream, after_stage);
   if (owned) {
-    Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
-    if (s.ok()) s = f;
+    Status fr = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
+    if (s.ok()) s = fr;
   }
   return s;
 }
