@@ -382,7 +382,7 @@ struct BackwardCall {
   ssd_tensor dy() const {
     return a.z.data ? contiguous_tensor(base + L.dy, a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
   }
-  GateBwdTensors gate() const { return gate_tensors(a, d, base + L.dy); }
+  GateBwdTensors gate() const { return gate_tensors(a, d, base ? base + L.dy : nullptr); }
   GateDims gate_dims() const { return GateDims{d.b, d.L, d.h, d.p, d.nc}; }
   SsdShape shape() const { return SsdShape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype}; }
   ssd_kernel_config shaped(ssd_kernel_id k, const ssd_tile& tile) const {
@@ -688,8 +688,11 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   if (!arch.ok()) return arch.status();
 
   // Every kernel first: nothing is allocated or launched unless all of them are available.
-  for (const ssd_kernel_config& c : configs_for(a, d, arch.value(), mode, tn))
-    SSD_RETURN_IF_ERROR(get_kernel(rt, c).status());
+  const ssd_forward_args f = forward_inputs(a);
+  ForwardCall recompute{f, d, mode, arch.value(), ForwardBuffers{}, tn.max_blocks, tn.forward, false};
+  PlanKernels recompute_kernels, kernels;
+  SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, recompute));
+  SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, BackwardCall{a, d, mode, arch.value(), tn, L, nullptr}, backward_plan()));
 
   const cuda::Driver& drv = *cuda::driver().value();
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(workspace);
@@ -703,12 +706,11 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   }
   char* base = reinterpret_cast<char*>(ws);
   auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
-  const ssd_forward_args f = forward_inputs(a);
-  const ForwardCall recompute{f,        d,   mode, arch.value(), ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)},
-                              tn.max_blocks, tn.forward, false};
-  Status s = run_forward_plan(rt, recompute, stream);
+  recompute.buf = ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)};
+  Status s = launch_forward_plan(recompute, recompute_kernels, stream);
   if (s.ok()) stage_done(kBwdRecompute);
-  if (s.ok()) s = run_plan(rt, BackwardCall{a, d, mode, arch.value(), tn, L, base}, backward_plan(), stream, after_stage);
+  if (s.ok())
+    s = launch_plan(BackwardCall{a, d, mode, arch.value(), tn, L, base}, backward_plan(), kernels, stream, after_stage);
   if (owned) {
     Status fr = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
     if (s.ok()) s = fr;

@@ -261,9 +261,13 @@ std::vector<ssd_kernel_config> forward_plan_configs(const ForwardCall& call) {
   return plan_configs(call, forward_plan());
 }
 
-Status run_forward_plan(ssd_runtime& rt, const ForwardCall& call, CUstream stream,
-                        const std::function<void(int)>& after_stage) {
-  return run_plan(rt, call, forward_plan(), stream, after_stage);
+Result<PlanKernels> fetch_forward_plan(ssd_runtime& rt, const ForwardCall& call) {
+  return fetch_plan(rt, call, forward_plan());
+}
+
+Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, CUstream stream,
+                           const std::function<void(int)>& after_stage) {
+  return launch_plan(call, forward_plan(), kernels, stream, after_stage);
 }
 
 ssd_forward_args default_forward_args() {
@@ -322,7 +326,8 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   if (!arch.ok()) return arch.status();
   // Every kernel before any allocation: nothing happens unless all of them are available.
   ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
-  for (const ssd_kernel_config& c : forward_plan_configs(call)) SSD_RETURN_IF_ERROR(get_kernel(rt, c).status());
+  PlanKernels kernels;
+  SSD_ASSIGN_OR_RETURN(kernels, fetch_forward_plan(rt, call));
 
   const cuda::Driver& drv = *cuda::driver().value();
   CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(a.workspace);
@@ -340,7 +345,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
                             reinterpret_cast<float*>(base + layout.dA_cumsum_offset),
                             reinterpret_cast<float*>(base + layout.CB_offset),
                             reinterpret_cast<float*>(base + layout.states_offset)};
-  Status s = run_forward_plan(rt, call, stream, after_stage);
+  Status s = launch_forward_plan(call, kernels, stream, after_stage);
   if (owned) {
     Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
     if (s.ok()) s = f;

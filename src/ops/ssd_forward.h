@@ -56,10 +56,13 @@ struct ForwardCall {
 };
 // The kernels the call uses, in launch order (prepare, presets, the backward's list).
 std::vector<ssd_kernel_config> forward_plan_configs(const ForwardCall& call);
-// Fetches every kernel, then launches the stages; after_stage(i) after stage i (0 cumsum, 1 bmm,
-// 2 chunk_state, 3 state_passing, 4 chunk_scan) is enqueued.
-Status run_forward_plan(ssd_runtime& runtime, const ForwardCall& call, CUstream stream,
-                        const std::function<void(int)>& after_stage = {});
+// The kernels of the call's stages (fetched before anything is allocated), then their launches;
+// after_stage(i) after stage i (0 cumsum, 1 bmm, 2 chunk_state, 3 state_passing, 4 chunk_scan) is
+// enqueued. The call's buffers are only read by the launches.
+using PlanKernels = std::vector<const ssd_kernel*>;
+Result<PlanKernels> fetch_forward_plan(ssd_runtime& runtime, const ForwardCall& call);
+Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, CUstream stream,
+                           const std::function<void(int)>& after_stage = {});
 
 // `after_stage(i)` runs on the host after stage i (0 cumsum, 1 bmm, 2 chunk_state, 3 state_passing,
 // 4 chunk_scan) is enqueued: the benchmark records events there.
