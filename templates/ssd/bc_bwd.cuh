@@ -253,18 +253,11 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         scale_store(0);  // visible after the first barrier of the loop
 
         // cp.async ring, STAGES buffers: step k lives in buffer k % STAGES.
-#pragma unroll
-        for (int st = 0; st < STAGES - 1; ++st) {
-          if (st < ksteps) load_stage(st, st);
-          ptx::cp_async_commit();
-        }
+        const block::CpAsyncPipeline<STAGES> ring{ksteps};
+        ring.prologue(load_stage);
         // Start of step k: wait for its data, barrier, issue step k + STAGES - 1.
         auto step_begin = [&](int k) {
-          ptx::cp_async_wait<STAGES - 2>();
-          __syncthreads();  // step k visible to all; everyone is done with step k - 1 (and its buffer)
-          const int kn = k + STAGES - 1;
-          if (kn < ksteps) load_stage(kn % STAGES, kn);
-          ptx::cp_async_commit();
+          ring.begin(k, load_stage);  // step k visible to all; everyone is done with step k - 1 (and its buffer)
         };
 
         // ---- Head phase: per head, chain = xy · state over p; acc = fma(scale, chain, acc) ----
@@ -337,7 +330,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
               for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
           }
         }
-        ptx::cp_async_wait<0>();
+        ring.drain();
 
         // ---- Store rows pos <= λ, rounded to T (pairs of columns per 32-bit store when aligned). ----
         T* out = p.out.ptr_as<T>(b, 0, g);

@@ -124,17 +124,10 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
           for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
 
         // cp.async pipeline, STAGES buffers: stage ks lives in buffer ks % STAGES.
-#pragma unroll
-        for (int st = 0; st < STAGES - 1; ++st) {
-          if (st < KSTEPS) load_stage(st, st);
-          ptx::cp_async_commit();
-        }
+        const block::CpAsyncPipeline<STAGES> ring{KSTEPS};
+        ring.prologue(load_stage);
         for (int ks = 0; ks < KSTEPS; ++ks) {
-          ptx::cp_async_wait<STAGES - 2>();
-          __syncthreads();  // stage ks visible to all; everyone is done with stage ks - 1
-          const int kn = ks + STAGES - 1;
-          if (kn < KSTEPS) load_stage(kn % STAGES, kn);
-          ptx::cp_async_commit();
+          ring.begin(ks, load_stage);  // stage ks visible to all; everyone is done with stage ks - 1
           const T* sa = s_tiles[ks % STAGES];
           const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
@@ -151,7 +144,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
               for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
           }
         }
-        ptx::cp_async_wait<0>();
+        ring.drain();
 
         // Epilogue: σ mask (select), fp32 stores straight from the accumulators (each quad of
         // lanes writes 32 contiguous bytes of a row).

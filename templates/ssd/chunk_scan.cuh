@@ -241,24 +241,20 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             }
           };
 
-#pragma unroll
-          for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < KA) {
-              load_stage(st, st);
-              p_fetch(st);
-              p_store(st);
-            }
-            ptx::cp_async_commit();
-          }
+          // The prologue's steps also store their P tile at once; a later step fetches it with its
+          // copies and stores it after the step's math (register staging of the P conversion).
+          const block::CpAsyncPipeline<STAGES> ring{KA};
+          ring.prologue([&](int buf, int st) {
+            load_stage(buf, st);
+            p_fetch(st);
+            p_store(st);
+          });
           for (int ks = 0; ks < KA; ++ks) {
-            ptx::cp_async_wait<STAGES - 2>();
-            __syncthreads();
             const int kn = ks + STAGES - 1;
-            if (kn < KA) {
-              load_stage(kn % STAGES, kn);
-              p_fetch(kn);
-            }
-            ptx::cp_async_commit();
+            ring.begin(ks, [&](int buf, int step) {
+              load_stage(buf, step);
+              p_fetch(step);
+            });
             const T* sc = sC(ks % STAGES);
             const T* sp = sP(ks % STAGES);
 #pragma unroll
@@ -276,7 +272,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             }
             if (kn < KA) p_store(kn % STAGES);  // buffer kn % STAGES is not read in this step
           }
-          ptx::cp_async_wait<0>();
+          ring.drain();
           __syncthreads();  // phase-A buffers are reused by phase B
         }
 
@@ -317,17 +313,10 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
                                                         vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
           };
 
-#pragma unroll
-          for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < kb) load_stage(st, st);
-            ptx::cp_async_commit();
-          }
+          const block::CpAsyncPipeline<STAGES> ring{kb};
+          ring.prologue(load_stage);
           for (int ks = 0; ks < kb; ++ks) {
-            ptx::cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const int kn = ks + STAGES - 1;
-            if (kn < kb) load_stage(kn % STAGES, kn);
-            ptx::cp_async_commit();
+            ring.begin(ks, load_stage);
             const float* scb = sCB(ks % STAGES);
             const T* sx = sX(ks % STAGES);
 #pragma unroll
@@ -363,7 +352,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
               }
             }
           }
-          ptx::cp_async_wait<0>();
+          ring.drain();
           __syncthreads();  // phase-B buffers are reused by the epilogue tile
         }
 

@@ -188,18 +188,11 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
             for (int j = 0; j < NJ; ++j) warp::zero(hacc[i][j]);
 
           // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
-#pragma unroll
-          for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < STEPS) load_stage(st, st);
-            ptx::cp_async_commit();
-          }
+          const block::CpAsyncPipeline<STAGES> ring{STEPS};
+          ring.prologue(load_stage);
 #pragma unroll 1
           for (int step = 0; step < STEPS; ++step) {
-            ptx::cp_async_wait<STAGES - 2>();
-            __syncthreads();  // step visible to all; everyone is done with step - 1 (and its side buffer)
-            const int nxt = step + STAGES - 1;
-            if (nxt < STEPS) load_stage(nxt % STAGES, nxt);
-            ptx::cp_async_commit();
+            ring.begin(step, load_stage);  // step visible to all; everyone is done with step - 1 (and its side buffer)
             const int buf = step % STAGES;
             const T* sa = s_tiles[buf];
             const T* sb = sa + BLOCK_M * LD;
@@ -250,7 +243,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
               }
             }
           }
-          ptx::cp_async_wait<0>();
+          ring.drain();
         }
 
         // Store the whole tile in T (pairs of columns, 4 bytes; each quad of lanes writes 16

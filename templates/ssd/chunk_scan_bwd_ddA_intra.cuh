@@ -160,18 +160,11 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
         float2 cbv[MI][2][NJ];  // CB(l, s..s+1) of this thread's fragment positions (0 where not read)
 
         // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
-#pragma unroll
-        for (int st = 0; st < STAGES - 1; ++st) {
-          if (st < steps) load_stage(st, st);
-          ptx::cp_async_commit();
-        }
+        const block::CpAsyncPipeline<STAGES> ring{steps};
+        ring.prologue(load_stage);
 #pragma unroll 1
         for (int step = 0; step < steps; ++step) {
-          ptx::cp_async_wait<STAGES - 2>();
-          __syncthreads();  // step visible to all; everyone is done with step - 1 (and the last epilogue)
-          const int nxt = step + STAGES - 1;
-          if (nxt < steps) load_stage(nxt % STAGES, nxt);
-          ptx::cp_async_commit();
+          ring.begin(step, load_stage);  // step visible to all; everyone is done with step - 1 (and the last epilogue)
           const int kp = step % KP;
           const int s0 = (step / KP) * BLOCK_N;
           if (kp == 0) {
@@ -281,7 +274,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
           }
           // (the next W write follows the next step's barrier)
         }
-        ptx::cp_async_wait<0>();
+        ring.drain();
         __syncthreads();  // shared tiles, W, carries and per-position arrays are reused by the next item
       }
     }

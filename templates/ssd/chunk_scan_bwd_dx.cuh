@@ -69,17 +69,10 @@ template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int BLOCK_M
           class LoadStage>
 __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, int wn0,
                                           LoadStage& load_stage) {
-#pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < KA) load_stage(st, st);
-    ptx::cp_async_commit();
-  }
+  const block::CpAsyncPipeline<STAGES> ring{KA};
+  ring.prologue(load_stage);
   for (int ks = 0; ks < KA; ++ks) {
-    ptx::cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    const int kn = ks + STAGES - 1;
-    if (kn < KA) load_stage(kn % STAGES, kn);
-    ptx::cp_async_commit();
+    ring.begin(ks, load_stage);
     const T* sr = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE_A);
     const T* sk = sr + BLOCK_M * LDA;
 #pragma unroll
@@ -99,7 +92,7 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s
       }
     }
   }
-  ptx::cp_async_wait<0>();
+  ring.drain();
   __syncthreads();  // the stage buffers are reused by the staging tile
 }
 
@@ -380,17 +373,12 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
                                                   vec_dy, safe_dy, [&](int r, int) { return k0 + r < valid; });
           };
 
-#pragma unroll
-          for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < nk) load_stage(st, kb0 + st);
-            ptx::cp_async_commit();
-          }
+          // Steps are the column blocks kb0 .. kb0 + nk - 1.
+          const block::CpAsyncPipeline<STAGES> ring{nk};
+          auto load_block = [&](int buf, int step) { load_stage(buf, kb0 + step); };
+          ring.prologue(load_block);
           for (int ks = 0; ks < nk; ++ks) {
-            ptx::cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const int kn = ks + STAGES - 1;
-            if (kn < nk) load_stage(kn % STAGES, kb0 + kn);
-            ptx::cp_async_commit();
+            ring.begin(ks, load_block);
             const float* scb = sCB(ks % STAGES);
             const T* sdy = sDY(ks % STAGES);
 #pragma unroll
@@ -433,7 +421,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
               }
             }
           }
-          ptx::cp_async_wait<0>();
+          ring.drain();
           __syncthreads();  // phase-B buffers are reused by the staging tile
         }
 

@@ -136,17 +136,10 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
 #pragma unroll
           for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
 
-#pragma unroll
-        for (int st = 0; st < STAGES - 1; ++st) {
-          if (st < ksteps) load_stage(st, st);
-          ptx::cp_async_commit();
-        }
+        const block::CpAsyncPipeline<STAGES> ring{ksteps};
+        ring.prologue(load_stage);
         for (int ks = 0; ks < ksteps; ++ks) {
-          ptx::cp_async_wait<STAGES - 2>();
-          __syncthreads();
-          const int kn = ks + STAGES - 1;
-          if (kn < ksteps) load_stage(kn % STAGES, kn);
-          ptx::cp_async_commit();
+          ring.begin(ks, load_stage);
           const T* sx = s_x[ks % STAGES];
           const T* sb = s_b[ks % STAGES];
 #pragma unroll
@@ -169,7 +162,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
               for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
           }
         }
-        ptx::cp_async_wait<0>();
+        ring.drain();
 
         float* out = p.states.ptr(b, c, h);
 #pragma unroll

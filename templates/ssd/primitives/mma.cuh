@@ -275,6 +275,44 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, long long row_stride
   }
 }
 
+// The cp.async ring of STAGES shared buffers over `steps` steps of a contraction: step k lives in
+// buffer k % STAGES. The kernel keeps its own loop (and its unroll choice) and calls
+//   prologue(load)      before it: issues steps 0 .. STAGES-2 (one commit group each, empty past
+//                       the last step, so that the group count stays in step);
+//   begin(k, load)      at the start of step k: waits until step k's group has landed, barrier
+//                       (step k visible to all; everyone is done with step k-1 and its buffer),
+//                       then issues step k + STAGES - 1 into the buffer step k-1 freed;
+//   drain()             after the loop: waits for every group.
+// load(buffer, step) issues one step's block::load_tile calls (it may do more, e.g. register
+// prefetches). Every cp.async kernel uses this order of copies, waits and barriers.
+template <int STAGES>
+struct CpAsyncPipeline {
+  static_assert(STAGES >= 2, "a ring needs at least two buffers");
+  int steps;
+
+  __device__ __forceinline__ static int buffer(int step) { return step % STAGES; }
+
+  template <class Load>
+  __device__ __forceinline__ void prologue(Load&& load) const {
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < steps) load(st, st);
+      ptx::cp_async_commit();
+    }
+  }
+
+  template <class Load>
+  __device__ __forceinline__ void begin(int step, Load&& load) const {
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = step + STAGES - 1;
+    if (next < steps) load(next % STAGES, next);
+    ptx::cp_async_commit();
+  }
+
+  __device__ __forceinline__ void drain() const { ptx::cp_async_wait<0>(); }
+};
+
 }  // namespace block
 
 // 16-byte alignment test for vectorized paths: pointer aligned and every listed stride a
