@@ -10,6 +10,7 @@
 #include "common/struct_io.h"
 #include "config/config.h"
 #include "ops/tensor_check.h"
+#include "ops/workspace.h"
 #include "ops/tensor_ref.h"
 #include "ssd/kernel_params.cuh"
 
@@ -289,17 +290,12 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
     if (!r.ok()) return r.status();
     reduce = r.value();
   }
-  const cuda::Driver& drv = *cuda::driver().value();
-
-  CUdeviceptr workspace = reinterpret_cast<CUdeviceptr>(a.workspace);
-  bool owned = false;
-  if (need > 0 && !a.workspace) {
-    if (!rt.warned_workspace.exchange(true))
-      log_warning(fmt::format("ssd_chunk_cumsum_bwd: no workspace given; allocating {} bytes per call on the stream "
-                              "(pass one of ssd_chunk_cumsum_bwd_workspace_size bytes to avoid this)", need));
-    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&workspace, need, stream), "cuMemAllocAsync(workspace)"));
-    owned = true;
-  }
+  CallWorkspace ws;
+  // Formatted only when the call allocates (the host path of a call with a workspace stays short).
+  const std::string warning = a.workspace ? std::string() : fmt::format(
+      "ssd_chunk_cumsum_bwd: no workspace given; allocating {} bytes per call on the stream (pass one of "
+      "ssd_chunk_cumsum_bwd_workspace_size bytes to avoid this)", need);
+  SSD_RETURN_IF_ERROR(ws.acquire(rt, a.workspace, need, stream, warning.c_str()));
 
   ssd_kernels::ChunkCumsumBwdParams p{};
   p.dt = ref<const void, 3>(a.dt);
@@ -308,7 +304,7 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   p.ddA_cumsum = ref<const float, 3>(a.ddA_cumsum);
   p.ddt_out = ref<const float, 3>(a.ddt_out);
   p.ddt = ref<void, 3>(a.ddt);
-  p.partials = reinterpret_cast<double*>(workspace);
+  p.partials = reinterpret_cast<double*>(ws.base());
   p.dA = ref<float, 1>(a.dA);
   p.ddt_bias = ref<float, 1>(a.ddt_bias);
   p.batch = d.batch;
@@ -322,11 +318,7 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   if (!deterministic) s = zero_head_sums(p, stream);  // atomics accumulate into zeroed outputs
   if (s.ok()) s = launch_chunk_cumsum_bwd(*kernel.value(), p, options->max_blocks, stream);
   if (s.ok() && reduce) s = launch_head_sums_reduce(*reduce, p, options->max_blocks, stream);
-  if (owned) {
-    Status f = cuda::check(drv.cuMemFreeAsync(workspace, stream), "cuMemFreeAsync(workspace)");
-    if (s.ok()) s = f;
-  }
-  return s;
+  return ws.release(s);
 }
 
 }  // namespace ssd

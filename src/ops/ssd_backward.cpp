@@ -14,6 +14,7 @@
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
+#include "ops/workspace.h"
 #include "ssd/backward_params.cuh"
 #include "ssd/kernel_params.cuh"
 
@@ -163,25 +164,16 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     if (!r.ok()) return r.status();
     reduce = r.value();
   }
-  const cuda::Driver& drv = *cuda::driver().value();
-  CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(workspace);
-  bool owned = false;
-  if (reduce && !workspace) {
-    auto bytes = partial_bytes(t, d);
-    if (!bytes.ok()) return bytes.status();
-    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&ws, bytes.value(), stream), "cuMemAllocAsync(workspace)"));
-    owned = true;
-  }
-  void* partials = reinterpret_cast<void*>(ws);
+  size_t bytes = 0;
+  if (reduce) SSD_ASSIGN_OR_RETURN(bytes, partial_bytes(t, d));
+  CallWorkspace ws;
+  SSD_RETURN_IF_ERROR(ws.acquire(rt, workspace, bytes, stream, nullptr));
+  void* partials = ws.base();
   Status s;
   if (D && !deterministic) s = zero_dD(t, d, stream);
   if (s.ok()) s = launch_gate(*kernel.value(), t, d, partials, max_blocks, stream);
   if (s.ok() && reduce) s = launch_dD_reduce(*reduce, t, d, partials, max_blocks, stream);
-  if (owned) {
-    Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
-    if (s.ok()) s = f;
-  }
-  return s;
+  return ws.release(s);
 }
 
 // =================================================================================================
@@ -694,28 +686,21 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, recompute));
   SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, BackwardCall{a, d, mode, arch.value(), tn, L, nullptr}, backward_plan()));
 
-  const cuda::Driver& drv = *cuda::driver().value();
-  CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(workspace);
-  bool owned = false;
-  if (!workspace) {
-    if (!rt.warned_workspace.exchange(true))
-      log_warning(fmt::format("ssd_backward: no workspace given; allocating {} bytes per call on the stream "
-                              "(pass ssd_backward_workspace_size bytes to avoid this)", L.total));
-    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&ws, L.total, stream), "cuMemAllocAsync(workspace)"));
-    owned = true;
-  }
-  char* base = reinterpret_cast<char*>(ws);
+  CallWorkspace ws;
+  // Formatted only when the call allocates (the host path of a call with a workspace stays short).
+  const std::string warning =
+      workspace ? std::string()
+                : fmt::format("ssd_backward: no workspace given; allocating {} bytes per call on the stream (pass "
+                              "ssd_backward_workspace_size bytes to avoid this)", L.total);
+  SSD_RETURN_IF_ERROR(ws.acquire(rt, workspace, L.total, stream, warning.c_str()));
+  char* base = ws.base();
   auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
   recompute.buf = ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)};
   Status s = launch_forward_plan(recompute, recompute_kernels, stream);
   if (s.ok()) stage_done(kBwdRecompute);
   if (s.ok())
     s = launch_plan(BackwardCall{a, d, mode, arch.value(), tn, L, base}, backward_plan(), kernels, stream, after_stage);
-  if (owned) {
-    Status fr = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
-    if (s.ok()) s = fr;
-  }
-  return s;
+  return ws.release(s);
 }
 
 }  // namespace ssd

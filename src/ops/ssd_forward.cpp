@@ -16,6 +16,7 @@
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
+#include "ops/workspace.h"
 #include "ssd/forward_params.cuh"
 #include "ssd/kernel_params.cuh"
 
@@ -329,28 +330,20 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   PlanKernels kernels;
   SSD_ASSIGN_OR_RETURN(kernels, fetch_forward_plan(rt, call));
 
-  const cuda::Driver& drv = *cuda::driver().value();
-  CUdeviceptr ws = reinterpret_cast<CUdeviceptr>(a.workspace);
-  bool owned = false;
-  if (!a.workspace) {
-    if (!rt.warned_workspace.exchange(true))
-      log_warning(fmt::format("ssd_forward: no workspace given; allocating {} bytes per call on the stream "
-                              "(pass one of ssd_forward_workspace_layout().total_bytes to avoid this)",
-                              layout.total_bytes));
-    SSD_RETURN_IF_ERROR(cuda::check(drv.cuMemAllocAsync(&ws, layout.total_bytes, stream), "cuMemAllocAsync(workspace)"));
-    owned = true;
-  }
-  char* base = reinterpret_cast<char*>(ws);
+  CallWorkspace ws;
+  // Formatted only when the call allocates (the host path of a call with a workspace stays short).
+  const std::string warning =
+      a.workspace ? std::string()
+                  : fmt::format("ssd_forward: no workspace given; allocating {} bytes per call on the stream (pass "
+                                "one of ssd_forward_workspace_layout().total_bytes to avoid this)",
+                                layout.total_bytes);
+  SSD_RETURN_IF_ERROR(ws.acquire(rt, a.workspace, layout.total_bytes, stream, warning.c_str()));
+  char* base = ws.base();
   call.buf = ForwardBuffers{reinterpret_cast<float*>(base + layout.dt_out_offset),
                             reinterpret_cast<float*>(base + layout.dA_cumsum_offset),
                             reinterpret_cast<float*>(base + layout.CB_offset),
                             reinterpret_cast<float*>(base + layout.states_offset)};
-  Status s = launch_forward_plan(call, kernels, stream, after_stage);
-  if (owned) {
-    Status f = cuda::check(drv.cuMemFreeAsync(ws, stream), "cuMemFreeAsync(workspace)");
-    if (s.ok()) s = f;
-  }
-  return s;
+  return ws.release(launch_forward_plan(call, kernels, stream, after_stage));
 }
 
 }  // namespace ssd
