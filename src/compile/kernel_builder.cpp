@@ -35,15 +35,18 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   Plan p;
   SSD_ASSIGN_OR_RETURN(p, plan(config));
 
+  // A copy of the kernel built before in this process, marked as found in memory (mutex_ held).
+  auto from_memory = [&]() -> std::shared_ptr<const BuiltKernel> {
+    auto it = memory_.find(p.key.hex);
+    if (it == memory_.end()) return nullptr;
+    auto copy = std::make_shared<BuiltKernel>(*it->second);
+    copy->source = BuiltKernel::Source::Memory;
+    return copy;
+  };
   std::shared_ptr<std::mutex> key_lock;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = memory_.find(p.key.hex);
-    if (it != memory_.end()) {
-      auto copy = std::make_shared<BuiltKernel>(*it->second);
-      copy->source = BuiltKernel::Source::Memory;
-      return std::shared_ptr<const BuiltKernel>(std::move(copy));
-    }
+    if (auto hit = from_memory()) return hit;
     auto& slot = key_locks_[p.key.hex];
     if (!slot) slot = std::make_shared<std::mutex>();
     key_lock = slot;
@@ -52,12 +55,7 @@ Result<std::shared_ptr<const BuiltKernel>> KernelBuilder::build(const ssd_kernel
   std::lock_guard<std::mutex> compile_lock(*key_lock);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = memory_.find(p.key.hex);
-    if (it != memory_.end()) {
-      auto copy = std::make_shared<BuiltKernel>(*it->second);
-      copy->source = BuiltKernel::Source::Memory;
-      return std::shared_ptr<const BuiltKernel>(std::move(copy));
-    }
+    if (auto hit = from_memory()) return hit;
   }
 
   bool compiled_here = false;

@@ -216,12 +216,8 @@ Status check_backward(const ssd_backward_args& a, ForwardDims& d) {
   SSD_RETURN_IF_ERROR(check_forward_inputs(forward_inputs(a), d));
   const ssd_dtype T = a.x.dtype;
   const std::initializer_list<int64_t> bthp = {d.b, d.L, d.h, d.p}, btgn = {d.b, d.L, d.g, d.n};
-  auto check_state = [&](const ssd_tensor& t, const char* name, bool output) -> Status {
-    SSD_RETURN_IF_ERROR(check_tensor(t, {name, {d.b, d.h, d.p, d.n}, {SSD_DTYPE_FP32}, output, true}));
-    if (t.strides[2] != d.n)
-      return make_error(SSD_ERROR_INVALID_STRIDE, fmt::format("{}: headdim stride {} must equal dstate {} (p*n is "
-                                                              "one flattened axis)", name, t.strides[2], d.n));
-    return Status::Ok();
+  auto check_state = [&](const ssd_tensor& t, const char* name, bool output) {
+    return check_state_tensor(t, name, d, output);
   };
   // Tensors that exist iff an option is on.
   auto paired = [&](const ssd_tensor& opt, const char* opt_name, const ssd_tensor& t, const char* name) -> Status {

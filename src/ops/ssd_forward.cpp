@@ -35,6 +35,14 @@ std::string dims_text(const ForwardDims& d) {
   return fmt::format("b={} L={} h={} p={} g={} n={} chunk_size={}", d.b, d.L, d.h, d.p, d.g, d.n, d.Q);
 }
 
+Status check_state_tensor(const ssd_tensor& t, const char* name, const ForwardDims& d, bool output) {
+  SSD_RETURN_IF_ERROR(check_tensor(t, {name, {d.b, d.h, d.p, d.n}, {SSD_DTYPE_FP32}, output, true}));
+  if (t.strides[2] != d.n)
+    return make_error(SSD_ERROR_INVALID_STRIDE, fmt::format("{}: headdim stride {} must equal dstate {} (p*n is "
+                                                            "one flattened axis)", name, t.strides[2], d.n));
+  return Status::Ok();
+}
+
 Status check_forward_inputs(const ssd_forward_args& a, ForwardDims& d) {
   if (!one_of(a.chunk_size, {64, 128, 256}))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("args.chunk_size: {} (legal: 64, 128, 256)", a.chunk_size));
@@ -61,16 +69,8 @@ Status check_forward_inputs(const ssd_forward_args& a, ForwardDims& d) {
   }
   if (a.z.data) SSD_RETURN_IF_ERROR(check_tensor(a.z, {"z", {d.b, d.L, d.h, d.p}, {a.x.dtype}}));
   if (a.dt_bias.data) SSD_RETURN_IF_ERROR(check_tensor(a.dt_bias, {"dt_bias", {d.h}, {SSD_DTYPE_FP32}}));
-  // The state kernels index the flattened p*n axis with one stride (math §1.5).
-  auto check_state = [&](const ssd_tensor& t, const char* name, bool output) -> Status {
-    SSD_RETURN_IF_ERROR(check_tensor(t, {name, {d.b, d.h, d.p, d.n}, {SSD_DTYPE_FP32}, output, true}));
-    if (t.strides[2] != d.n)
-      return make_error(SSD_ERROR_INVALID_STRIDE, fmt::format("{}: headdim stride {} must equal dstate {} (p*n is "
-                                                              "one flattened axis)", name, t.strides[2], d.n));
-    return Status::Ok();
-  };
-  if (a.initial_states.data) SSD_RETURN_IF_ERROR(check_state(a.initial_states, "initial_states", false));
-  if (a.final_states.data) SSD_RETURN_IF_ERROR(check_state(a.final_states, "final_states", true));
+  if (a.initial_states.data) SSD_RETURN_IF_ERROR(check_state_tensor(a.initial_states, "initial_states", d, false));
+  if (a.final_states.data) SSD_RETURN_IF_ERROR(check_state_tensor(a.final_states, "final_states", d, true));
   if (a.seq_idx.data) SSD_RETURN_IF_ERROR(check_tensor(a.seq_idx, {"seq_idx", {d.b, d.L}, {SSD_DTYPE_INT32}}));
   return Status::Ok();
 }

@@ -20,6 +20,9 @@ struct ForwardDims {
 // Validates the forward's inputs (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk
 // size, dt limits) — not out, out_x, final_states — and fills `d`. Shared with the backward.
 Status check_forward_inputs(const ssd_forward_args& args, ForwardDims& d);
+// A state tensor (b, h, p, n) fp32 with unit n-stride and p-stride n: the state kernels index the
+// flattened p*n axis with one stride (math §1.5). initial/final states, their gradients.
+Status check_state_tensor(const ssd_tensor& t, const char* name, const ForwardDims& d, bool output);
 // "b=.. L=.. h=.. p=.. g=.. n=.. chunk_size=.." for messages.
 std::string dims_text(const ForwardDims& d);
 
