@@ -101,39 +101,31 @@ ssd::Result<std::vector<ssd_kernel_config>> shape_kernel_configs(const nlohmann:
     out.insert(out.end(), r->begin(), r->end());
     return ssd::Status::Ok();
   };
+  // The inputs both directions take, with the same shapes and the options' tensors marked given.
+  auto inputs = [&](auto& args) {
+    args.chunk_size = int32_t(q);
+    args.dt_softplus = softplus;
+    args.x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    args.dt = contiguous_tensor(nullptr, DT, {b, L, h});
+    args.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
+    args.B = contiguous_tensor(nullptr, T, {b, L, g, n});
+    args.C = contiguous_tensor(nullptr, T, {b, L, g, n});
+    args.D = D_tensor;
+    args.z = contiguous_tensor(given(z), T, {b, L, h, p});
+    args.out_x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    args.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {h});
+    args.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, h, p, n});
+    args.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
+  };
   if (pass != "backward") {
     ssd_forward_args f = ssd::default_forward_args();
-    f.chunk_size = int32_t(q);
-    f.dt_softplus = softplus;
-    f.x = contiguous_tensor(nullptr, T, {b, L, h, p});
-    f.dt = contiguous_tensor(nullptr, DT, {b, L, h});
-    f.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
-    f.B = contiguous_tensor(nullptr, T, {b, L, g, n});
-    f.C = contiguous_tensor(nullptr, T, {b, L, g, n});
-    f.D = D_tensor;
-    f.z = contiguous_tensor(given(z), T, {b, L, h, p});
-    f.out_x = contiguous_tensor(nullptr, T, {b, L, h, p});
-    f.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {h});
-    f.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, h, p, n});
-    f.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
+    inputs(f);
     f.out = contiguous_tensor(nullptr, T, {b, L, h, p});
     SSD_RETURN_IF_ERROR(append(ssd::forward_prepare_configs(&f, arch, mode)));
   }
   if (pass != "forward") {
     ssd_backward_args a = ssd::default_backward_args();
-    a.chunk_size = int32_t(q);
-    a.dt_softplus = softplus;
-    a.x = contiguous_tensor(nullptr, T, {b, L, h, p});
-    a.dt = contiguous_tensor(nullptr, DT, {b, L, h});
-    a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {h});
-    a.B = contiguous_tensor(nullptr, T, {b, L, g, n});
-    a.C = contiguous_tensor(nullptr, T, {b, L, g, n});
-    a.D = D_tensor;
-    a.z = contiguous_tensor(given(z), T, {b, L, h, p});
-    a.dt_bias = contiguous_tensor(given(bias), SSD_DTYPE_FP32, {h});
-    a.initial_states = contiguous_tensor(given(init), SSD_DTYPE_FP32, {b, h, p, n});
-    a.seq_idx = contiguous_tensor(given(seq), SSD_DTYPE_INT32, {b, L});
-    a.out_x = contiguous_tensor(nullptr, T, {b, L, h, p});
+    inputs(a);
     a.dout = contiguous_tensor(nullptr, T, {b, L, h, p});
     a.dx = contiguous_tensor(nullptr, T, {b, L, h, p});
     a.ddt = contiguous_tensor(nullptr, DT, {b, L, h});
