@@ -78,27 +78,27 @@ struct Shape {
   int32_t Q;
 };
 
-// Forward arguments: every input broadcast, `out` dense (outputs must not overlap themselves).
-ssd_forward_args forward_args(const Shape& s) {
-  ssd_forward_args a = default_forward_args();
+// The inputs both directions take: every one broadcast (inputs may overlap themselves).
+template <class Args>
+Args with_inputs(Args a, const Shape& s) {
   a.chunk_size = s.Q;
   a.x = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
   a.dt = broadcast(SSD_DTYPE_FP32, {s.b, s.L, s.h});
   a.A = dense(SSD_DTYPE_FP32, {s.h});
   a.B = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
   a.C = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  return a;
+}
+
+// Forward arguments: `out` dense (outputs must not overlap themselves).
+ssd_forward_args forward_args(const Shape& s) {
+  ssd_forward_args a = with_inputs(default_forward_args(), s);
   a.out = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
   return a;
 }
 
 ssd_backward_args backward_args(const Shape& s) {
-  ssd_backward_args a = default_backward_args();
-  a.chunk_size = s.Q;
-  a.x = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
-  a.dt = broadcast(SSD_DTYPE_FP32, {s.b, s.L, s.h});
-  a.A = dense(SSD_DTYPE_FP32, {s.h});
-  a.B = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
-  a.C = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  ssd_backward_args a = with_inputs(default_backward_args(), s);
   a.dout = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
   a.dx = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
   a.ddt = dense(SSD_DTYPE_FP32, {s.b, s.L, s.h});

@@ -42,26 +42,26 @@ struct Shape {
   ssd_dtype T = SSD_DTYPE_BF16, dt = SSD_DTYPE_FP32;
 };
 
-ssd_forward_args forward_shape(const Shape& s) {
-  ssd_forward_args a = default_forward_args();
+// The inputs both directions take, described without memory (prepare needs only the shapes).
+template <class Args>
+Args with_inputs(Args a, const Shape& s) {
   a.chunk_size = s.Q;
   a.x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
   a.dt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
   a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
   a.B = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
   a.C = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  return a;
+}
+
+ssd_forward_args forward_shape(const Shape& s) {
+  ssd_forward_args a = with_inputs(default_forward_args(), s);
   a.out = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
   return a;
 }
 
 ssd_backward_args backward_shape(const Shape& s) {
-  ssd_backward_args a = default_backward_args();
-  a.chunk_size = s.Q;
-  a.x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
-  a.dt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
-  a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
-  a.B = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
-  a.C = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  ssd_backward_args a = with_inputs(default_backward_args(), s);
   a.dout = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
   a.dx = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
   a.ddt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
