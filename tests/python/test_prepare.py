@@ -1,11 +1,6 @@
 """ssdgen.torch.prepare: every kernel of a call built ahead of it, in parallel, without a GPU, in a
 Python process that has imported PyTorch (the in-process JIT: NVRTC runs inside this process).
 Needs a library with ssd_forward_prepare; without one the tests are skipped with that reason."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -16,27 +11,33 @@ import ssdgen.torch as st
 needs_prepare = pytest.mark.skipif(not _capi.has_prepare(ssdgen.library),
                                    reason="the library has no ssd_forward_prepare / ssd_backward_prepare")
 
-PREPARE_SCRIPT = r"""
-import json, sys, torch, ssdgen, ssdgen.torch as st
-b, L, h, g, p, n = 1, 100, 4, 2, 32, 16
-m = dict(device="meta")
-x = torch.empty(b, L, h, p, dtype=torch.bfloat16, **m)
-B = torch.empty(b, L, g, n, dtype=torch.bfloat16, **m)
-def prepare():
+def prepare_small():
+    b, L, h, g, p, n = 1, 100, 4, 2, 32, 16
+    m = dict(device="meta")
+    x = torch.empty(b, L, h, p, dtype=torch.bfloat16, **m)
+    B = torch.empty(b, L, g, n, dtype=torch.bfloat16, **m)
     return st.prepare(x, torch.empty(b, L, h, **m), torch.empty(h, **m), B, B, 64, D=torch.empty(h, **m),
                       z=torch.empty_like(x), dt_bias=torch.empty(h, **m), dt_softplus=True, arch="sm_90a")
-first = prepare()
-ssdgen._runtime = None  # a new runtime, as in a restarted process: it knows only the disk cache
-print(json.dumps([first, prepare()]))
-"""
+
+
+@pytest.fixture
+def fresh_runtimes(tmp_path, monkeypatch):
+    """A new process runtime on an empty cache of its own (the package's runtime is created on first
+    use from SSD_CACHE_DIR); the test's own runtime is put back afterwards."""
+    monkeypatch.setenv("SSD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SSD_CACHE_MODE", "readwrite")
+    saved = ssdgen._runtime
+    ssdgen._runtime = None
+    yield
+    ssdgen._runtime = saved
 
 
 @needs_prepare
-def test_prepare_compiles_in_process_then_reads_the_cache(tmp_path):
-    env = dict(os.environ, SSD_CACHE_DIR=str(tmp_path), SSD_CACHE_MODE="readwrite")
-    r = subprocess.run([sys.executable, "-c", PREPARE_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, f"exit {r.returncode} (a signal if negative)\n{r.stderr[-3000:]}"
-    first, second = json.loads(r.stdout.strip().splitlines()[-1])
+def test_prepare_compiles_in_process_then_reads_the_cache(fresh_runtimes):
+    # This pytest process has imported PyTorch: NVRTC compiles inside it (the crash of issue 13).
+    first = prepare_small()
+    ssdgen._runtime = None  # a new runtime, as in a restarted process: it knows only the disk cache
+    second = prepare_small()
     for kind in ("forward", "backward"):
         f = first[kind]
         assert f["kernels"] > 0
