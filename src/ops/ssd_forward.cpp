@@ -111,9 +111,9 @@ unsigned clamp_grid(int64_t v, int32_t max_blocks) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
 }
 
-// ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state -> state_passing ->
-// chunk_scan (the last one only when the output is wanted: the backward's recompute stops after
-// the entering states). Each stage binds its parameter block from the call's validated arguments
+// ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state_passing (or, staged,
+// chunk_state -> state_passing) -> chunk_scan (the last one only when the output is wanted: the
+// backward's recompute stops after the entering states). Each stage binds its parameter block from the call's validated arguments
 // and the workspace buffers.
 
 using F = ForwardCall;
@@ -178,7 +178,8 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
                        clamp_grid(c.d.g, c.max_blocks), params, stream);
 }
 
-// F2: chunk states.
+// F2: chunk states (staged path).
+bool staged(const F& c) { return c.tiles.staged_states; }
 ssd_kernel_config state_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state); }
 Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkStateFwdParams p{};
@@ -196,7 +197,7 @@ Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
       clamp_grid(c.d.h, c.max_blocks), params, stream);
 }
 
-// F3: entering states (in place) and final states.
+// F3: entering states (in place) and final states (staged path).
 ssd_kernel_config passing_config(const F& c) { return shaped(c, SSD_KERNEL_STATE_PASSING_FWD, c.tiles.passing); }
 Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::StatePassingFwdParams p{};
@@ -210,6 +211,33 @@ Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   const int64_t work = (p.state_size + block - 1) / block * c.d.b * c.d.h;
   void* params[] = {&p};
   return launch_kernel(k, grid_x(work, c.max_blocks), 1, 1, params, stream);
+}
+
+// F2 + F3 fused: entering states and final states, s_c kept on chip (the default path).
+bool fused(const F& c) { return !c.tiles.staged_states; }
+ssd_kernel_config state_pass_config(const F& c) {
+  return shaped(c, SSD_KERNEL_CHUNK_STATE_PASSING_FWD, c.tiles.state_pass);
+}
+Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  const ssd_tile& t = k.built->config.tile;
+  // The kernel's flattened (chunk, K step) counter is 32-bit.
+  if (c.d.nc > int64_t(0x7fffffff) / (c.d.Q / t.k))
+    return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunks for "
+                                                           "chunk_state_passing_fwd ({})", c.d.L, dims_text(c.d)));
+  ssd_kernels::ChunkStatePassingFwdParams p{};
+  p.x = ref<const void, 4>(c.a.x);
+  p.B = ref<const void, 4>(c.a.B);
+  p.dt = chunked<const float, 3>(c, c.buf.dt_out);
+  p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.initial_states = ref<const float, 2>(c.a.initial_states);
+  p.states = states_ref<float, 4>(c);
+  p.final_states = ref<float, 2>(c.a.final_states);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  void* params[] = {&p};
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks),
+      clamp_grid(c.d.b, c.max_blocks), clamp_grid(c.d.h, c.max_blocks), params, stream);
 }
 
 // F5: the output.
@@ -240,14 +268,19 @@ const std::vector<Stage<F>>& forward_plan() {
   static const std::vector<Stage<F>> plan = {
       {"chunk_cumsum_fwd", 0, nullptr, cumsum_config, cumsum_launch},
       {"bmm_chunk_fwd", 1, nullptr, bmm_config, bmm_launch},
-      {"chunk_state_fwd", 2, nullptr, state_config, state_launch},
-      {"state_passing_fwd", 3, nullptr, passing_config, passing_launch},
-      {"chunk_scan_fwd", 4, scan_runs, scan_config, scan_launch},
+      {"chunk_state_fwd", 2, staged, state_config, state_launch},
+      {"state_passing_fwd", 3, staged, passing_config, passing_launch},
+      {"chunk_state_passing_fwd", 4, fused, state_pass_config, state_pass_launch},
+      {"chunk_scan_fwd", 5, scan_runs, scan_config, scan_launch},
   };
   return plan;
 }
 
 }  // namespace
+
+const char* const kForwardStageNames[kForwardStages] = {"chunk_cumsum_fwd",  "bmm_chunk_fwd",
+                                                        "chunk_state_fwd",   "state_passing_fwd",
+                                                        "chunk_state_passing_fwd", "chunk_scan_fwd"};
 
 uint32_t specialization_flags(const ssd_forward_args& a) {
   uint32_t flags = 0;
@@ -289,17 +322,17 @@ Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args) {
 }
 
 Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_args* user_args, ssd_arch arch,
-                                                             ssd_mode mode, const ForwardTiles* tiles) {
+                                                             ssd_mode mode, const ForwardTuning* tiles) {
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
-  const ForwardCall call{args.value(), d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  const ForwardCall call{args.value(), d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTuning{}, true};
   return forward_plan_configs(call);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
-                   CUstream stream, const std::function<void(int)>& after_stage, const ForwardTiles* tiles) {
+                   CUstream stream, const std::function<void(int)>& after_stage, const ForwardTuning* tiles) {
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
   if (!args.ok()) return args.status();
   const ssd_forward_args& a = args.value();
@@ -326,7 +359,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
   // Every kernel before any allocation: nothing happens unless all of them are available.
-  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tiles ? *tiles : ForwardTuning{}, true};
   PlanKernels kernels;
   SSD_ASSIGN_OR_RETURN(kernels, fetch_forward_plan(rt, call));
 

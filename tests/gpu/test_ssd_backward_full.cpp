@@ -404,8 +404,7 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
         case SSD_KERNEL_CHUNK_SCAN_BWD_DDA: slot = &tn.dda; break;
         case SSD_KERNEL_CHUNK_CUMSUM_BWD: slot = &tn.cumsum; break;
         case SSD_KERNEL_BMM_CHUNK_FWD: slot = &tn.forward.bmm; break;
-        case SSD_KERNEL_CHUNK_STATE_FWD: slot = &tn.forward.state; break;
-        case SSD_KERNEL_STATE_PASSING_FWD: slot = &tn.forward.passing; break;
+        case SSD_KERNEL_CHUNK_STATE_PASSING_FWD: slot = &tn.forward.state_pass; break;
         default: break;
       }
       if (!slot) continue;

@@ -280,55 +280,75 @@ TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, 
                          << ", fp16 " << worst_fp16);
 }
 
-TEST_CASE("ssd_forward: tile shapes of every stage give identical bits" * doctest::skip(!gpu_available())) {
+TEST_CASE("ssd_forward: tile shapes of every stage, and the staged states, give identical bits" *
+          doctest::skip(!gpu_available())) {
   // Every output element is one thread's fp32 accumulator over mma K=16 chains in increasing K
-  // order, whatever the tile: the bits must not move with m, n or the K step.
+  // order, whatever the tile: the bits must not move with m, n or the K step. The fused state pass
+  // (chunk_state_passing_fwd) and the staged one (chunk_state_fwd + state_passing_fwd) follow the
+  // same order, so every tile of either path gives the same bits too (P in the workspace included).
   RuntimeHolder rt;
   auto arch = ssd::runtime_arch(*rt.rt);
   REQUIRE(arch.ok());
-  const FwdCase cases[] = {kFwdCases[0], kFwdCases[3], kFwdCases[4]};
+  const FwdCase cases[] = {kFwdCases[0], kFwdCases[2], kFwdCases[3], kFwdCases[4]};
+  ssd::ForwardTuning staged;
+  staged.staged_states = true;
+  auto configs_of = [&](const ssd_forward_args& a, const ssd::ForwardTuning& t) {
+    auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC, &t);
+    REQUIRE(configs.ok());
+    return configs.value();
+  };
   {  // compile every variant in parallel first
     std::vector<ssd_kernel_config> all;
     for (const FwdCase& c : cases) {
       FwdProblem probe(FwdCase{c.b, 1, c.h, c.p, c.g, c.n, c.Q, c.dtype, c.D, c.D_per_headdim, c.z, c.bias, c.softplus,
                                c.init, c.seq_idx});
       ssd_forward_args a = probe.args();
-      auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
-      REQUIRE(configs.ok());
-      for (ssd_kernel_config k : configs.value())
-        for (const ssd_tile& tile : ssd::legal_tiles(k)) {
-          k.tile = tile;
-          all.push_back(k);
-        }
+      for (const ssd::ForwardTuning& t : {ssd::ForwardTuning{}, staged})
+        for (ssd_kernel_config k : configs_of(a, t))
+          for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+            k.tile = tile;
+            all.push_back(k);
+          }
     }
     for (auto& r : rt.rt->builder->build_many(all, 16)) REQUIRE_MESSAGE(r.ok(), r.status().detail);
   }
   for (const FwdCase& c : cases) {
     CAPTURE(describe(c));
     FwdProblem prob(c);
-    const std::vector<uint8_t> base = prob.run(rt.rt);
     ssd_forward_args a = prob.args();
-    auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
-    REQUIRE(configs.ok());
+    auto run = [&](const ssd::ForwardTuning& t) {
+      prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); prob.d_ws.poison();
+      REQUIRE(ssd::ssd_forward(*rt.rt, &a, nullptr, nullptr, {}, &t).ok());
+      std::vector<uint8_t> r = download_bytes(prob.d_out), ox = download_bytes(prob.d_out_x),
+                           f = download_bytes(prob.d_final), ws = download_bytes(prob.d_ws);
+      if (c.z) r.insert(r.end(), ox.begin(), ox.end());
+      r.insert(r.end(), f.begin(), f.end());
+      r.insert(r.end(), ws.begin() + ptrdiff_t(prob.layout.states_offset), ws.end());  // P
+      return r;
+    };
+    const std::vector<uint8_t> base = run(ssd::ForwardTuning{});
     int variants = 0;
-    for (int stage = 1; stage <= 4; ++stage) {
-      for (const ssd_tile& tile : ssd::legal_tiles(configs.value()[size_t(stage)])) {
-        ssd::ForwardTiles tiles;
-        (stage == 1 ? tiles.bmm : stage == 2 ? tiles.state : stage == 3 ? tiles.passing : tiles.scan) = tile;
-        CAPTURE(stage);
-        CAPTURE(tile.m);
-        CAPTURE(tile.n);
-        CAPTURE(tile.k);
-        prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); prob.d_ws.poison();
-        REQUIRE(ssd::ssd_forward(*rt.rt, &a, nullptr, nullptr, {}, &tiles).ok());
-        std::vector<uint8_t> r = download_bytes(prob.d_out), ox = download_bytes(prob.d_out_x),
-                             f = download_bytes(prob.d_final);
-        if (c.z) r.insert(r.end(), ox.begin(), ox.end());
-        r.insert(r.end(), f.begin(), f.end());
-        CHECK(same_bytes(r, base));
-        ++variants;
+    for (const ssd::ForwardTuning& path : {ssd::ForwardTuning{}, staged})
+      for (const ssd_kernel_config& k : configs_of(a, path)) {
+        for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+          ssd::ForwardTuning t = path;
+          switch (k.kernel) {
+            case SSD_KERNEL_BMM_CHUNK_FWD: t.bmm = tile; break;
+            case SSD_KERNEL_CHUNK_STATE_FWD: t.state = tile; break;
+            case SSD_KERNEL_STATE_PASSING_FWD: t.passing = tile; break;
+            case SSD_KERNEL_CHUNK_STATE_PASSING_FWD: t.state_pass = tile; break;
+            case SSD_KERNEL_CHUNK_SCAN_FWD: t.scan = tile; break;
+            default: continue;  // chunk_cumsum_fwd has one tile
+          }
+          CAPTURE(ssd::kernel_name(k.kernel));
+          CAPTURE(path.staged_states);
+          CAPTURE(tile.m);
+          CAPTURE(tile.n);
+          CAPTURE(tile.k);
+          CHECK(same_bytes(run(t), base));
+          ++variants;
+        }
       }
-    }
-    MESSAGE("fwd tiles " << describe(c) << ": " << variants << " tile variants checked bitwise");
+    MESSAGE("fwd tiles " << describe(c) << ": " << variants << " tile variants (fused and staged states) checked bitwise");
   }
 }
