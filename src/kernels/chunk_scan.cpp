@@ -25,7 +25,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
   s.integer("kBlockM", c.tile.m, "positions")
       .integer("kBlockN", c.tile.n, "headdim")
       .integer("kBlockK", c.tile.k)
-      .type("State", "float")
+      .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
       .boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
@@ -37,7 +37,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanFwdFamily = {
     SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd", "ssd/chunk_scan.cuh", "ChunkScanFwdParams", "chunk_scan_fwd",
-    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z, defaults, validate, default_tile,
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_STATES_IN_DTYPE, defaults, validate,
+    default_tile,
     legal_tiles, spec};
 
 }  // namespace ssd

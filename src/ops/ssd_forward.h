@@ -32,9 +32,12 @@ struct ForwardBuffers {
   float* dt_out;
   float* dA_cumsum;
   float* CB;
-  float* states;
+  void* states;  // P: x's dtype on the forward's output path, else fp32 (states_bytes)
 };
-Result<ssd_forward_layout> forward_layout(const ssd_forward_args* args);
+struct ForwardTuning;
+// The layout ssd_forward needs (ssd_forward_workspace_layout: tuning null; the staged path of the
+// states needs fp32 P, so a larger states section).
+Result<ssd_forward_layout> forward_layout(const ssd_forward_args* args, const ForwardTuning* tuning = nullptr);
 // Per-stage tile overrides (zeros = the default tile), and the staged path of the states. Not in
 // the C API: for measuring tile candidates (`ssdgen bench fwd --tiles`) before one becomes a
 // default, and for the tests and benchmarks that compare the fused state pass with the staged one.
@@ -68,6 +71,9 @@ std::vector<ssd_kernel_config> forward_plan_configs(const ForwardCall& call);
 // The kernels of the call's stages (fetched before anything is allocated), then their launches;
 // after_stage(i) after stage i (kForwardStageNames) is enqueued or skipped. The call's buffers are only read by the launches.
 using PlanKernels = std::vector<const ssd_kernel*>;
+// Bytes per element of P: x's dtype on the forward's output path (SSD_FLAG_STATES_IN_DTYPE), 4 for
+// the backward's recompute (with_output false) and the staged path.
+int64_t states_bytes(bool with_output, const ForwardTuning& tuning);
 // The stages' names in report order (after_stage's argument indexes it).
 constexpr int kForwardStages = 6;
 extern const char* const kForwardStageNames[kForwardStages];

@@ -3,7 +3,8 @@
 //
 //   S_{-1} = init (0 without initial states);  for c = 0 .. Nc-1 in order:
 //     s_c = Σ_{l=0}^{λ_c} w_l · x[b, cQ+l, h, p] · B[b, cQ+l, g, n]     (chunk_state_fwd's s_c, its w_l)
-//     P_c = S_{c-1}                                          (the entering state, written to states)
+//     P_c = S_{c-1}                                          (the entering state, written to states:
+//                                                             fp32, or rounded to nearest in T)
 //     S_c = fma(θ_c · exp(dA_cumsum_c(λ_c)), S_{c-1}, s_c)    (one rounding, __fmaf_rn; expf)
 //   final = S_{Nc-1}                                        (written when final_states is given)
 //   w_l = ξ_c(l) ? exp(min(A(Q-1) - A(l), 0)) · Δ_l : 0,   θ_c = [seq_idx(cQ+λ_c) == seq_idx(cQ-1)]
@@ -42,11 +43,13 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
   constexpr int BLOCK_N = Spec::kBlockN;
   constexpr int BLOCK_K = Spec::kBlockK;
   using T = typename Spec::Element;
+  using S = typename Spec::State;  // P's type in memory: float, or T (SSD_FLAG_STATES_IN_DTYPE)
   constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
   constexpr bool HAS_INIT = Spec::kInitialStates;
   static_assert(fwd_geom::chunk_state_passing_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(is_16bit_float<T>::value, "chunk_state_passing_fwd: element type must be bf16 or fp16");
+  static_assert(same_type<S, float>::value || same_type<S, T>::value, "the state type is fp32 or the element type");
   using namespace fwd_geom;
   constexpr int WM = state_pass_warp_m(BLOCK_M);
   constexpr int WN = state_pass_warp_n(BLOCK_N);
@@ -73,7 +76,9 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
   const T* Bg = static_cast<const T*>(p.B.data);
   const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
   const bool vec_b = aligned16(Bg) && p.B.stride[3] == 1 && ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.states.data) & 7ull) == 0 &&
+  S* const Pg = static_cast<S*>(p.states.data);
+  // Pairs of P elements as one 8-byte (fp32) or 4-byte (16-bit) store.
+  const bool vec_out = (reinterpret_cast<unsigned long long>(Pg) & (2 * sizeof(S) - 1)) == 0 &&
                        ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 1) == 0;
   // Work indices are 32-bit (batch, nheads, nchunks * KS < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
@@ -122,22 +127,22 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
                                                       vec_b, safe_b, [&](int r, int) { return k0 + r < valid; });
         };
 
-        // The running state S and this chunk's s_c, element for element in the same fragment slots.
-        FragC S[MI][NJ], acc[MI][NJ];
+        // The running state (S above) and this chunk's s_c, element for element in the same fragment slots.
+        FragC run[MI][NJ], acc[MI][NJ];
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
           for (int j = 0; j < NJ; ++j) {
             warp::zero(acc[i][j]);
-            warp::zero(S[i][j]);
+            warp::zero(run[i][j]);
             if (HAS_INIT) {
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
                 const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);  // headdim index
                 const int col = n0 + wn0 + 8 * j + FragC::col(lane);         // dstate index
                 const float* src = p.initial_states.ptr(b, h) + (long long)row * N + col;
-                S[i][j].x[2 * half] = src[0];
-                S[i][j].x[2 * half + 1] = src[1];
+                run[i][j].x[2 * half] = src[0];
+                run[i][j].x[2 * half + 1] = src[1];
               }
             }
           }
@@ -164,22 +169,32 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
             if (last_id != prev_id) carry = 0.f;
             prev_id = last_id;
           }
-          float* out = p.states.ptr(b, c, h);
+          S* out = Pg + p.states.offset(b, c, h);
 #pragma unroll
           for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
-              float* orow = out + (long long)row * p.states.stride[3];
+              S* orow = out + (long long)row * p.states.stride[3];
 #pragma unroll
               for (int j = 0; j < NJ; ++j) {
                 const int col = n0 + wn0 + 8 * j + FragC::col(lane);
-                float* v = S[i][j].x + 2 * half;
-                if (vec_out) {
-                  *reinterpret_cast<float2*>(orow + col) = make_float2(v[0], v[1]);
-                } else {
-                  orow[col] = v[0];
-                  orow[col + 1] = v[1];
+                float* v = run[i][j].x + 2 * half;
+                if constexpr (same_type<S, float>::value) {
+                  if (vec_out) {
+                    *reinterpret_cast<float2*>(orow + col) = make_float2(v[0], v[1]);
+                  } else {
+                    orow[col] = v[0];
+                    orow[col + 1] = v[1];
+                  }
+                } else {  // the rounding chunk_scan_fwd applies to fp32 P before its mma (ptx::pack2)
+                  const unsigned pair = ptx::pack2<T>(v[0], v[1]);
+                  if (vec_out) {
+                    *reinterpret_cast<unsigned*>(orow + col) = pair;
+                  } else {
+                    orow[col] = reinterpret_cast<const T*>(&pair)[0];
+                    orow[col + 1] = reinterpret_cast<const T*>(&pair)[1];
+                  }
                 }
                 const float* a = acc[i][j].x + 2 * half;
                 v[0] = __fmaf_rn(carry, v[0], a[0]);
@@ -205,8 +220,8 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
                 const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
                 const int col = n0 + wn0 + 8 * j + FragC::col(lane);
                 float* dst = p.final_states.ptr(b, h) + (long long)row * N + col;
-                dst[0] = S[i][j].x[2 * half];
-                dst[1] = S[i][j].x[2 * half + 1];
+                dst[0] = run[i][j].x[2 * half];
+                dst[1] = run[i][j].x[2 * half + 1];
               }
         }
         __syncthreads();  // s_w and the stage buffers are reused by the next tile

@@ -55,7 +55,7 @@ struct ChunkStatePassingFwdParams {
   TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   TensorRef<const int, 2> seq_idx;  // (b, L); data null without
   TensorRef<const float, 2> initial_states;  // (b, h) rows of p*n (p-stride n); data null without
-  TensorRef<float, 4> states;  // P: (b, nchunks, h, p) rows of n, unit n-stride
+  TensorRef<void, 4> states;  // P: (b, nchunks, h, p) rows of n, unit n-stride; the state type (fp32 or element type)
   TensorRef<float, 2> final_states;  // (b, h) rows of p*n (p-stride n); data null without
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };

@@ -160,7 +160,13 @@ TEST_CASE("ssd_forward matches the float64 oracle, stage by stage" * doctest::sk
       return v;
     };
     std::vector<double> dt_out = region(prob.layout.dt_out_offset, nch), cs = region(prob.layout.dA_cumsum_offset, nch);
-    std::vector<double> P = region(prob.layout.states_offset, nst), CB = region(prob.layout.CB_offset, ncb);
+    std::vector<double> CB = region(prob.layout.CB_offset, ncb);
+    std::vector<double> P(nst);  // in x's dtype (docs/api.md)
+    for (size_t i = 0; i < nst; ++i) {
+      uint16_t u;
+      std::memcpy(&u, ws.data() + prob.layout.states_offset + 2 * i, 2);
+      P[i] = c.dtype == SSD_DTYPE_BF16 ? ssd::bf16_to_float(u) : ssd::fp16_to_float(u);
+    }
     // CB: only the causal lower triangle is produced and read.
     std::vector<double> CB_ref = ref.CB;
     for (size_t blk = 0; blk < size_t(c.b * prob.nc * c.g); ++blk)
@@ -316,14 +322,36 @@ TEST_CASE("ssd_forward: tile shapes of every stage, and the staged states, give 
     CAPTURE(describe(c));
     FwdProblem prob(c);
     ssd_forward_args a = prob.args();
+    // The staged path keeps P in fp32 (a larger states section); compared rounded to x's dtype,
+    // as chunk_scan_fwd and the fused path round it.
+    auto staged_layout = ssd::forward_layout(&a, &staged);
+    REQUIRE(staged_layout.ok());
+    DeviceBuffer staged_ws(staged_layout->total_bytes);
+    const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n);
     auto run = [&](const ssd::ForwardTuning& t) {
-      prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); prob.d_ws.poison();
-      REQUIRE(ssd::ssd_forward(*rt.rt, &a, nullptr, nullptr, {}, &t).ok());
+      DeviceBuffer& ws_buf = t.staged_states ? staged_ws : prob.d_ws;
+      ssd_forward_args call = a;
+      call.workspace = ws_buf.get();
+      call.workspace_bytes = t.staged_states ? staged_layout->total_bytes : prob.layout.total_bytes;
+      prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); ws_buf.poison();
+      REQUIRE(ssd::ssd_forward(*rt.rt, &call, nullptr, nullptr, {}, &t).ok());
       std::vector<uint8_t> r = download_bytes(prob.d_out), ox = download_bytes(prob.d_out_x),
-                           f = download_bytes(prob.d_final), ws = download_bytes(prob.d_ws);
+                           f = download_bytes(prob.d_final), ws = download_bytes(ws_buf);
       if (c.z) r.insert(r.end(), ox.begin(), ox.end());
       r.insert(r.end(), f.begin(), f.end());
-      r.insert(r.end(), ws.begin() + ptrdiff_t(prob.layout.states_offset), ws.end());  // P
+      const uint8_t* P = ws.data() + prob.layout.states_offset;  // the same offset on both paths
+      for (size_t i = 0; i < nst; ++i) {
+        uint16_t u;
+        if (t.staged_states) {
+          float v;
+          std::memcpy(&v, P + 4 * i, 4);
+          u = c.dtype == SSD_DTYPE_BF16 ? ssd::float_to_bf16(v) : ssd::float_to_fp16(v);
+        } else {
+          std::memcpy(&u, P + 2 * i, 2);
+        }
+        r.push_back(uint8_t(u & 0xff));
+        r.push_back(uint8_t(u >> 8));
+      }
       return r;
     };
     const std::vector<uint8_t> base = run(ssd::ForwardTuning{});

@@ -92,9 +92,10 @@ def test_forward_and_backward_compile_in_process_with_an_empty_cache(lib, tmp_pa
         assert (first.kernels, first.compiled, first.from_disk, first.from_memory) == (4, 4, 0, 0)
         assert first.seconds > 0
         back = prepare(lib, "backward", rt, bwd, options(lib))
-        # The recompute (cumsum, bmm, state_passing) is the forward's: already in memory.
-        assert back.from_memory == 3
-        assert back.compiled == back.kernels - 3 >= 10
+        # The recompute's cumsum and bmm are the forward's: already in memory (its state pass keeps
+        # P in fp32, another specialization than the forward's).
+        assert back.from_memory == 2
+        assert back.compiled == back.kernels - 2 >= 10
         again = prepare(lib, "backward", rt, bwd, options(lib))
         assert (again.compiled, again.from_memory) == (0, back.kernels)
     finally:
