@@ -15,7 +15,8 @@
 // in the canonical order of docs/determinism.md; fast mode adds them with atomics.
 //
 // Every sum is sequential in l inside one thread, so the bits do not depend on BLOCK_H (heads per
-// block), BLOCK_L (positions staged per step) or the grid size: the tiles only move data.
+// block), BLOCK_L / THREADS (positions staged per step / threads of the forward's block) or the grid
+// size: the tiles only move data.
 #pragma once
 
 #include "ssd/kernel_params.cuh"
@@ -38,60 +39,65 @@ __device__ __forceinline__ CumsumWork cumsum_work(long long w, long long head_bl
   return r;
 }
 
+// Forward, one block per (b, c, BLOCK_H heads), THREADS threads in three phases: (1) every
+// thread computes Δ_l for some (head, l) pairs (the dt loads and the softplus are independent, so
+// they run in parallel: the sequential scan used to carry them and was latency-bound); (2) one
+// thread per head runs the scan over l = 0..Q-1 in order from the staged Δ; (3) all threads store
+// dt_out and dA_cumsum along the chunk axis (coalesced). Same operations per element and the same
+// left-to-right sum as before, so the same bits for every tile.
 template <class Spec>
 __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
   constexpr int Q = Spec::kChunk;
   constexpr int BLOCK_H = Spec::kBlockH;
-  constexpr int BLOCK_L = Spec::kBlockL;
+  constexpr int THREADS = Spec::kThreads;
   using T = typename Spec::Element;
   constexpr bool kHasBias = Spec::kHasBias;
   constexpr bool kSoftplus = Spec::kSoftplus;
-  static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
-  // Staging tiles (+1 column: conflict-free transposed reads).
-  __shared__ float s_dt[BLOCK_H][BLOCK_L + 1];
-  __shared__ float s_cs[BLOCK_H][BLOCK_L + 1];
+  static_assert(cumsum_geom::fwd_tile_problem(Q, BLOCK_H, THREADS) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
+  // Δ and its cumulative sum for the block's heads (+1 column: conflict-free per-head rows).
+  __shared__ float s_dt[BLOCK_H][Q + 1];
+  __shared__ float s_cs[BLOCK_H][Q + 1];
   const int tid = threadIdx.x;
   const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
   const long long work = p.batch * p.nchunks * head_blocks;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {
     const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
-    const long long h = item.h0 + tid;
-    const bool head_ok = h < p.nheads;
-    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
-    float acc = 0.f;
-    for (int l0 = 0; l0 < Q; l0 += BLOCK_L) {
-      float delta[BLOCK_L];
-#pragma unroll
-      for (int j = 0; j < BLOCK_L; ++j) {  // loads first: independent of the scan
-        const long long t = item.c * Q + l0 + j;
-        delta[j] = 0.f;
-        if (head_ok && t < p.seqlen) {
-          const float u = dt_preact(
-              load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h)), bias);
-          delta[j] = dt_clamp(dt_activation<kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
-        }
+    const long long t0 = item.c * Q;
+    // (1) Δ_l, heads fastest: neighbouring threads read neighbouring dt elements.
+    for (int i = tid; i < BLOCK_H * Q; i += THREADS) {
+      const int hh = i % BLOCK_H, l = i / BLOCK_H;
+      const long long h = item.h0 + hh;
+      float delta = 0.f;  // 0 at padding positions and for heads past nheads
+      if (h < p.nheads && t0 + l < p.seqlen) {
+        const float bias = kHasBias ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+        const float u = dt_preact(load_as_float<T>(p.dt.data, p.dt.offset(item.b, t0 + l, h)), bias);
+        delta = dt_clamp(dt_activation<kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
       }
-#pragma unroll
-      for (int j = 0; j < BLOCK_L; ++j) {
-        acc = __fadd_rn(acc, __fmul_rn(delta[j], A));
-        s_dt[tid][j] = delta[j];
-        s_cs[tid][j] = acc;
-      }
-      __syncthreads();
-      // Coalesced stores along the chunk axis.
-      for (int i = tid; i < BLOCK_H * BLOCK_L; i += BLOCK_H) {
-        const int hh = i / BLOCK_L, j = i % BLOCK_L;
-        const long long ho = item.h0 + hh;
-        if (ho < p.nheads) {
-          const long long l = l0 + j;
-          p.dt_out.data[p.dt_out.offset(item.b, ho, item.c) + l] = s_dt[hh][j];
-          p.dA_cumsum.data[p.dA_cumsum.offset(item.b, ho, item.c) + l] =
-              s_cs[hh][j];
-        }
-      }
-      __syncthreads();
+      s_dt[hh][l] = delta;
     }
+    __syncthreads();
+    // (2) dA_cumsum(l) = ((0 + a_0) + a_1) + ... + a_l, a_l = Δ_l · A, one thread per head.
+    if (tid < BLOCK_H && item.h0 + tid < p.nheads) {
+      const float A = p.A.data[(item.h0 + tid) * p.A.stride[0]];
+      float acc = 0.f;
+#pragma unroll 16
+      for (int l = 0; l < Q; ++l) {
+        acc = __fadd_rn(acc, __fmul_rn(s_dt[tid][l], A));
+        s_cs[tid][l] = acc;
+      }
+    }
+    __syncthreads();
+    // (3) Coalesced stores along the chunk axis.
+    for (int i = tid; i < BLOCK_H * Q; i += THREADS) {
+      const int hh = i / Q, l = i % Q;
+      const long long h = item.h0 + hh;
+      if (h < p.nheads) {
+        p.dt_out.data[p.dt_out.offset(item.b, h, item.c) + l] = s_dt[hh][l];
+        p.dA_cumsum.data[p.dA_cumsum.offset(item.b, h, item.c) + l] = s_cs[hh][l];
+      }
+    }
+    __syncthreads();  // the staging tiles are reused by the next work item
   }
 }
 

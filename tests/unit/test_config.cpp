@@ -33,11 +33,11 @@ TEST_CASE("defaults validate and normalize to the default tile") {
 }
 
 TEST_CASE("default tile is a pure function of the specialization") {
-  ssd_kernel_config a = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  ssd_kernel_config a = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   ssd_kernel_config b = a;
   CHECK(default_tile(a).m == default_tile(b).m);
   a.chunk_size = 16;
-  CHECK(default_tile(a).n == 16);  // never larger than the chunk
+  CHECK(default_tile(a).n == 16);  // positions per step: never larger than the chunk
   CHECK(validate_config(*normalize_config(a)).ok());
 }
 
@@ -54,17 +54,29 @@ TEST_CASE("every bad field is named with its legal values") {
   c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
   c.flags = 1u << 7;
   CHECK(contains(error_of(c), "flags"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.tile.m = 48;
   CHECK(contains(error_of(c), "tile.m"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.chunk_size = 16;
   c.tile.n = 32;
   CHECK(contains(error_of(c), "tile.n"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.tile.m = 128;
   c.tile.n = 64;
   CHECK(contains(error_of(c), "m * n <= 4096"));
+  // chunk_cumsum_fwd: m heads per block, n threads (kernel_params.cuh, cumsum_geom).
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile.m = 64;
+  CHECK(contains(error_of(c), "tile: 64x256 is not legal for chunk_cumsum_fwd (legal: m (heads per block) in 8, 16, 32)"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile.n = 96;
+  CHECK(contains(error_of(c), "n (threads per block) in 64, 128, 256"));
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile = ssd_tile{32, 256, 0, 0, 0};  // 32 * 257 * 8 bytes > 48 KiB at chunk 256
+  CHECK(contains(error_of(c), "must fit in 48 KiB"));
+  c.chunk_size = 128;
+  CHECK(validate_config(c).ok());
   c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
   c.headdim = 64;
   CHECK(contains(error_of(c), "headdim"));
@@ -259,7 +271,7 @@ TEST_CASE("duplicate JSON keys are refused, naming the key") {
         "configs: configs[1].dtype: given twice");
   // The same key in different objects, or at different depths, is no duplicate.
   auto two = configs_from_json_text(
-      R"([{"kernel":"chunk_cumsum_fwd","chunk_size":64,"tile":{"m":64}},{"kernel":"chunk_cumsum_fwd","chunk_size":128}])");
+      R"([{"kernel":"chunk_cumsum_fwd","chunk_size":64,"tile":{"m":16}},{"kernel":"chunk_cumsum_fwd","chunk_size":128}])");
   REQUIRE(two.ok());
   CHECK(two->at(0).chunk_size == 64);
   CHECK(two->at(1).chunk_size == 128);
