@@ -64,21 +64,21 @@ Status cumsum_validate(const ssd_kernel_config& c) {
     return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
   if (!in_list(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
     return field_error(c, "tile.n", std::to_string(c.tile.n), "0 (default), 8, 16, 32, 64; at most chunk_size");
-  // Two fp32 staging tiles of m x (n + 1) must fit in 48 KiB of static shared memory.
-  if (c.tile.m * c.tile.n > 4096)
-    return field_error(c, "tile", std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n), "m * n <= 4096");
+  // Four fp32 staging tiles of m x (n + 1) and m x n flag bytes must fit in 48 KiB of static shared memory.
+  if (c.tile.m * c.tile.n > 2048)
+    return field_error(c, "tile", std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n), "m * n <= 2048");
   return Status::Ok();
 }
 
-// One thread scans one head; 64 heads per block keeps the (b, L, h) loads 128 B wide for bf16 and
-// gives b * nchunks * h / 64 blocks. 32 positions are staged through shared memory per step.
+// One thread scans one head (four threads per head load and store); 64 heads per block keeps the
+// (b, L, h) loads 128 B wide for bf16. 32 positions are staged through shared memory per step.
 ssd_tile cumsum_default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(32, c.chunk_size), 0, 0, 0}; }
 
 std::vector<ssd_tile> cumsum_legal_tiles(const ssd_kernel_config& c) {
   std::vector<ssd_tile> tiles;
   for (int m : {32, 64, 128})
     for (int n : {8, 16, 32, 64})
-      if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
+      if (n <= c.chunk_size && m * n <= 2048) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
   return tiles;
 }
 
@@ -97,7 +97,7 @@ KernelSpec bwd_spec(const ssd_kernel_config& c) {
   SpecWriter s = cumsum_members(c);
   s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC)
       .boolean("kIncrements", c.flags & SSD_FLAG_DDA_INCREMENTS);  // ddA is w.r.t. the increments a_l
-  return {s.members(), c.tile.m, 0};
+  return {s.members(), ssd_kernels::cumsum_geom::bwd_threads(c.tile.m), 0};
 }
 
 }  // namespace

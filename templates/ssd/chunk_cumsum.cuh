@@ -104,11 +104,19 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
 // kIncrements (the SSD backward): ddA_cumsum holds the gradient w.r.t. the increments a_l = Δ_l A
 // itself (chunk_scan_bwd_ddA's output), so g_l = ddA(l) and there is no reverse scan; everything
 // after g_l is the same code and order.
+//
+// Backward, one block per (b, c, BLOCK_H heads), 4 threads per head, BLOCK_L positions per step
+// from the chunk's end: (1) all threads load ddA_cumsum and ddt_out along the chunk axis and dt
+// along the heads, and compute u, v, Δ and the clamp / sigmoid factors (independent per position);
+// (2) one thread per head runs the right-to-left chain (g, dΔ, du, the fp64 partials) over the
+// staged values; (3) all threads store ddt along the heads. The chain does what the one-thread
+// version did, in the same order, so the bits are the same for every tile.
 template <class Spec>
 __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
   constexpr int Q = Spec::kChunk;
   constexpr int BLOCK_H = Spec::kBlockH;
   constexpr int BLOCK_L = Spec::kBlockL;
+  constexpr int NT = cumsum_geom::bwd_threads(BLOCK_H);
   using T = typename Spec::Element;
   constexpr bool kHasBias = Spec::kHasBias;
   constexpr bool kSoftplus = Spec::kSoftplus;
@@ -116,22 +124,25 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
   constexpr bool kIncrements = Spec::kIncrements;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
-  __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];
+  __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];  // ddt_out in, du out
+  __shared__ float s_delta[BLOCK_H][BLOCK_L + 1];
+  __shared__ float s_sig[BLOCK_H][BLOCK_L + 1];  // sigmoid(u), where softplus applies (u <= 20)
+  __shared__ unsigned char s_flags[BLOCK_H][BLOCK_L];  // kInRange: lo <= v <= hi; kSigmoid: s_sig applies
+  constexpr unsigned char kInRange = 1, kSigmoid = 2;
   const int tid = threadIdx.x;
   const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
   const long long work = p.batch * p.nchunks * head_blocks;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {
     const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
-    const long long h = item.h0 + tid;
-    const bool head_ok = h < p.nheads;
+    const long long h = item.h0 + tid;  // the scanning thread's head (tid < BLOCK_H)
+    const bool head_ok = tid < BLOCK_H && h < p.nheads;
     const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
     float g = 0.f;
     double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
     for (int l0 = Q - BLOCK_L; l0 >= 0; l0 -= BLOCK_L) {
-      // Coalesced loads along the chunk axis into the transposed staging tiles.
-      for (int i = tid; i < BLOCK_H * BLOCK_L; i += BLOCK_H) {
+      // (1) Loads along the chunk axis for the (b, h, c) rows ...
+      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
         const int hh = i / BLOCK_L, j = i % BLOCK_L;
         const long long ho = item.h0 + hh;
         const long long l = l0 + j;
@@ -143,29 +154,52 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         s_ddA[hh][j] = dda;
         s_ddt[hh][j] = ddo;
       }
-      __syncthreads();
-      float dt_raw[BLOCK_L];
-#pragma unroll
-      for (int j = 0; j < BLOCK_L; ++j) {
-        const long long t = item.c * Q + l0 + j;
-        dt_raw[j] = (head_ok && l0 + j < valid)
-                        ? load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h))
-                        : 0.f;
-      }
-#pragma unroll
-      for (int j = BLOCK_L - 1; j >= 0; --j) {
-        if (head_ok && l0 + j < valid) {
+      // ... and along the heads for dt (b, L, h): Δ and the factors of dΔ -> du.
+      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
+        const int hh = i % BLOCK_H, j = i / BLOCK_H;
+        const long long ho = item.h0 + hh;
+        float delta = 0.f, sig = 0.f;
+        unsigned char flags = 0;
+        if (ho < p.nheads && l0 + j < valid) {
+          const float bias = kHasBias ? p.dt_bias.data[ho * p.dt_bias.stride[0]] : 0.f;
           const long long t = item.c * Q + l0 + j;
-          const float u = dt_preact(dt_raw[j], bias);
+          const float u = dt_preact(load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, ho)), bias);
           const float v = dt_activation<kSoftplus>(u);
-          const float delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
-          g = kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
-          const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
-          const float du = dt_backward<kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
-          part_A = __dadd_rn(part_A, __dmul_rn(double(delta), double(g)));  // exact product
-          part_bias = __dadd_rn(part_bias, double(du));
-          store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, t, h), du);
+          delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
+          if (!(v < p.dt_limit_lo || v > p.dt_limit_hi)) flags |= kInRange;
+          if (kSoftplus && u <= 20.f) {
+            flags |= kSigmoid;
+            sig = dt_sigmoid(u);
+          }
         }
+        s_delta[hh][j] = delta;
+        s_sig[hh][j] = sig;
+        s_flags[hh][j] = flags;
+      }
+      __syncthreads();
+      // (2) The chain, right to left (du as dt_transform.cuh defines it, from the staged factors).
+      if (head_ok) {
+#pragma unroll 8
+        for (int j = BLOCK_L - 1; j >= 0; --j) {
+          if (l0 + j < valid) {
+            g = kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
+            const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
+            const unsigned char flags = s_flags[tid][j];
+            float du = (flags & kInRange) ? d_delta : 0.f;
+            if (flags & kSigmoid) du = __fmul_rn(du, s_sig[tid][j]);
+            part_A = __dadd_rn(part_A, __dmul_rn(double(s_delta[tid][j]), double(g)));  // exact product
+            part_bias = __dadd_rn(part_bias, double(du));
+            s_ddt[tid][j] = du;
+          }
+        }
+      }
+      __syncthreads();
+      // (3) ddt along the heads.
+      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
+        const int hh = i % BLOCK_H, j = i / BLOCK_H;
+        const long long ho = item.h0 + hh;
+        if (ho < p.nheads && l0 + j < valid)
+          store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, item.c * Q + l0 + j, ho), s_ddt[hh][j]);
       }
       __syncthreads();
     }

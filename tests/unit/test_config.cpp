@@ -64,7 +64,7 @@ TEST_CASE("every bad field is named with its legal values") {
   c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   c.tile.m = 128;
   c.tile.n = 64;
-  CHECK(contains(error_of(c), "m * n <= 4096"));
+  CHECK(contains(error_of(c), "m * n <= 2048"));
   // chunk_cumsum_fwd: m heads per block, n threads (kernel_params.cuh, cumsum_geom).
   c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
   c.tile.m = 64;
