@@ -30,7 +30,10 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
-  return {s.members(), ssd_kernels::fwd_geom::chunk_scan_threads(), 0};
+  // With P in the element type (no fp32 register staging) the kernel needs 158 registers; capping
+  // it at 128 (4 blocks of 128 threads per SM instead of 3) spills nothing on sm_90a (docs/perf.md).
+  const bool p_in_dtype = c.flags & SSD_FLAG_STATES_IN_DTYPE;
+  return {s.members(), ssd_kernels::fwd_geom::chunk_scan_threads(), p_in_dtype ? 4 : 0};
 }
 
 }  // namespace
