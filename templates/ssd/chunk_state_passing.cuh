@@ -18,7 +18,9 @@
 //
 // Pipeline: the cp.async ring runs over the flattened (chunk, K step) sequence, so the next chunk's
 // first tiles are in flight while this chunk's last step and its epilogue (P_c store, fma) run. The
-// next chunk's weights are written into the other half of s_w during the first step of a chunk.
+// per-position inputs of the weights (dA_cumsum, Δ, seq_idx) are loaded into registers a chunk
+// ahead, and chunk c+1's weights are written into the other half of s_w during chunk c's last step,
+// so no global load latency sits between the steps.
 //
 // Launch: block = fwd_geom::chunk_state_passing_threads(BLOCK_M, BLOCK_N) threads (warp tiles of
 //         at most 32 x 32); grid = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch,
@@ -92,23 +94,45 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_b = Bg + p.B.offset(b, 0, g);
 
-      // Weights of chunk c into w_out (chunk_state_fwd's w_l, the same expressions).
-      auto weights = [&](int c, float* w_out) {
+      // Weights of chunk c (chunk_state_fwd's w_l, the same expressions), in two halves: the global
+      // loads into registers (fetch), then w_l into shared memory (put).
+      constexpr int WPT = (Q + NT - 1) / NT;  // positions per thread
+      struct WeightInputs {
+        float a_last, dA[WPT], dt[WPT];
+        int q_last, seq[WPT];
+      };
+      auto fetch = [&](int c, WeightInputs& in) {
         const long long t0 = (long long)c * Q;
         const int valid = chunk_valid(c);
         const float* dA = p.dA_cumsum.ptr(b, h, c);
         const float* dt = p.dt.ptr(b, h, c);
-        const float a_last = dA[Q - 1];
-        const int q_last = HAS_SEQ_IDX ? p.seq_idx(b, t0 + valid - 1) : 0;
-        for (int l = tid; l < Q; l += NT) {
-          float w = 0.f;
+        in.a_last = dA[Q - 1];
+        in.q_last = HAS_SEQ_IDX ? p.seq_idx(b, t0 + valid - 1) : 0;
+#pragma unroll
+        for (int k = 0; k < WPT; ++k) {
+          const int l = tid + k * NT;
           if (l < valid) {
-            const float e = __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
-            bool keep = true;
-            if (HAS_SEQ_IDX) keep = p.seq_idx(b, t0 + l) == q_last;
-            w = keep ? e : 0.f;
+            in.dA[k] = dA[l];
+            in.dt[k] = dt[l];
+            if (HAS_SEQ_IDX) in.seq[k] = p.seq_idx(b, t0 + l);
           }
-          w_out[l] = w;
+        }
+      };
+      auto put = [&](int c, const WeightInputs& in, float* w_out) {
+        const int valid = chunk_valid(c);
+#pragma unroll
+        for (int k = 0; k < WPT; ++k) {
+          const int l = tid + k * NT;
+          if (l < Q) {
+            float w = 0.f;
+            if (l < valid) {
+              const float e = __expf(fminf(in.a_last - in.dA[k], 0.f)) * in.dt[k];
+              bool keep = true;
+              if (HAS_SEQ_IDX) keep = in.seq[k] == in.q_last;
+              w = keep ? e : 0.f;
+            }
+            w_out[l] = w;
+          }
         }
       };
 
@@ -147,7 +171,10 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
             }
           }
 
-        weights(0, s_w[0]);  // visible after the first step's barrier
+        WeightInputs next;
+        fetch(0, next);
+        put(0, next, s_w[0]);  // visible after the first step's barrier
+        if (nchunks > 1) fetch(1, next);
         int prev_id = 0;     // seq_idx(cQ - 1), with seq_idx(-1) := 0
         const int steps = (nchunks - 1) * KS + steps_last;
         const block::CpAsyncPipeline<STAGES> ring{steps};
@@ -155,11 +182,17 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
         int c = 0, ks = 0;
         for (int s = 0; s < steps; ++s) {
           ring.begin(s, load_stage);
-          // Every thread has finished chunk c-1 (the barrier above), so its weights' half is free.
-          if (ks == 0 && c + 1 < nchunks) weights(c + 1, s_w[(c + 1) & 1]);
           detail::chunk_state_step<T, BLOCK_K, LDX, LDB>(acc, s_x[s % STAGES], s_b[s % STAGES], wm0, wn0,
                                                          s_w[c & 1] + ks * BLOCK_K, lt);
           if (++ks < (c < nchunks - 1 ? KS : steps_last)) continue;
+
+          // Chunk c+1's weights into the half chunk c-1 used (every thread finished chunk c-1 before
+          // this chunk's first barrier; the next chunk reads it after its own first barrier), and
+          // chunk c+2's inputs on their way.
+          if (c + 1 < nchunks) {
+            put(c + 1, next, s_w[(c + 1) & 1]);
+            if (c + 2 < nchunks) fetch(c + 2, next);
+          }
 
           // Epilogue of chunk c: P_c = S_{c-1}, then S_c = fma(carry, S_{c-1}, s_c) (state_passing_fwd).
           const int last = chunk_valid(c) - 1;  // λ_c
