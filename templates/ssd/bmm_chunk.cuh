@@ -28,21 +28,16 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int N = Spec::kDstate;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  using T = typename Spec::Element;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(fwd_geom::bmm_chunk_tile_problem(Q, N, BLOCK_M, BLOCK_N, 0) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
-  static_assert(is_16bit_float<T>::value, "bmm_chunk_fwd: element type must be bf16 or fp16");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0, "tiles must be multiples of 16");
   static_assert(N % 16 == 0, "dstate must be a multiple of 16");
@@ -61,7 +56,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
   static_assert(bmm_chunk_smem_bytes(N, BLOCK_M, BLOCK_N) <= kMaxStaticSmem, "shared memory over 48 KiB");
 
   __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
-  __shared__ int s_seq[HAS_SEQ_IDX ? BLOCK_M + BLOCK_N : 1];
+  __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -98,7 +93,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
         }
         const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
 
-        if (HAS_SEQ_IDX) {
+        if (Spec::kSeqIdx) {
           for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
             const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
             s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
@@ -160,7 +155,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
             for (int j = 0; j < NJ; ++j) {
               const int cl = wn0 + 8 * j + 2 * lt;  // column inside the tile
               float v0 = acc[i][j].x[2 * half], v1 = acc[i][j].x[2 * half + 1];
-              if (HAS_SEQ_IDX) {
+              if (Spec::kSeqIdx) {
                 const int q = s_seq[rl];
                 v0 = q == s_seq[BLOCK_M + cl] ? v0 : 0.f;
                 v1 = q == s_seq[BLOCK_M + cl + 1] ? v1 : 0.f;

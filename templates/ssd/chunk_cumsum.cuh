@@ -44,8 +44,6 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
   constexpr int BLOCK_H = Spec::kBlockH;
   constexpr int BLOCK_L = Spec::kBlockL;
   using T = typename Spec::Element;
-  constexpr bool kHasBias = Spec::kHasBias;
-  constexpr bool kSoftplus = Spec::kSoftplus;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   // Staging tiles (+1 column: conflict-free transposed reads).
   __shared__ float s_dt[BLOCK_H][BLOCK_L + 1];
@@ -58,7 +56,7 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
     const long long h = item.h0 + tid;
     const bool head_ok = h < p.nheads;
     const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+    const float bias = (Spec::kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
     float acc = 0.f;
     for (int l0 = 0; l0 < Q; l0 += BLOCK_L) {
       float delta[BLOCK_L];
@@ -69,7 +67,7 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
         if (head_ok && t < p.seqlen) {
           const float u = dt_preact(
               load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h)), bias);
-          delta[j] = dt_clamp(dt_activation<kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
+          delta[j] = dt_clamp(dt_activation<Spec::kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
         }
       }
 #pragma unroll
@@ -104,10 +102,6 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
   constexpr int BLOCK_H = Spec::kBlockH;
   constexpr int BLOCK_L = Spec::kBlockL;
   using T = typename Spec::Element;
-  constexpr bool kHasBias = Spec::kHasBias;
-  constexpr bool kSoftplus = Spec::kSoftplus;
-  constexpr bool kDeterministic = Spec::kDeterministic;
-  constexpr bool kIncrements = Spec::kIncrements;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
   __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];
@@ -119,7 +113,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
     const long long h = item.h0 + tid;
     const bool head_ok = h < p.nheads;
     const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+    const float bias = (Spec::kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
     float g = 0.f;
     double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
@@ -151,11 +145,11 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         if (head_ok && l0 + j < valid) {
           const long long t = item.c * Q + l0 + j;
           const float u = dt_preact(dt_raw[j], bias);
-          const float v = dt_activation<kSoftplus>(u);
+          const float v = dt_activation<Spec::kSoftplus>(u);
           const float delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
-          g = kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
+          g = Spec::kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
           const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
-          const float du = dt_backward<kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
+          const float du = dt_backward<Spec::kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
           part_A = __dadd_rn(part_A, __dmul_rn(double(delta), double(g)));  // exact product
           part_bias = __dadd_rn(part_bias, double(du));
           store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, t, h), du);
@@ -164,14 +158,14 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
       __syncthreads();
     }
     if (head_ok) {
-      if (kDeterministic) {
-        constexpr int P = kHasBias ? 2 : 1;
+      if (Spec::kDeterministic) {
+        constexpr int P = Spec::kHasBias ? 2 : 1;
         double* out = p.partials + ((item.b * p.nchunks + item.c) * p.nheads + h) * P;
         out[0] = part_A;
-        if (kHasBias) out[1] = part_bias;
+        if (Spec::kHasBias) out[1] = part_bias;
       } else {
         atomicAdd(p.dA.data + h * p.dA.stride[0], __double2float_rn(part_A));
-        if (kHasBias) atomicAdd(p.ddt_bias.data + h * p.ddt_bias.stride[0], __double2float_rn(part_bias));
+        if (Spec::kHasBias) atomicAdd(p.ddt_bias.data + h * p.ddt_bias.stride[0], __double2float_rn(part_bias));
       }
     }
   }

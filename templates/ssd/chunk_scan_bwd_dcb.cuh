@@ -37,6 +37,7 @@
 #include "ssd/backward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
@@ -52,18 +53,10 @@ __device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s
 
 template <class Spec>
 __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  static_assert(bwd_geom::dcb_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
+  static_assert(bwd_geom::dcb_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dcb: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_M <= 128 && BLOCK_N <= 128,
@@ -76,7 +69,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   constexpr int BKP = dcb_block_kp(P, BLOCK_K);  // p-step
   constexpr int KP = P / BKP;                     // p-steps per head
   constexpr int STEPS = HEADS_PER_GROUP * KP;
-  constexpr int STAGES = dcb_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int STAGES = dcb_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx);
   constexpr int LD = BKP + kPad;  // dy tile [l][p] and x tile [s][p], type T
   constexpr int MI = WM / 16, NJ = WN / 8;
   constexpr int TILES = dcb_tiles(Q, BLOCK_M, BLOCK_N);
@@ -84,16 +77,16 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   static_assert(P % BKP == 0, "min(BLOCK_K, headdim) must divide headdim");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   static_assert(2 * MI * NJ * 4 <= 128, "two fp32 warp tiles (head + group) over 128 registers per thread");
-  static_assert(dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+  static_assert(dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or the tile");
   static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * STAGES * SIDE +
-                        (HAS_SEQ_IDX ? 4 * (BLOCK_M + BLOCK_N) : 0) ==
-                    dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX),
+                        (Spec::kSeqIdx ? 4 * (BLOCK_M + BLOCK_N) : 0) ==
+                    dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx),
                 "shared layout out of sync with bwd_geom::dcb_smem_bytes");
 
   __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
   __shared__ __align__(16) float s_side[STAGES][SIDE];
-  __shared__ int s_seq[HAS_SEQ_IDX ? BLOCK_M + BLOCK_N : 1];
+  __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -147,7 +140,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           for (int j = 0; j < NJ; ++j) warp::zero(gacc[i][j]);
 
         if (live) {
-          if (HAS_SEQ_IDX) {  // visible after the first barrier of the loop below
+          if (Spec::kSeqIdx) {  // visible after the first barrier of the loop below
             for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
               const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
               s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
@@ -223,14 +216,14 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
                   const int l = m0 + rl;
                   const float al = sd[rl];
                   const bool row_ok = l < valid;
-                  const int q = HAS_SEQ_IDX ? s_seq[rl] : 0;
+                  const int q = Spec::kSeqIdx ? s_seq[rl] : 0;
 #pragma unroll
                   for (int j = 0; j < NJ; ++j) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                       const int cl = wn0 + 8 * j + 2 * lt + e;  // column inside the tile
                       bool keep = row_ok && n0 + cl <= l;
-                      if (HAS_SEQ_IDX) keep = keep && q == s_seq[BLOCK_M + cl];
+                      if (Spec::kSeqIdx) keep = keep && q == s_seq[BLOCK_M + cl];
                       float& m = hacc[i][j].x[2 * half + e];
                       const float d = keep ? detail::bwd_decay_product(m, al, sd[BLOCK_M + cl],
                                                                        sd[BLOCK_M + BLOCK_N + cl])

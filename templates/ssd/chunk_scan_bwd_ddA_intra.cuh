@@ -44,23 +44,16 @@
 #include "ssd/chunk_scan_bwd_dcb.cuh"  // detail::bwd_decay_product: the one definition of d
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool DETERMINISTIC = Spec::kDeterministic;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(bwd_geom::intra_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_ddA_intra: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
   static_assert(BLOCK_M % kIntraRowGroup == 0 && BLOCK_M <= 128 && Q % BLOCK_M == 0,
                 "BLOCK_M must be 64 or 128 and divide the chunk");
@@ -266,7 +259,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
             float t = 0.f;
             for (int l = kg > lo ? kg : lo; l < hi; ++l) t = __fadd_rn(t, s_w[(l - m0) * LDW + k]);
             const int rglob = lo / kIntraRowGroup;
-            if (DETERMINISTIC) {
+            if (Spec::kDeterministic) {
               p.intra[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
             } else {
               atomicAdd(p.intra + row_bhc * Q + kg, t);

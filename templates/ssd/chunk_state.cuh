@@ -30,25 +30,16 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int N = Spec::kDstate;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  constexpr bool DSTATES = Spec::kDstates;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(fwd_geom::chunk_state_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_state_fwd: element type must be bf16 or fp16");
   static_assert(P % BLOCK_M == 0 && N % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide P, N, Q");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_K % 16 == 0, "tiles must be multiples of 16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
@@ -104,16 +95,16 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         {
           const float a_last = dA[Q - 1];
           int q_last = 0;  // the id tokens must match: seq_idx(cQ+λ) (ξ), or seq_idx(cQ-1) (η, DSTATES)
-          if (HAS_SEQ_IDX) {
-            if (!DSTATES) q_last = p.seq_idx(b, t0 + valid - 1);
+          if (Spec::kSeqIdx) {
+            if (!Spec::kDstates) q_last = p.seq_idx(b, t0 + valid - 1);
             else if (c > 0) q_last = p.seq_idx(b, t0 - 1);
           }
           for (int l = tid; l < Q; l += NT) {
             float w = 0.f;
             if (l < valid) {
-              const float e = DSTATES ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
+              const float e = Spec::kDstates ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
               bool keep = true;
-              if (HAS_SEQ_IDX) keep = p.seq_idx(b, t0 + l) == q_last;
+              if (Spec::kSeqIdx) keep = p.seq_idx(b, t0 + l) == q_last;
               w = keep ? e : 0.f;
             }
             s_w[l] = w;

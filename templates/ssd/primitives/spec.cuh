@@ -1,0 +1,56 @@
+// The names a tiled kernel template reads from its Spec (the generated unit's `struct Spec`, written
+// by the family's generator in src/kernels), declared once for every template:
+//
+//   SSD_TILE_SPEC_NAMES(Spec);   // at the top of template <class Spec> __device__ void kernel(...)
+//
+// declares the local constants Q (chunk length, Spec::kChunk), P (headdim, kHeaddim), N (dstate,
+// kDstate), HEADS_PER_GROUP (kHeadsPerGroup), BLOCK_M / BLOCK_N / BLOCK_K (kBlockM / kBlockN /
+// kBlockK) and the element type T (Spec::Element, asserted bf16 or fp16: the tensor-core kernels'
+// operand types). kChunk, kBlockM and Element are required; a
+// family whose Spec has no headdim, dstate, heads-per-group, BLOCK_N or BLOCK_K member (bmm_chunk
+// has no headdim, chunk_scan_bwd_dx no BLOCK_N, ...) reads 0 there, and its own static_asserts and
+// tile checks never see such a name. The family's flags (kSeqIdx, kD, ...) stay spelled out in the
+// template, next to the formula that uses them.
+//
+// The constants are the Spec's values themselves, so the machine code is the same as with the
+// hand-written `constexpr int Q = Spec::kChunk;` blocks the templates had before.
+#pragma once
+
+#include "ssd/primitives/mma.cuh"  // is_16bit_float
+
+namespace ssd_kernels {
+namespace spec_detail {
+
+// Spec::member when the Spec has it, else 0 (overload on int vs long picks the first when viable).
+#define SSD_SPEC_OPTIONAL_INT(member)                                                                         \
+  template <class S>                                                                                          \
+  __host__ __device__ constexpr auto optional_##member(int) -> decltype(int(S::member)) { return S::member; } \
+  template <class S>                                                                                          \
+  __host__ __device__ constexpr int optional_##member(long) { return 0; }
+SSD_SPEC_OPTIONAL_INT(kHeaddim)
+SSD_SPEC_OPTIONAL_INT(kDstate)
+SSD_SPEC_OPTIONAL_INT(kHeadsPerGroup)
+SSD_SPEC_OPTIONAL_INT(kBlockN)
+SSD_SPEC_OPTIONAL_INT(kBlockK)
+#undef SSD_SPEC_OPTIONAL_INT
+
+}  // namespace spec_detail
+}  // namespace ssd_kernels
+
+#define SSD_TILE_SPEC_NAMES(Spec)                                                                             \
+  [[maybe_unused]] constexpr int Q = Spec::kChunk, BLOCK_M = Spec::kBlockM;                                   \
+  [[maybe_unused]] constexpr int P = ::ssd_kernels::spec_detail::optional_kHeaddim<Spec>(0),                  \
+                                 N = ::ssd_kernels::spec_detail::optional_kDstate<Spec>(0);                   \
+  [[maybe_unused]] constexpr int HEADS_PER_GROUP =                                                            \
+      ::ssd_kernels::spec_detail::optional_kHeadsPerGroup<Spec>(0);                                           \
+  [[maybe_unused]] constexpr int BLOCK_N = ::ssd_kernels::spec_detail::optional_kBlockN<Spec>(0),             \
+                                 BLOCK_K = ::ssd_kernels::spec_detail::optional_kBlockK<Spec>(0);             \
+  using T = typename Spec::Element;                                                                           \
+  static_assert(::ssd_kernels::is_16bit_float<T>::value, "element type must be bf16 or fp16")
+
+// The one-dimensional kernels (state_passing_fwd / _bwd, chunk_scan_bwd_ddA): Q (Spec::kChunk) and
+// BLOCK (Spec::kBlock, threads per block), checked by the family's tile_problem(BLOCK, 0, 0) as
+// the host's check in src/kernels does.
+#define SSD_BLOCK_SPEC_NAMES(Spec, tile_problem)                                                              \
+  [[maybe_unused]] constexpr int Q = Spec::kChunk, BLOCK = Spec::kBlock;                                      \
+  static_assert(tile_problem(BLOCK, 0, 0) == nullptr, "illegal tile: the host's check (src/kernels) refuses it")
