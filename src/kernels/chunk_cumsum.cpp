@@ -7,10 +7,7 @@
 namespace ssd {
 namespace {
 
-void cumsum_defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_BF16;
-  c.chunk_size = 256;
-}
+void cumsum_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_BF16); }
 
 Status cumsum_validate(const ssd_kernel_config& c) {
   SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},

@@ -6,10 +6,7 @@
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_FP32;
-  c.chunk_size = 256;
-}
+void defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_FP32); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::ddA_tile_problem(c.tile.m, c.tile.n, c.tile.k);

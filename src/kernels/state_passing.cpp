@@ -7,14 +7,8 @@
 namespace ssd {
 namespace {
 
-void fwd_defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_FP32;
-  c.chunk_size = 256;
-}
-void bwd_defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_BF16;
-  c.chunk_size = 256;
-}
+void fwd_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_FP32); }
+void bwd_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_BF16); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::fwd_geom::state_passing_tile_problem(c.tile.m, c.tile.n, c.tile.k);
