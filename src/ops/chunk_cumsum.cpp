@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/struct_io.h"
 #include "config/config.h"
+#include "ops/op_common.h"
 #include "ops/tensor_check.h"
 #include "ops/workspace.h"
 #include "ops/tensor_ref.h"
@@ -83,11 +84,6 @@ Result<ssd_kernel_config> make_config(ssd_runtime& rt, ssd_kernel_id kernel, con
   return cumsum_config(kernel, dtype, d.chunk, bias, softplus, o.tile, mode, arch.value());
 }
 
-unsigned grid_for(int64_t work, int32_t max_blocks) {
-  int64_t grid = max_blocks > 0 ? std::min<int64_t>(work, max_blocks) : work;
-  return unsigned(std::min<int64_t>(grid, 0x7fffffff));
-}
-
 int64_t cumsum_work(const Dims& d, int32_t block_h) {
   return d.batch * d.nchunks * ((d.nheads + block_h - 1) / block_h);
 }
@@ -126,23 +122,9 @@ ssd_launch_options default_launch_options() {
   return o;
 }
 
-ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args() {
-  ssd_chunk_cumsum_fwd_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
-  return a;
-}
+ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args() { return default_dt_args<ssd_chunk_cumsum_fwd_args>(); }
 
-ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args() {
-  ssd_chunk_cumsum_bwd_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
-  return a;
-}
+ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args() { return default_dt_args<ssd_chunk_cumsum_bwd_args>(); }
 
 Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_args,
                         const ssd_launch_options* user_options, CUstream stream) {
@@ -165,17 +147,9 @@ Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_a
   if (!kernel.ok()) return kernel.status();
 
   ssd_kernels::ChunkCumsumFwdParams p{};
-  p.dt = ref<const void, 3>(a.dt);
-  p.A = ref<const float, 1>(a.A);
-  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  bind_cumsum_inputs(p, a, d.batch, d.seqlen, d.nheads, d.nchunks);
   p.dt_out = ref<float, 3>(a.dt_out);
   p.dA_cumsum = ref<float, 3>(a.dA_cumsum);
-  p.batch = d.batch;
-  p.seqlen = d.seqlen;
-  p.nheads = d.nheads;
-  p.nchunks = d.nchunks;
-  p.dt_limit_lo = a.dt_limit_lo;
-  p.dt_limit_hi = a.dt_limit_hi;
   return launch_chunk_cumsum_fwd(*kernel.value(), p, options->max_blocks, stream);
 }
 
@@ -206,7 +180,7 @@ Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::Chun
   const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
   ssd_kernels::ChunkCumsumBwdParams copy = p;
   void* params[] = {&copy};
-  return launch_kernel(kernel, grid_for(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
+  return launch_kernel(kernel, grid_x(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
 }
 
 Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& p, CUstream stream) {
@@ -234,7 +208,7 @@ Status launch_head_sums_reduce(const ssd_kernel& reduce, const ssd_kernels::Chun
   r.nheads = p.nheads;
   void* rparams[] = {&r};
   const int block = reduce.built->config.tile.m;
-  return launch_kernel(reduce, grid_for((p.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
+  return launch_kernel(reduce, grid_x((p.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
 }
 
 Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumFwdParams& p,
@@ -242,7 +216,7 @@ Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::Chun
   const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
   ssd_kernels::ChunkCumsumFwdParams copy = p;
   void* params[] = {&copy};
-  return launch_kernel(kernel, grid_for(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
+  return launch_kernel(kernel, grid_x(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
 }
 
 Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* user_args, ssd_mode mode) {
@@ -298,21 +272,13 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   SSD_RETURN_IF_ERROR(ws.acquire(rt, a.workspace, need, stream, warning.c_str()));
 
   ssd_kernels::ChunkCumsumBwdParams p{};
-  p.dt = ref<const void, 3>(a.dt);
-  p.A = ref<const float, 1>(a.A);
-  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  bind_cumsum_inputs(p, a, d.batch, d.seqlen, d.nheads, d.nchunks);
   p.ddA_cumsum = ref<const float, 3>(a.ddA_cumsum);
   p.ddt_out = ref<const float, 3>(a.ddt_out);
   p.ddt = ref<void, 3>(a.ddt);
   p.partials = reinterpret_cast<double*>(ws.base());
   p.dA = ref<float, 1>(a.dA);
   p.ddt_bias = ref<float, 1>(a.ddt_bias);
-  p.batch = d.batch;
-  p.seqlen = d.seqlen;
-  p.nheads = d.nheads;
-  p.nchunks = d.nchunks;
-  p.dt_limit_lo = a.dt_limit_lo;
-  p.dt_limit_hi = a.dt_limit_hi;
 
   Status s;
   if (!deterministic) s = zero_head_sums(p, stream);  // atomics accumulate into zeroed outputs

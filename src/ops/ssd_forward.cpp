@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/op_common.h"
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
@@ -102,15 +103,6 @@ Result<ssd_forward_layout> layout_for(const ForwardDims& d) {
   return l;
 }
 
-unsigned grid_x(int64_t v, int32_t max_blocks) {
-  const int64_t cap = max_blocks > 0 ? max_blocks : 0x7fffffff;
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
-}
-unsigned clamp_grid(int64_t v, int32_t max_blocks) {
-  const int64_t cap = max_blocks > 0 ? std::min<int64_t>(max_blocks, 65535) : 65535;
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
-}
-
 // ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state -> state_passing ->
 // chunk_scan (the last one only when the output is wanted: the backward's recompute stops after
 // the entering states). Each stage binds its parameter block from the call's validated arguments
@@ -143,7 +135,7 @@ TensorRef<T, N> states_ref(const F& c) {
   const long long shape[] = {c.d.b, c.d.nc, c.d.h, c.d.p, c.d.n};
   return contiguous_ref<T, N>(c.buf.states, shape);
 }
-unsigned gy(const F& c) { return clamp_grid(c.d.b * c.d.nc, c.max_blocks); }
+unsigned gy(const F& c) { return grid_yz(c.d.b * c.d.nc, c.max_blocks); }
 
 // F1: dt preprocessing and the within-chunk cumulative sum.
 ssd_kernel_config cumsum_config(const F& c) {
@@ -152,14 +144,9 @@ ssd_kernel_config cumsum_config(const F& c) {
 }
 Status cumsum_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkCumsumFwdParams p{};
-  p.dt = ref<const void, 3>(c.a.dt);
-  p.A = ref<const float, 1>(c.a.A);
-  p.dt_bias = ref<const float, 1>(c.a.dt_bias);
+  bind_cumsum_inputs(p, c.a, c.d.b, c.d.L, c.d.h, c.d.nc);
   p.dt_out = chunked<float, 3>(c, c.buf.dt_out);
   p.dA_cumsum = chunked<float, 3>(c, c.buf.dA_cumsum);
-  p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc;
-  p.dt_limit_lo = c.a.dt_limit_lo;
-  p.dt_limit_hi = c.a.dt_limit_hi;
   return launch_chunk_cumsum_fwd(k, p, c.max_blocks, stream);
 }
 
@@ -175,7 +162,7 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   const ssd_tile& t = k.built->config.tile;
   void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::fwd_geom::bmm_chunk_tiles(c.d.Q, t.m, t.n), c.max_blocks), gy(c),
-                       clamp_grid(c.d.g, c.max_blocks), params, stream);
+                       grid_yz(c.d.g, c.max_blocks), params, stream);
 }
 
 // F2: chunk states.
@@ -193,7 +180,7 @@ Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks), gy(c),
-      clamp_grid(c.d.h, c.max_blocks), params, stream);
+      grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
 // F3: entering states (in place) and final states.
@@ -233,7 +220,7 @@ Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_scan_tiles(c.d.Q, int(c.d.p), t.m, t.n), c.max_blocks), gy(c),
-      clamp_grid(c.d.h, c.max_blocks), params, stream);
+      grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
 const std::vector<Stage<F>>& forward_plan() {
@@ -271,14 +258,7 @@ Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, 
   return launch_plan(call, forward_plan(), kernels, stream, after_stage);
 }
 
-ssd_forward_args default_forward_args() {
-  ssd_forward_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
-  return a;
-}
+ssd_forward_args default_forward_args() { return default_dt_args<ssd_forward_args>(); }
 
 Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args) {
   auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
