@@ -38,25 +38,34 @@ __device__ __forceinline__ CumsumWork cumsum_work(long long w, long long head_bl
   return r;
 }
 
+// Both kernels' walk over the work items: for each item of this block (grid-stride) and this
+// thread's head h = h0 + threadIdx.x, body(item, h, head_ok, A[h], dt_bias[h]) with A and the bias
+// 0 past nheads (the bias also 0 without dt_bias).
+template <int BLOCK_H, bool kHasBias, class Params, class Body>
+__device__ __forceinline__ void for_each_cumsum_head(const Params& p, Body&& body) {
+  const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
+  const long long work = p.batch * p.nchunks * head_blocks;
+  for (long long w = blockIdx.x; w < work; w += gridDim.x) {
+    const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
+    const long long h = item.h0 + int(threadIdx.x);
+    const bool head_ok = h < p.nheads;
+    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
+    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+    body(item, h, head_ok, A, bias);
+  }
+}
+
 template <class Spec>
 __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int BLOCK_H = Spec::kBlockH;
-  constexpr int BLOCK_L = Spec::kBlockL;
+  constexpr int Q = Spec::kChunk, BLOCK_H = Spec::kBlockH, BLOCK_L = Spec::kBlockL;
   using T = typename Spec::Element;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
   // Staging tiles (+1 column: conflict-free transposed reads).
   __shared__ float s_dt[BLOCK_H][BLOCK_L + 1];
   __shared__ float s_cs[BLOCK_H][BLOCK_L + 1];
   const int tid = threadIdx.x;
-  const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
-  const long long work = p.batch * p.nchunks * head_blocks;
-  for (long long w = blockIdx.x; w < work; w += gridDim.x) {
-    const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
-    const long long h = item.h0 + tid;
-    const bool head_ok = h < p.nheads;
-    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (Spec::kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+  for_each_cumsum_head<BLOCK_H, Spec::kHasBias>(p, [&](const CumsumWork& item, long long h, bool head_ok, float A,
+                                                       float bias) {
     float acc = 0.f;
     for (int l0 = 0; l0 < Q; l0 += BLOCK_L) {
       float delta[BLOCK_L];
@@ -90,7 +99,7 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
       }
       __syncthreads();
     }
-  }
+  });
 }
 
 // kIncrements (the SSD backward): ddA_cumsum holds the gradient w.r.t. the increments a_l = Δ_l A
@@ -98,22 +107,14 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
 // after g_l is the same code and order.
 template <class Spec>
 __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int BLOCK_H = Spec::kBlockH;
-  constexpr int BLOCK_L = Spec::kBlockL;
+  constexpr int Q = Spec::kChunk, BLOCK_H = Spec::kBlockH, BLOCK_L = Spec::kBlockL;
   using T = typename Spec::Element;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
+  const int tid = threadIdx.x;
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
   __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];
-  const int tid = threadIdx.x;
-  const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
-  const long long work = p.batch * p.nchunks * head_blocks;
-  for (long long w = blockIdx.x; w < work; w += gridDim.x) {
-    const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
-    const long long h = item.h0 + tid;
-    const bool head_ok = h < p.nheads;
-    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (Spec::kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+  for_each_cumsum_head<BLOCK_H, Spec::kHasBias>(p, [&](const CumsumWork& item, long long h, bool head_ok, float A,
+                                                       float bias) {
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
     float g = 0.f;
     double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
@@ -168,7 +169,7 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         if (Spec::kHasBias) atomicAdd(p.ddt_bias.data + h * p.ddt_bias.stride[0], __double2float_rn(part_bias));
       }
     }
-  }
+  });
 }
 
 }  // namespace ssd_kernels

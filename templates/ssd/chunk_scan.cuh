@@ -147,8 +147,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       const int b = bc % batch, c = bc / batch;
       const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
       const float* dA = p.dA_cumsum.ptr(b, h, c);
       const float* dt = p.dt.ptr(b, h, c);
       const T* safe_x = xg + p.x.offset(b, 0, h);

@@ -107,8 +107,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       const int b = bc % batch, c = bc / batch;
       const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
       const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_dy = dyg + p.dy.offset(b, 0, h);

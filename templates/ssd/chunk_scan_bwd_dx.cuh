@@ -212,8 +212,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       const int b = bc % batch, c = bc / batch;
       const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
       const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const float* dA = p.dA_cumsum.data + chunk_off;
       const float* dt = p.dt + chunk_off;

@@ -54,3 +54,15 @@ SSD_SPEC_OPTIONAL_INT(kBlockK)
 #define SSD_BLOCK_SPEC_NAMES(Spec, tile_problem)                                                              \
   [[maybe_unused]] constexpr int Q = Spec::kChunk, BLOCK = Spec::kBlock;                                      \
   static_assert(tile_problem(BLOCK, 0, 0) == nullptr, "illegal tile: the host's check (src/kernels) refuses it")
+
+namespace ssd_kernels {
+
+// How many positions of the chunk starting at token t0 = cQ are real tokens: min(Q, seqlen - t0)
+// (λ_c = valid - 1; positions past it are padding).
+template <int Q>
+__device__ __forceinline__ int chunk_valid(long long seqlen, long long t0) {
+  const long long rem_len = seqlen - t0;
+  return rem_len < Q ? int(rem_len) : Q;
+}
+
+}  // namespace ssd_kernels
