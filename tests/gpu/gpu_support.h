@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/float16.h"
+#include "config/config.h"  // dtype_name
 #include "runtime/driver.h"
 #include "ssd/ssd.h"
 
@@ -84,6 +85,23 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 std::mt19937_64& rng();
 std::vector<double> uniform(size_t n, double lo, double hi);
 std::vector<double> normal(size_t n);
+
+// "b=.. L=.. h=.. p=.. g=.. n=.. Q=.. <dtype>" and the options that are on, for a forward or
+// backward test case (fields b, L, h, p, g, n, Q, dtype, D, D_per_headdim, z, bias, softplus, init,
+// seq_idx).
+template <class Case>
+std::string describe_ssd_case(const Case& c) {
+  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
+                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
+                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
+  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
+  if (c.z) s += " z";
+  if (c.bias) s += " bias";
+  if (c.softplus) s += " softplus";
+  if (c.init) s += " init";
+  if (c.seq_idx) s += " seq_idx";
+  return s;
+}
 
 bool all_finite(const std::vector<double>& v);
 bool same_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);

@@ -30,19 +30,7 @@ struct BwdCase {
   bool D, D_per_headdim, z, bias, softplus, init, seq_idx, dfinal;
 };
 
-std::string describe(const BwdCase& c) {
-  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
-                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
-                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
-  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
-  if (c.z) s += " z";
-  if (c.bias) s += " bias";
-  if (c.softplus) s += " softplus";
-  if (c.init) s += " init";
-  if (c.seq_idx) s += " seq_idx";
-  if (c.dfinal) s += " dfinal";
-  return s;
-}
+std::string describe(const BwdCase& c) { return describe_ssd_case(c) + (c.dfinal ? " dfinal" : ""); }
 
 // An output buffer with kGuard poisoned bytes on both sides: a kernel writing outside its tensor
 // changes them.
@@ -297,6 +285,17 @@ GradErrors compare_with_oracle(const BwdProblem& prob) {
 // the measured values are printed and recorded in docs/perf.md.
 double tolerance(ssd_dtype dt) { return dt == SSD_DTYPE_BF16 ? 1e-2 : 2e-3; }
 
+// Runs prob (deterministic) and checks every gradient's error against the oracle within the tolerance.
+GradErrors run_within_tolerance(ssd_runtime* rt, BwdProblem& prob) {
+  prob.run(rt);
+  const GradErrors e = compare_with_oracle(prob);
+  for (auto& [name, v, plain] : e.e) {
+    CAPTURE(name);
+    CHECK(v < tolerance(prob.c.dtype));
+  }
+  return e;
+}
+
 const BwdCase kBwdCases[] = {
     // b, L, h, p, g, n, Q, dtype, D, D(h,p), z, bias, softplus, init, seq, dfinal
     {2, 600, 8, 64, 2, 64, 256, SSD_DTYPE_BF16, true, false, true, true, true, true, false, true},
@@ -350,13 +349,8 @@ TEST_CASE("ssd_backward at the issue's reference shape (b=2 L=1024 h=32 p=64 n=6
   RuntimeHolder rt;
   const BwdCase c{2, 1024, 32, 64, 4, 64, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false};
   BwdProblem prob(c);
-  prob.run(rt.rt);
-  const GradErrors e = compare_with_oracle(prob);
+  const GradErrors e = run_within_tolerance(rt.rt, prob);
   MESSAGE("bwd reference shape " << describe(c) << ": rel_l2" << e.text());
-  for (auto& [name, v, plain] : e.e) {
-    CAPTURE(name);
-    CHECK(v < tolerance(c.dtype));
-  }
 }
 
 TEST_CASE("ssd_backward D1: twenty repeats give identical bits, caller or library workspace" *
@@ -604,12 +598,7 @@ TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, bo
   RuntimeHolder rt;
   const BwdCase c{2, 150, 4, 32, 2, 16, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
   BwdProblem prob(c);
-  prob.run(rt.rt);
-  const GradErrors e = compare_with_oracle(prob);
-  for (auto& [name, v, plain] : e.e) {
-    CAPTURE(name);
-    CHECK(v < tolerance(c.dtype));
-  }
+  const GradErrors e = run_within_tolerance(rt.rt, prob);
   prob.run(rt.rt, SSD_MODE_FAST);
   MESSAGE("bwd sanitizer shape " << describe(c) << ": rel_l2" << e.text());
 }

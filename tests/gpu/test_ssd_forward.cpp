@@ -22,18 +22,7 @@ struct FwdCase {
   bool D, D_per_headdim, z, bias, softplus, init, seq_idx;
 };
 
-std::string describe(const FwdCase& c) {
-  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
-                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
-                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
-  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
-  if (c.z) s += " z";
-  if (c.bias) s += " bias";
-  if (c.softplus) s += " softplus";
-  if (c.init) s += " init";
-  if (c.seq_idx) s += " seq_idx";
-  return s;
-}
+std::string describe(const FwdCase& c) { return describe_ssd_case(c); }
 
 struct FwdProblem {
   FwdCase c;

@@ -28,34 +28,16 @@
 #include "cache_test_entries.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ssd::cache;
 using cache_test::header_len_of;
 using cache_test::key_of;
 using cache_test::make_entry;
+using unittest::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/ssd_cache_test.XXXXXX";
-    char* p = ::mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    // Undo permission experiments so the tree can be removed (also as a non-root user).
-    for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      if (it->is_directory(ec) && !it->is_symlink(ec)) ::chmod(it->path().c_str(), 0700);
-    ::chmod(path.c_str(), 0700);
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 // Captures warnings (and only warnings) for the lifetime of the object.
 struct Warnings {
