@@ -98,16 +98,13 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   __shared__ __align__(16) unsigned char s_stage[STAGES * STAGE];
   __shared__ __align__(16) float s_scale[2][BLOCK_M];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xyg = static_cast<const T*>(p.xy.data);
   const T* dcbg = static_cast<const T*>(p.dCB.data);
   const T* og = static_cast<const T*>(p.other.data);
   const T* st_t = static_cast<const T*>(p.state.data);  // dB: ds, dC: P (both T)
-  const bool vec_xy = aligned16(xyg) && p.xy.stride[3] == 1 && ((p.xy.stride[0] | p.xy.stride[1] | p.xy.stride[2]) & 7) == 0;
+  const bool vec_xy = vec16_rows(xyg, p.xy);
   const bool vec_st = aligned16(p.state.data) &&
                       ((p.state.stride[0] | p.state.stride[1] | p.state.stride[2] | p.state.stride[3]) & 7) == 0;
   const bool vec_dcb = aligned16(dcbg) && ((p.dCB.stride[0] | p.dCB.stride[1] | p.dCB.stride[2] | p.dCB.stride[3]) & 7) == 0;

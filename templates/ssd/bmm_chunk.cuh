@@ -58,18 +58,14 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
   __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
   __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* Cg = static_cast<const T*>(p.C.data);
   const T* Bg = static_cast<const T*>(p.B.data);
   const bool vec = aligned16(Cg) && aligned16(Bg) && p.C.stride[3] == 1 && p.B.stride[3] == 1 &&
                    ((p.C.stride[0] | p.C.stride[1] | p.C.stride[2]) & 7) == 0 &&
                    ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.CB.data) & 7ull) == 0 &&
-                       ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 1) == 0;
+  const bool vec_out = vec8_floats(p.CB);
   // Work indices are 32-bit (batch * nchunks and ngroups < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), ngroups = int(p.ngroups);
   const int nbc = int(p.batch * p.nchunks);

@@ -88,16 +88,12 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   __shared__ __align__(16) float s_side[STAGES][SIDE];
   __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_dy =
-      aligned16(dyg) && p.dy.stride[3] == 1 && ((p.dy.stride[0] | p.dy.stride[1] | p.dy.stride[2]) & 7) == 0;
+  const bool vec_x = vec16_rows(xg, p.x);
+  const bool vec_dy = vec16_rows(dyg, p.dy);
   // A, Δ rows are unit-stride; tile offsets m0, n0 are multiples of 16 floats.
   const bool vec_f = aligned16(p.dt) && aligned16(p.dA_cumsum.data) &&
                      ((p.dA_cumsum.stride[0] | p.dA_cumsum.stride[1] | p.dA_cumsum.stride[2]) & 3) == 0;

@@ -86,18 +86,13 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   __shared__ float s_A[Q];
   __shared__ float s_dt[Q];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_dy =
-      aligned16(dyg) && p.dy.stride[3] == 1 && ((p.dy.stride[0] | p.dy.stride[1] | p.dy.stride[2]) & 7) == 0;
-  const bool vec_cb = (reinterpret_cast<unsigned long long>(p.CB.data) & 7ull) == 0 &&
-                      ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 1) == 0;
+  const bool vec_x = vec16_rows(xg, p.x);
+  const bool vec_dy = vec16_rows(dyg, p.dy);
+  const bool vec_cb = vec8_floats(p.CB);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
   const int nbc = int(p.batch * p.nchunks);

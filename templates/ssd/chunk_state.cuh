@@ -60,17 +60,13 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
   __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
   __shared__ __align__(16) float s_w[Q];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Bg = static_cast<const T*>(p.B.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_b = aligned16(Bg) && p.B.stride[3] == 1 && ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.states.data) & 7ull) == 0 &&
-                       ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 1) == 0;
+  const bool vec_x = vec16_rows(xg, p.x);
+  const bool vec_b = vec16_rows(Bg, p.B);
+  const bool vec_out = vec8_floats(p.states);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);

@@ -35,7 +35,29 @@ SSD_SPEC_OPTIONAL_INT(kBlockK)
 #undef SSD_SPEC_OPTIONAL_INT
 
 }  // namespace spec_detail
+// 16-byte vector access to a (b, L, h, p)-like view of 16-bit elements at ptr: an aligned base,
+// unit innermost stride and the other strides multiples of 8 elements.
+template <class View>
+__device__ __forceinline__ bool vec16_rows(const void* ptr, const View& v) {
+  return aligned16(ptr) && v.stride[3] == 1 && ((v.stride[0] | v.stride[1] | v.stride[2]) & 7) == 0;
+}
+// 8-byte (float2) access to a 4-axis fp32 view: an 8-byte aligned base and even strides.
+template <class View>
+__device__ __forceinline__ bool vec8_floats(const View& v) {
+  return (reinterpret_cast<unsigned long long>(v.data) & 7ull) == 0 &&
+         ((v.stride[0] | v.stride[1] | v.stride[2] | v.stride[3]) & 1) == 0;
+}
+
 }  // namespace ssd_kernels
+
+// The thread's place in a grid of warps (WARPS_N warp columns, each warp a WM x WN tile): tid,
+// warp, lane, the warp tile's origin (wm0, wn0) and the lane's mma fragment coordinates
+// (lg = lane / 4, lt = lane % 4).
+#define SSD_WARP_TILE_COORDS(WM, WN, WARPS_N)                                                        \
+  const int tid = threadIdx.x;                                                                     \
+  const int warp = tid >> 5, lane = tid & 31;                                                      \
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;                               \
+  const int lg = lane >> 2, lt = lane & 3
 
 #define SSD_TILE_SPEC_NAMES(Spec)                                                                             \
   [[maybe_unused]] constexpr int Q = Spec::kChunk, BLOCK_M = Spec::kBlockM;                                   \
