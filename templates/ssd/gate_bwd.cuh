@@ -20,8 +20,7 @@ namespace ssd_kernels {
 
 template <class Spec>
 __device__ void gate_bwd(const GateBwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
+  constexpr int Q = Spec::kChunk, P = Spec::kHeaddim;  // one thread per headdim element
   using T = typename Spec::Element;
   __shared__ double s_col[P];
   const int e = threadIdx.x;

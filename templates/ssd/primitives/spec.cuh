@@ -16,7 +16,7 @@
 // hand-written `constexpr int Q = Spec::kChunk;` blocks the templates had before.
 #pragma once
 
-#include "ssd/primitives/mma.cuh"  // is_16bit_float
+#include "ssd/primitives/mma.cuh"  // is_16bit_float, aligned16
 
 namespace ssd_kernels {
 namespace spec_detail {
