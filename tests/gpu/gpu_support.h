@@ -10,6 +10,7 @@
 
 #include "common/float16.h"
 #include "config/config.h"  // dtype_name
+#include "reference/ssd_reference.h"
 #include "runtime/driver.h"
 #include "ssd/ssd.h"
 
@@ -101,6 +102,23 @@ std::string describe_ssd_case(const Case& c) {
   if (c.init) s += " init";
   if (c.seq_idx) s += " seq_idx";
   return s;
+}
+
+// The float64 oracle's view of a forward or backward test problem: its case `c` and host inputs
+// x, dt, A, B, C, D, z, bias, init (HostArray) and seq (int32 values).
+template <class Problem>
+ssd::ref::SsdProblem oracle_problem_of(const Problem& pr) {
+  ssd::ref::SsdProblem q;
+  q.sz = {pr.c.b, pr.c.L, pr.c.h, pr.c.p, pr.c.g, pr.c.n, pr.c.Q};
+  q.x = pr.x.values.data(); q.dt = pr.dt.values.data(); q.A = pr.A.values.data();
+  q.B = pr.B.values.data(); q.C = pr.C.values.data();
+  if (pr.c.D) { q.D = pr.D.values.data(); q.D_per_headdim = pr.c.D_per_headdim; }
+  if (pr.c.z) q.z = pr.z.values.data();
+  if (pr.c.bias) q.dt_bias = pr.bias.values.data();
+  if (pr.c.init) q.initial_states = pr.init.values.data();
+  if (pr.c.seq_idx) q.seq_idx = pr.seq.data();
+  q.dt_softplus = pr.c.softplus;
+  return q;
 }
 
 bool all_finite(const std::vector<double>& v);

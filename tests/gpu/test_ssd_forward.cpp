@@ -92,19 +92,7 @@ struct FwdProblem {
     return a;
   }
 
-  ssd::ref::SsdProblem oracle_problem() const {
-    ssd::ref::SsdProblem q;
-    q.sz = {c.b, c.L, c.h, c.p, c.g, c.n, c.Q};
-    q.x = x.values.data(); q.dt = dt.values.data(); q.A = A.values.data();
-    q.B = B.values.data(); q.C = C.values.data();
-    if (c.D) { q.D = D.values.data(); q.D_per_headdim = c.D_per_headdim; }
-    if (c.z) q.z = z.values.data();
-    if (c.bias) q.dt_bias = bias.values.data();
-    if (c.init) q.initial_states = init.values.data();
-    if (c.seq_idx) q.seq_idx = seq.data();
-    q.dt_softplus = c.softplus;
-    return q;
-  }
+  ssd::ref::SsdProblem oracle_problem() const { return oracle_problem_of(*this); }
 
   // Poisons outputs and workspace, runs, returns out ++ out_x ++ final_states bytes.
   std::vector<uint8_t> run(ssd_runtime* rt) {
