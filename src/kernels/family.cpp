@@ -173,6 +173,12 @@ void block_kernel_defaults(ssd_kernel_config& c, ssd_dtype dtype) {
   c.chunk_size = 256;
 }
 
+SpecWriter block_spec(const ssd_kernel_config& c, const char* comment) {
+  SpecWriter s;
+  s.integer("kChunk", c.chunk_size).integer("kBlock", c.tile.m, comment);
+  return s;
+}
+
 std::vector<ssd_tile> tiles_accepted(const ssd_kernel_config& c, bool with_n, bool with_k,
                                      const char* (*tile_problem)(const ssd_kernel_config&)) {
   std::vector<ssd_tile> tiles;

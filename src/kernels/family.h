@@ -141,5 +141,7 @@ SpecWriter tile_spec(const ssd_kernel_config& c, SsdFieldUse uses, const char* m
 // The one-dimensional families' defaults (state_passing, chunk_scan_bwd_ddA, chunk_cumsum): the
 // dtype, chunk 256, every other field 0.
 void block_kernel_defaults(ssd_kernel_config& c, ssd_dtype dtype);
+// Their Spec's shape members: kChunk, and kBlock = tile.m (threads per block) with `comment`.
+SpecWriter block_spec(const ssd_kernel_config& c, const char* comment);
 
 }  // namespace ssd
