@@ -115,20 +115,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
 
 // D = A * B + D, m16n8k16, fp32 accumulate, operands bf16 or fp16 (layouts in the header comment).
 template <class T> __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
-template <>
-__device__ __forceinline__ void mma_16816<bf16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ __forceinline__ void mma_16816<fp16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// The two specializations differ only in the operand type's PTX name (the same instruction text).
+#define SSD_MMA_16816(T, ptx_type)                                                                          \
+  template <>                                                                                               \
+  __device__ __forceinline__ void mma_16816<T>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) { \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." ptx_type "." ptx_type ".f32 {%0, %1, %2, %3}, "              \
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                                                     \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                    \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                               \
+  }
+SSD_MMA_16816(bf16, "bf16")
+SSD_MMA_16816(fp16, "f16")
+#undef SSD_MMA_16816
 
 }  // namespace ptx
 
