@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/status.h"
+#include "common/struct_io.h"
+
 namespace ssd {
 
 // An args struct as its *_init function gives it (include/ssd/ssd.h): zeros, struct_size, chunk
@@ -27,6 +30,14 @@ void copy_dt_options(To& to, const From& from) {
   to.dt_softplus = from.dt_softplus;
   to.dt_limit_lo = from.dt_limit_lo;
   to.dt_limit_hi = from.dt_limit_hi;
+}
+
+// The caller's args read up to its struct_size over `defaults` (common/struct_io.h), then
+// checked: check(args, dims) fills the call's dimensions.
+template <class Args, class Dims, class Check>
+Status read_checked_args(const Args* user_args, const Args& defaults, Check check, Args& args, Dims& dims) {
+  SSD_ASSIGN_OR_RETURN(args, read_sized_struct(user_args, defaults, "args", sizeof(Args)));
+  return check(args, dims);
 }
 
 // Grid sizes: every kernel walks its work items grid-stride, so a launch axis is min(work,

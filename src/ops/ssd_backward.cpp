@@ -612,21 +612,19 @@ ssd_backward_args default_backward_args() {
 }
 
 Result<BackwardLayout> backward_layout(const ssd_backward_args* user_args, int32_t mode) {
-  auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
-  if (!args.ok()) return args.status();
+  ssd_backward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_backward(args.value(), d));
-  if (mode < 0) mode = args->mode >= 0 ? args->mode : SSD_MODE_DETERMINISTIC;
-  return layout_for(args.value(), d, ssd_mode(mode));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
+  if (mode < 0) mode = a.mode >= 0 ? a.mode : SSD_MODE_DETERMINISTIC;
+  return layout_for(a, d, ssd_mode(mode));
 }
 
 Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backward_args* user_args, ssd_arch arch,
                                                               ssd_mode mode, const BackwardTuning* tuning) {
-  auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
-  if (!args.ok()) return args.status();
+  ssd_backward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_backward(args.value(), d));
-  return configs_for(args.value(), d, arch, mode, tuning ? *tuning : BackwardTuning{});
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
+  return configs_for(a, d, arch, mode, tuning ? *tuning : BackwardTuning{});
 }
 
 Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* workspace, size_t workspace_bytes,
@@ -634,11 +632,9 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   auto stage_done = [&](int stage) {
     if (after_stage) after_stage(stage);
   };
-  auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
-  if (!args.ok()) return args.status();
-  const ssd_backward_args& a = args.value();
+  ssd_backward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_backward(a, d));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
   const ssd_mode mode = a.mode >= 0 ? ssd_mode(a.mode) : rt.mode;
   auto layout = layout_for(a, d, mode);

@@ -261,30 +261,26 @@ Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, 
 ssd_forward_args default_forward_args() { return default_dt_args<ssd_forward_args>(); }
 
 Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args) {
-  auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
-  if (!args.ok()) return args.status();
+  ssd_forward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
   return layout_for(d);
 }
 
 Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_args* user_args, ssd_arch arch,
                                                              ssd_mode mode, const ForwardTiles* tiles) {
-  auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
-  if (!args.ok()) return args.status();
+  ssd_forward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
-  const ForwardCall call{args.value(), d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
+  const ForwardCall call{a, d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
   return forward_plan_configs(call);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
                    CUstream stream, const std::function<void(int)>& after_stage, const ForwardTiles* tiles) {
-  auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
-  if (!args.ok()) return args.status();
-  const ssd_forward_args& a = args.value();
+  ssd_forward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_forward(a, d));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
   auto checked_layout = layout_for(d);
   if (!checked_layout.ok()) return checked_layout.status();
   const ssd_forward_layout layout = checked_layout.value();
