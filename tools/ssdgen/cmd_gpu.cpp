@@ -366,22 +366,15 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (ga.what != "fwd" && ga.what != "bwd")
     return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward) or 'bwd' (the SSD backward)");
   if (ga.what == "bwd") {
-    ssd::BackwardTuning tuning;
-    if (!ga.tiles.empty()) {
-      auto t = parse_bwd_tiles(ga.tiles);
-      if (!t.ok()) return fail(ctx, t.status());
-      tuning = t.value();
-    }
+    auto tuning = parse_bwd_tiles(ga.tiles);  // no --tiles: the defaults
+    if (!tuning.ok()) return fail(ctx, tuning.status());
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
-    return bench_backward(ctx, ga, session, tuning);
+    return bench_backward(ctx, ga, session, tuning.value());
   }
-  ssd::ForwardTiles tiles;
-  if (!ga.tiles.empty()) {
-    auto t = parse_tiles(ga.tiles);
-    if (!t.ok()) return fail(ctx, t.status());
-    tiles = t.value();
-  }
+  auto parsed_tiles = parse_tiles(ga.tiles);
+  if (!parsed_tiles.ok()) return fail(ctx, parsed_tiles.status());
+  const ssd::ForwardTiles tiles = parsed_tiles.value();
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
   const Driver& drv = *session.drv;
