@@ -121,6 +121,24 @@ ssd::ref::SsdProblem oracle_problem_of(const Problem& pr) {
   return q;
 }
 
+// The shape matrix of the forward and backward sweeps: every (headdim, dstate, chunk, dtype) with
+// 8 heads, ngroups 1, 2, 8 and the length (1 to 3 chunks, + 37 every other case) rotating;
+// make(i, b, L, p, g, n, Q, dtype) builds case i (the options rotate with i there).
+template <class Case, class Make>
+std::vector<Case> shape_matrix(Make make) {
+  std::vector<Case> cases;
+  int i = 0;
+  for (int64_t p : {32, 64, 128})
+    for (int64_t n : {16, 64, 128, 256})
+      for (int32_t Q : {64, 128, 256})
+        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
+          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
+          cases.push_back(make(i, 1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), p, g, n, Q, dt));
+          ++i;
+        }
+  return cases;
+}
+
 bool all_finite(const std::vector<double>& v);
 bool same_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 std::vector<uint8_t> download_bytes(const DeviceBuffer& buf);

@@ -596,17 +596,11 @@ TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype,
   RuntimeHolder rt;
   // Every (p, n, Q, dtype), as the forward's matrix; ngroups and the options rotate so each is seen
   // on and off; lengths are not multiples of the chunk half of the time.
-  std::vector<BwdCase> cases;
-  int i = 0;
-  for (int64_t p : {32, 64, 128})
-    for (int64_t n : {16, 64, 128, 256})
-      for (int32_t Q : {64, 128, 256})
-        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
-          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
-          cases.push_back(BwdCase{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt, i % 4 != 3,
-                                  i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2, i % 3 == 1});
-          ++i;
-        }
+  const std::vector<BwdCase> cases = shape_matrix<BwdCase>(
+      [](int i, int64_t b, int64_t L, int64_t p, int64_t g, int64_t n, int32_t Q, ssd_dtype dt) {
+        return BwdCase{b, L, 8, p, g, n, Q, dt, i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0,
+                       i % 4 == 2, i % 3 == 1};  // the forward's options, and dfinal
+      });
   {  // compile everything the sweep needs in parallel first
     std::vector<ssd_kernel_config> configs;
     for (const BwdCase& c : cases) {

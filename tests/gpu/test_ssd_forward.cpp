@@ -206,18 +206,11 @@ TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, 
           doctest::skip(!gpu_available())) {
   RuntimeHolder rt;
   // Every (p, n, Q, dtype); ngroups and the options rotate so each is seen on and off.
-  std::vector<FwdCase> cases;
-  int i = 0;
-  for (int64_t p : {32, 64, 128})
-    for (int64_t n : {16, 64, 128, 256})
-      for (int32_t Q : {64, 128, 256})
-        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
-          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
-          FwdCase c{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt,
-                    i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2};
-          cases.push_back(c);
-          ++i;
-        }
+  const std::vector<FwdCase> cases = shape_matrix<FwdCase>(
+      [](int i, int64_t b, int64_t L, int64_t p, int64_t g, int64_t n, int32_t Q, ssd_dtype dt) {
+        return FwdCase{b, L, 8, p, g, n, Q, dt, i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0,
+                       i % 4 == 2};
+      });
   // Compile everything the sweep needs in parallel first (the kernels are the point, not NVRTC time).
   auto arch = ssd::runtime_arch(*rt.rt);
   REQUIRE(arch.ok());
