@@ -121,11 +121,39 @@ ssd::ref::SsdProblem oracle_problem_of(const Problem& pr) {
   return q;
 }
 
+// The random inputs a forward or backward test problem draws after x, z (and dout), in this order
+// (the same draws give the same inputs): B, C, dt, A, D, dt_bias, the initial states; and the
+// seq_idx pattern: boundaries inside chunks and at a chunk edge, odd rows start at id 1 (no init).
+template <class Problem>
+void draw_ssd_inputs(Problem& pr) {
+  const auto& c = pr.c;
+  const size_t nbc = size_t(c.b * c.L * c.g * c.n);
+  pr.B = make_array(c.dtype, normal(nbc));
+  pr.C = make_array(c.dtype, normal(nbc));
+  pr.dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
+                                         : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
+  pr.A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
+  pr.D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
+  pr.bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
+  pr.init = make_array(SSD_DTYPE_FP32, normal(size_t(c.b * c.h * c.p * c.n)));
+  pr.seq.assign(size_t(c.b * c.L), 0);
+  if (!c.seq_idx) return;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    int id = int(bi % 2);
+    for (int64_t t = 0; t < c.L; ++t) {
+      if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
+      pr.seq[size_t(bi * c.L + t)] = id;
+    }
+  }
+}
+
 // The shape matrix of the forward and backward sweeps: every (headdim, dstate, chunk, dtype) with
-// 8 heads, ngroups 1, 2, 8 and the length (1 to 3 chunks, + 37 every other case) rotating;
-// make(i, b, L, p, g, n, Q, dtype) builds case i (the options rotate with i there).
-template <class Case, class Make>
-std::vector<Case> shape_matrix(Make make) {
+// 8 heads; ngroups (1, 2, 8), the length (1 to 3 chunks, + 37 every other case) and the options
+// (D, D per headdim, z, dt_bias, softplus, initial states, seq_idx) rotate with the case index i so
+// each is seen on and off. Case: FwdCase or BwdCase (its fields in that order); extra(i, case)
+// sets the fields past seq_idx.
+template <class Case>
+std::vector<Case> shape_matrix(void (*extra)(int i, Case& c) = nullptr) {
   std::vector<Case> cases;
   int i = 0;
   for (int64_t p : {32, 64, 128})
@@ -133,7 +161,10 @@ std::vector<Case> shape_matrix(Make make) {
       for (int32_t Q : {64, 128, 256})
         for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
           const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
-          cases.push_back(make(i, 1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), p, g, n, Q, dt));
+          Case c{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt,
+                 i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2};
+          if (extra) extra(i, c);
+          cases.push_back(c);
           ++i;
         }
   return cases;

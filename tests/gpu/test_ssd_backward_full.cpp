@@ -102,25 +102,8 @@ struct BwdProblem {
       x = make_array(c.dtype, normal(nx));
       z = make_array(c.dtype, normal(nx));
       dout = make_array(c.dtype, normal(nx));
-      B = make_array(c.dtype, normal(nbc));
-      C = make_array(c.dtype, normal(nbc));
-      dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
-                                          : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
-      A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
-      D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
-      bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
-      init = make_array(SSD_DTYPE_FP32, normal(nst));
+      draw_ssd_inputs(*this);
       dfinal = make_array(SSD_DTYPE_FP32, normal(nst));
-      seq.assign(size_t(c.b * c.L), 0);
-      if (c.seq_idx) {  // boundaries inside chunks and at a chunk edge; odd rows start at id 1 (no init)
-        for (int64_t bi = 0; bi < c.b; ++bi) {
-          int id = int(bi % 2);
-          for (int64_t t = 0; t < c.L; ++t) {
-            if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
-            seq[size_t(bi * c.L + t)] = id;
-          }
-        }
-      }
       // out_x: the forward's y (float64 oracle, rounded like the forward would store it).
       out_x = make_array(c.dtype, c.z ? ssd::ref::forward_chunked(oracle_problem()).out_x : std::vector<double>(nx, 0.0));
     }
@@ -596,11 +579,7 @@ TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype,
   RuntimeHolder rt;
   // Every (p, n, Q, dtype), as the forward's matrix; ngroups and the options rotate so each is seen
   // on and off; lengths are not multiples of the chunk half of the time.
-  const std::vector<BwdCase> cases = shape_matrix<BwdCase>(
-      [](int i, int64_t b, int64_t L, int64_t p, int64_t g, int64_t n, int32_t Q, ssd_dtype dt) {
-        return BwdCase{b, L, 8, p, g, n, Q, dt, i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0,
-                       i % 4 == 2, i % 3 == 1};  // the forward's options, and dfinal
-      });
+  const std::vector<BwdCase> cases = shape_matrix<BwdCase>([](int i, BwdCase& c) { c.dfinal = i % 3 == 1; });
   {  // compile everything the sweep needs in parallel first
     std::vector<ssd_kernel_config> configs;
     for (const BwdCase& c : cases) {

@@ -33,27 +33,10 @@ struct FwdProblem {
   ssd_forward_layout layout{};
 
   explicit FwdProblem(const FwdCase& cc) : c(cc), nc((cc.L + cc.Q - 1) / cc.Q) {
-    const size_t nx = size_t(c.b * c.L * c.h * c.p), nbc = size_t(c.b * c.L * c.g * c.n);
+    const size_t nx = size_t(c.b * c.L * c.h * c.p);
     x = make_array(c.dtype, normal(nx));
     z = make_array(c.dtype, normal(nx));
-    B = make_array(c.dtype, normal(nbc));
-    C = make_array(c.dtype, normal(nbc));
-    dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
-                                        : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
-    A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
-    D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
-    bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
-    init = make_array(SSD_DTYPE_FP32, normal(size_t(c.b * c.h * c.p * c.n)));
-    seq.assign(size_t(c.b * c.L), 0);
-    if (c.seq_idx) {  // boundaries inside chunks and at a chunk edge; row 1 starts at id 1 (no init)
-      for (int64_t bi = 0; bi < c.b; ++bi) {
-        int id = int(bi % 2);
-        for (int64_t t = 0; t < c.L; ++t) {
-          if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
-          seq[size_t(bi * c.L + t)] = id;
-        }
-      }
-    }
+    draw_ssd_inputs(*this);
     d_x = upload_array(x); d_dt = upload_array(dt); d_A = upload_array(A); d_B = upload_array(B); d_C = upload_array(C);
     d_D = upload_array(D); d_z = upload_array(z); d_bias = upload_array(bias); d_init = upload_array(init);
     d_seq = DeviceBuffer(seq.size() * 4);
@@ -206,11 +189,7 @@ TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, 
           doctest::skip(!gpu_available())) {
   RuntimeHolder rt;
   // Every (p, n, Q, dtype); ngroups and the options rotate so each is seen on and off.
-  const std::vector<FwdCase> cases = shape_matrix<FwdCase>(
-      [](int i, int64_t b, int64_t L, int64_t p, int64_t g, int64_t n, int32_t Q, ssd_dtype dt) {
-        return FwdCase{b, L, 8, p, g, n, Q, dt, i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0,
-                       i % 4 == 2};
-      });
+  const std::vector<FwdCase> cases = shape_matrix<FwdCase>();
   // Compile everything the sweep needs in parallel first (the kernels are the point, not NVRTC time).
   auto arch = ssd::runtime_arch(*rt.rt);
   REQUIRE(arch.ok());
