@@ -118,9 +118,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
 
   for (int g = blockIdx.z; g < ngroups; g += gridDim.z) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ = valid - 1
       int q_ref = 0;  // dB: seq_idx(cQ + λ); dC: seq_idx(cQ - 1), 0 for the first chunk
       if (Spec::kSeqIdx) {
         const int* sq = p.seq_idx.data + b * p.seq_idx.stride[0];

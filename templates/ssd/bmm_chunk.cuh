@@ -72,9 +72,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
 
   for (int grp = blockIdx.z; grp < ngroups; grp += gridDim.z) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // positions l < valid are real tokens
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: positions l < valid are real tokens
       const T* safe_c = Cg + p.C.offset(b, 0, grp);
       const T* safe_b = Bg + p.B.offset(b, 0, grp);
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {

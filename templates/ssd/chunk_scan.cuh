@@ -145,9 +145,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
     float d_head = 0.f;
     if (Spec::kD && !Spec::kDPerHeaddim) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const float* dA = p.dA_cumsum.ptr(b, h, c);
       const float* dt = p.dt.ptr(b, h, c);
       const T* safe_x = xg + p.x.offset(b, 0, h);

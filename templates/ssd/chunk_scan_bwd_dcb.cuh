@@ -106,9 +106,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   for (int grp = blockIdx.z; grp < ngroups; grp += gridDim.z) {
     const int h0 = grp * HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const T* safe_x = xg + b * p.x.stride[0];
       const T* safe_dy = dyg + b * p.dy.stride[0];
       const long long chunk_off = p.dA_cumsum.offset(b, 0, c);

@@ -100,9 +100,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_dy = dyg + p.dy.offset(b, 0, h);

@@ -210,9 +210,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
     float d_head = 0.f;
     if (Spec::kD && !Spec::kDPerHeaddim) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const float* dA = p.dA_cumsum.data + chunk_off;
       const float* dt = p.dt + chunk_off;

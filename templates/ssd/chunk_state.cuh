@@ -74,9 +74,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const int valid = chunk_valid<Q>(p.seqlen, t0);  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_b = Bg + p.B.offset(b, 0, g);

@@ -88,3 +88,10 @@ __device__ __forceinline__ int chunk_valid(long long seqlen, long long t0) {
 }
 
 }  // namespace ssd_kernels
+
+// Work item bc of the (batch, chunk) grid axis (batch fastest): declares b, c, the chunk's first
+// token t0 = cQ (64-bit) and valid = chunk_valid<Q>(seqlen, t0).
+#define SSD_CHUNK_COORDS(bc, batch, Q, seqlen)                                                      \
+  const int b = (bc) % (batch), c = (bc) / (batch);                                                 \
+  const long long t0 = (long long)c * (Q);                                                          \
+  const int valid = ::ssd_kernels::chunk_valid<(Q)>((seqlen), t0)
