@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -173,5 +174,17 @@ std::vector<Case> shape_matrix(void (*extra)(int i, Case& c) = nullptr) {
 bool all_finite(const std::vector<double>& v);
 bool same_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 std::vector<uint8_t> download_bytes(const DeviceBuffer& buf);
+// The bytes of every buffer in `bufs`, one after the other.
+inline std::vector<uint8_t> download_all(std::initializer_list<const DeviceBuffer*> bufs) {
+  std::vector<uint8_t> out;
+  for (const DeviceBuffer* b : bufs) {
+    const std::vector<uint8_t> part = download_bytes(*b);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+inline void poison_all(std::initializer_list<DeviceBuffer*> bufs) {
+  for (DeviceBuffer* b : bufs) b->poison();
+}
 
 }  // namespace gputest

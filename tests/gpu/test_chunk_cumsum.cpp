@@ -147,30 +147,18 @@ struct CumsumProblem {
 
   // Runs the forward with outputs poisoned; returns the raw output bytes (dt_out ++ dA_cumsum).
   std::vector<uint8_t> run_fwd(ssd_runtime* rt, const ssd_launch_options* o = nullptr) {
-    d_dt_out.poison();
-    d_cs.poison();
+    poison_all({&d_dt_out, &d_cs});
     ssd_chunk_cumsum_fwd_args a = fwd_args();
     GPU_CHECK_SSD(ssd_chunk_cumsum_fwd(rt, &a, o, nullptr));
-    std::vector<uint8_t> out = download_bytes(d_dt_out), cs = download_bytes(d_cs);
-    out.insert(out.end(), cs.begin(), cs.end());
-    return out;
+    return download_all({&d_dt_out, &d_cs});
   }
 
   // Runs the backward with outputs and workspace poisoned; returns ddt ++ dA ++ ddt_bias bytes.
   std::vector<uint8_t> run_bwd(ssd_runtime* rt, const ssd_launch_options* o = nullptr) {
-    d_ddt.poison();
-    d_dA.poison();
-    d_dbias.poison();
-    d_ws.poison();
+    poison_all({&d_ddt, &d_dA, &d_dbias, &d_ws});
     ssd_chunk_cumsum_bwd_args a = bwd_args();
     GPU_CHECK_SSD(ssd_chunk_cumsum_bwd(rt, &a, o, nullptr));
-    std::vector<uint8_t> out = download_bytes(d_ddt), dA = download_bytes(d_dA);
-    out.insert(out.end(), dA.begin(), dA.end());
-    if (c.bias) {
-      std::vector<uint8_t> db = download_bytes(d_dbias);
-      out.insert(out.end(), db.begin(), db.end());
-    }
-    return out;
+    return c.bias ? download_all({&d_ddt, &d_dA, &d_dbias}) : download_all({&d_ddt, &d_dA});
   }
 
   // ddt values at the logical (b, t, h) positions; the pad columns are checked untouched.

@@ -79,13 +79,10 @@ struct FwdProblem {
 
   // Poisons outputs and workspace, runs, returns out ++ out_x ++ final_states bytes.
   std::vector<uint8_t> run(ssd_runtime* rt) {
-    d_out.poison(); d_out_x.poison(); d_final.poison(); d_ws.poison();
+    poison_all({&d_out, &d_out_x, &d_final, &d_ws});
     ssd_forward_args a = args();
     GPU_CHECK_SSD(ssd_forward(rt, &a, nullptr, nullptr));
-    std::vector<uint8_t> r = download_bytes(d_out), ox = download_bytes(d_out_x), f = download_bytes(d_final);
-    if (c.z) r.insert(r.end(), ox.begin(), ox.end());
-    r.insert(r.end(), f.begin(), f.end());
-    return r;
+    return c.z ? download_all({&d_out, &d_out_x, &d_final}) : download_all({&d_out, &d_final});
   }
 };
 
