@@ -259,16 +259,8 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             const T* ss = sST(k % STAGES);
 #pragma unroll
             for (int kk = 0; kk < BKP; kk += 16) {
-              FragA a[MI];
-              FragB bf[NJ];
-#pragma unroll
-              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sx + (wm0 + 16 * i) * LDXY + kk, LDXY);
-#pragma unroll
-              for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], ss + kk * LDST + wn0 + 8 * j, LDST);
-#pragma unroll
-              for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) warp::mma<T>(chain[i][j], a[i], bf[j]);
+              SSD_WARP_MMA_K16(T, chain, warp::load_a(a[i], sx + (wm0 + 16 * i) * LDXY + kk, LDXY),
+                               warp::load_b2_trans(bf[j], bf[j + 1], ss + kk * LDST + wn0 + 8 * j, LDST));
             }
             if (next_scale) scale_store((hi + 1) & 1);
           }
@@ -297,22 +289,11 @@ __device__ void bc_bwd(const BcBwdParams& p) {
           const T* so = sO(k % STAGES);
 #pragma unroll
           for (int kk = 0; kk < BLOCK_K; kk += 16) {
-            FragA a[MI];
-            FragB bf[NJ];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-              if constexpr (Spec::kIsDC) {
-                warp::load_a(a[i], sd + (wm0 + 16 * i) * LDD + kk, LDD);  // [l][s] row-major
-              } else {
-                warp::load_a_trans(a[i], sd + kk * LDD + wm0 + 16 * i, LDD);  // [l][s] = [k][m]: dCBᵀ
-              }
-            }
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], so + kk * LDO + wn0 + 8 * j, LDO);
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+            // A: dCB as [l][s] row-major (dC), or transposed, [l][s] = [k][m] (dB: dCBᵀ).
+            SSD_WARP_MMA_K16(T, acc,
+                             if constexpr (Spec::kIsDC) warp::load_a(a[i], sd + (wm0 + 16 * i) * LDD + kk, LDD);
+                             else warp::load_a_trans(a[i], sd + kk * LDD + wm0 + 16 * i, LDD),
+                             warp::load_b2_trans(bf[j], bf[j + 1], so + kk * LDO + wn0 + 8 * j, LDO));
           }
         }
         ring.drain();

@@ -120,16 +120,8 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
           const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
           for (int kk = 0; kk < BK; kk += 16) {
-            FragA a[MI];
-            FragB bf[NJ];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) warp::load_b2(bf[j], bf[j + 1], sb + (wn0 + 8 * j) * LD + kk, LD);
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+            SSD_WARP_MMA_K16(T, acc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
+                             warp::load_b2(bf[j], bf[j + 1], sb + (wn0 + 8 * j) * LD + kk, LD));
           }
         }
         ring.drain();

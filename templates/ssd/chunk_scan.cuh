@@ -245,16 +245,8 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             const T* sp = sP(ks % STAGES);
 #pragma unroll
             for (int kk = 0; kk < BKN; kk += 16) {
-              FragA a[MI];
-              FragB bf[NJ];
-#pragma unroll
-              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sc + (wm0 + 16 * i) * LDA + kk, LDA);
-#pragma unroll
-              for (int j = 0; j < NJ; j += 2) warp::load_b2(bf[j], bf[j + 1], sp + (8 * j) * LDA + kk, LDA);
-#pragma unroll
-              for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+              SSD_WARP_MMA_K16(T, acc, warp::load_a(a[i], sc + (wm0 + 16 * i) * LDA + kk, LDA),
+                               warp::load_b2(bf[j], bf[j + 1], sp + (8 * j) * LDA + kk, LDA));
             }
             if (kn < KA) p_store(kn % STAGES);  // buffer kn % STAGES is not read in this step
           }

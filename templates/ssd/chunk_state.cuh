@@ -131,19 +131,10 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
             const float* w = s_w + ks * BLOCK_K + kk + 2 * lt;
             const float2 w01 = *reinterpret_cast<const float2*>(w);
             const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
-            FragA a[MI];
-            FragB bf[NJ];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-              warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
-              warp::scale_a_cols<T>(a[i], w01, w89);
-            }
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB);
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+            SSD_WARP_MMA_K16(T, acc,
+                             warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
+                             warp::scale_a_cols<T>(a[i], w01, w89),
+                             warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
           }
         }
         ring.drain();

@@ -191,6 +191,21 @@ __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
   ptx::mma_16816<T>(c.x, a.x, b.x);
 }
 
+// One 16-wide K step of a warp's MI x NJ tile of fp32 accumulators ACC (element type T): the MI
+// A fragments a[i] filled by the statement LOAD_A (for i = 0 .. MI-1), the NJ B fragments in
+// pairs bf[j], bf[j + 1] by LOAD_B2 (for j = 0, 2, ..), then ACC[i][j] += a[i] · bf[j] in order
+// (i, j). A macro, not a function taking the loaders: the templates' code stays token for token
+// what they spelled out before (same machine code).
+#define SSD_WARP_MMA_K16(T, ACC, LOAD_A, LOAD_B2)                                 \
+  {                                                                              \
+    FragA a[MI];                                                                 \
+    FragB bf[NJ];                                                                \
+    _Pragma("unroll") for (int i = 0; i < MI; ++i) { LOAD_A; }                   \
+    _Pragma("unroll") for (int j = 0; j < NJ; j += 2) { LOAD_B2; }               \
+    _Pragma("unroll") for (int i = 0; i < MI; ++i)                               \
+        _Pragma("unroll") for (int j = 0; j < NJ; ++j) warp::mma<T>(ACC[i][j], a[i], bf[j]); \
+  }
+
 // Multiplies the A fragment column-wise (k) by fp32 factors and rounds back to T: element (m, k)
 // becomes rn(float(A[m][k]) * f[k]). f01 = factors of columns 2t, 2t+1; f89 = of 2t+8, 2t+9.
 template <class T>
