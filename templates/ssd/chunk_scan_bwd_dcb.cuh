@@ -184,19 +184,9 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
             const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
             for (int kk = 0; kk < BKP; kk += 16) {
-              FragA a[MI];
-#pragma unroll
-              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
-#pragma unroll
-              for (int j = 0; j < NJ; j += 2) {  // B fragments one pair at a time (register pressure)
-                FragB b0, b1;
-                warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD);
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                  warp::mma<T>(hacc[i][j], a[i], b0);
-                  warp::mma<T>(hacc[i][j + 1], a[i], b1);
-                }
-              }
+              // B fragments one pair at a time (register pressure).
+              SSD_WARP_MMA_K16_PAIRS(T, hacc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
+                                     warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD));
             }
             if (step % KP == KP - 1) {
               // Head epilogue: gacc += d^(i) (select, then one rounded add), and restart M from 0.

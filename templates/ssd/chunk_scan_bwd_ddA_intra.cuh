@@ -182,19 +182,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
           const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
           for (int kk = 0; kk < BKP; kk += 16) {
-            FragA a[MI];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) {
-              FragB b0, b1;
-              warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD);
-#pragma unroll
-              for (int i = 0; i < MI; ++i) {
-                warp::mma<T>(acc[i][j], a[i], b0);
-                warp::mma<T>(acc[i][j + 1], a[i], b1);
-              }
-            }
+            SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
+                                   warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD));
           }
           if (kp != KP - 1) continue;
 

@@ -78,19 +78,8 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s
     const T* sk = sr + BLOCK_M * LDA;
 #pragma unroll
     for (int kk = 0; kk < BKN; kk += 16) {
-      FragA a[MI];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) warp::load_a(a[i], sr + (wm0 + 16 * i) * LDA + kk, LDA);
-#pragma unroll
-      for (int j = 0; j < NJ; j += 2) {
-        FragB b0, b1;
-        warp::load_b2(b0, b1, sk + (wn0 + 8 * j) * LDA + kk, LDA);
-#pragma unroll
-        for (int i = 0; i < MI; ++i) {
-          warp::mma<T>(acc[i][j], a[i], b0);
-          warp::mma<T>(acc[i][j + 1], a[i], b1);
-        }
-      }
+      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a(a[i], sr + (wm0 + 16 * i) * LDA + kk, LDA),
+                             warp::load_b2(b0, b1, sk + (wn0 + 8 * j) * LDA + kk, LDA));
     }
   }
   ring.drain();

@@ -206,6 +206,23 @@ __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
         _Pragma("unroll") for (int j = 0; j < NJ; ++j) warp::mma<T>(ACC[i][j], a[i], bf[j]); \
   }
 
+// The same K step with the B fragments one pair at a time (fewer live registers): LOAD_B2 fills
+// b0, b1 for columns j, j + 1, then ACC[i][j] += a[i] · b0 and ACC[i][j + 1] += a[i] · b1 for
+// every i, pair after pair.
+#define SSD_WARP_MMA_K16_PAIRS(T, ACC, LOAD_A, LOAD_B2)                           \
+  {                                                                              \
+    FragA a[MI];                                                                 \
+    _Pragma("unroll") for (int i = 0; i < MI; ++i) { LOAD_A; }                   \
+    _Pragma("unroll") for (int j = 0; j < NJ; j += 2) {                          \
+      FragB b0, b1;                                                              \
+      LOAD_B2;                                                                   \
+      _Pragma("unroll") for (int i = 0; i < MI; ++i) {                           \
+        warp::mma<T>(ACC[i][j], a[i], b0);                                       \
+        warp::mma<T>(ACC[i][j + 1], a[i], b1);                                   \
+      }                                                                          \
+    }                                                                            \
+  }
+
 // Multiplies the A fragment column-wise (k) by fp32 factors and rounds back to T: element (m, k)
 // becomes rn(float(A[m][k]) * f[k]). f01 = factors of columns 2t, 2t+1; f89 = of 2t+8, 2t+9.
 template <class T>
