@@ -106,10 +106,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
         };
 
         FragC acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
 
         // cp.async pipeline, STAGES buffers: stage ks lives in buffer ks % STAGES.
         const block::CpAsyncPipeline<STAGES> ring{KSTEPS};

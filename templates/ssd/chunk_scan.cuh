@@ -168,10 +168,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         }
 
         FragC acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
 
         // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n) ----------------
         {

@@ -127,10 +127,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
         const bool live = m0 < valid && n0 < valid;  // uniform over the block
 
         FragC gacc[MI][NJ];  // group accumulator: Σ_i d^(i), from +0.0
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(gacc[i][j]);
+        warp::zero_tile(gacc);
 
         if (live) {
           if (Spec::kSeqIdx) {  // visible after the first barrier of the loop below
@@ -168,10 +165,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           };
 
           FragC hacc[MI][NJ];  // M^(i) of the current head, from 0
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) warp::zero(hacc[i][j]);
+          warp::zero_tile(hacc);
 
           // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
           const block::CpAsyncPipeline<STAGES> ring{STEPS};

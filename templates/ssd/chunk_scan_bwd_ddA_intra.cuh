@@ -138,10 +138,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
         };
 
         FragC acc[MI][NJ];  // M of the current column tile, from 0
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
         float2 cbv[MI][2][NJ];  // CB(l, s..s+1) of this thread's fragment positions (0 where not read)
 
         // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.

@@ -239,10 +239,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
 
         FragC acc[MI][NJ];
         auto zero_acc = [&]() {
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+          warp::zero_tile(acc);
         };
 
         // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n].

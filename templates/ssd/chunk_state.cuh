@@ -115,10 +115,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         };
 
         FragC acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
 
         const block::CpAsyncPipeline<STAGES> ring{ksteps};
         ring.prologue(load_stage);

@@ -191,6 +191,15 @@ __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
   ptx::mma_16816<T>(c.x, a.x, b.x);
 }
 
+// Every accumulator of a warp's MI x NJ tile to +0.0.
+template <int MI, int NJ>
+__device__ __forceinline__ void zero_tile(FragC (&acc)[MI][NJ]) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) zero(acc[i][j]);
+}
+
 // One 16-wide K step of a warp's MI x NJ tile of fp32 accumulators ACC (element type T): the MI
 // A fragments a[i] filled by the statement LOAD_A (for i = 0 .. MI-1), the NJ B fragments in
 // pairs bf[j], bf[j + 1] by LOAD_B2 (for j = 0, 2, ..), then ACC[i][j] += a[i] · bf[j] in order
