@@ -76,22 +76,10 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
       const T* safe_c = Cg + p.C.offset(b, 0, grp);
       const T* safe_b = Bg + p.B.offset(b, 0, grp);
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
-        // Linear tile index -> (row tile mi, column tile ni) of the lower triangle.
-        int mi = 0, ni = tile;
-        while (true) {
-          const int cnt = imin(Q / BLOCK_N, (mi * BLOCK_M + BLOCK_M - 1) / BLOCK_N + 1);
-          if (ni < cnt) break;
-          ni -= cnt;
-          ++mi;
-        }
+        SSD_LOWER_TRIANGLE_TILE(tile, Q, BLOCK_M, BLOCK_N);  // mi, ni
         const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
 
-        if (Spec::kSeqIdx) {
-          for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
-            const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-            s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
-          }
-        }
+        if (Spec::kSeqIdx) SSD_STAGE_TILE_SEQ_IDS(s_seq, p.seq_idx, b, t0, m0, n0, valid);
 
         const T* Ct = safe_c + (t0 + m0) * p.C.stride[1];
         const T* Bt = safe_b + (t0 + n0) * p.B.stride[1];

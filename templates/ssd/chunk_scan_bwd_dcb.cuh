@@ -114,14 +114,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
       T* out = static_cast<T*>(p.dCB.data) + b * p.dCB.stride[0] + c * p.dCB.stride[1] + grp * p.dCB.stride[2];
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
-        // Linear tile index -> (row tile mi, column tile ni) of the lower triangle (as bmm_chunk_fwd).
-        int mi = 0, ni = tile;
-        while (true) {
-          const int cnt = imin(Q / BLOCK_N, (mi * BLOCK_M + BLOCK_M - 1) / BLOCK_N + 1);
-          if (ni < cnt) break;
-          ni -= cnt;
-          ++mi;
-        }
+        SSD_LOWER_TRIANGLE_TILE(tile, Q, BLOCK_M, BLOCK_N);  // mi, ni
         const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
         // Some (l, s) with s <= l <= λ in the tile iff m0 <= λ and n0 <= λ (n0 <= m0 + BM - 1 always).
         const bool live = m0 < valid && n0 < valid;  // uniform over the block
@@ -130,12 +123,8 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
         warp::zero_tile(gacc);
 
         if (live) {
-          if (Spec::kSeqIdx) {  // visible after the first barrier of the loop below
-            for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
-              const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-              s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
-            }
-          }
+          // Visible after the first barrier of the loop below.
+          if (Spec::kSeqIdx) SSD_STAGE_TILE_SEQ_IDS(s_seq, p.seq_idx, b, t0, m0, n0, valid);
 
           const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
           const T* xt = safe_x + (t0 + n0) * p.x.stride[1];

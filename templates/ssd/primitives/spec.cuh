@@ -95,3 +95,24 @@ __device__ __forceinline__ int chunk_valid(long long seqlen, long long t0) {
   const int b = (bc) % (batch), c = (bc) / (batch);                                                 \
   const long long t0 = (long long)c * (Q);                                                          \
   const int valid = ::ssd_kernels::chunk_valid<(Q)>((seqlen), t0)
+
+// Linear tile index `tile` -> (row tile mi, column tile ni) of the chunk's lower triangle of
+// BLOCK_M x BLOCK_N tiles (those with some column s <= row l), row tile by row tile: declares mi,
+// ni. A macro so the loop stays where the kernels had it (a helper function changed bmm_chunk_fwd's
+// and chunk_scan_bwd_dcb's code).
+#define SSD_LOWER_TRIANGLE_TILE(tile, Q, BLOCK_M, BLOCK_N)                                          \
+  int mi = 0, ni = (tile);                                                                          \
+  while (true) {                                                                                    \
+    const int cnt = imin((Q) / (BLOCK_N), (mi * (BLOCK_M) + (BLOCK_M)-1) / (BLOCK_N) + 1);          \
+    if (ni < cnt) break;                                                                            \
+    ni -= cnt;                                                                                      \
+    ++mi;                                                                                           \
+  }
+
+// The seq_idx ids of a lower-triangle tile's BLOCK_M rows (positions m0 + i) and BLOCK_N columns
+// (n0 + i) into s_seq[0 .. BLOCK_M + BLOCK_N), -1 past the valid length; NT threads, tid.
+#define SSD_STAGE_TILE_SEQ_IDS(s_seq, seq_idx, b, t0, m0, n0, valid)                               \
+  for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {                                               \
+    const int l = i < BLOCK_M ? (m0) + i : (n0) + (i - BLOCK_M);                                    \
+    (s_seq)[i] = l < (valid) ? (seq_idx)((b), (t0) + l) : -1;                                       \
+  }
