@@ -318,10 +318,10 @@ TEST_CASE("ssd_backward at the issue's reference shape (b=2 L=1024 h=32 p=64 n=6
   // mamba_ssm on the same kind of inputs: dx 2.3e-3, ddt 1.6e-3, dA 3.1e-4, dB 2.4e-3, dC 2.4e-3,
   // dD 1e-7, ddt_bias 1.9e-3 (issue 4); scripts/peer_bench.py measures both on identical inputs.
   RuntimeHolder rt;
-  const BwdCase c{2, 1024, 32, 64, 4, 64, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false};
-  BwdProblem prob(c);
+  BwdProblem prob(
+      BwdCase{2, 1024, 32, 64, 4, 64, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false});
   const GradErrors e = run_within_tolerance(rt.rt, prob);
-  MESSAGE("bwd reference shape " << describe(c) << ": rel_l2" << e.text());
+  MESSAGE("bwd reference shape " << describe(prob.c) << ": rel_l2" << e.text());
 }
 
 TEST_CASE("ssd_backward D1: twenty repeats give identical bits, caller or library workspace" *
@@ -567,11 +567,10 @@ TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, bo
           doctest::skip(!gpu_available())) {
   // The case scripts/gpu-test.sh --sanitize runs under compute-sanitizer memcheck and racecheck.
   RuntimeHolder rt;
-  const BwdCase c{2, 150, 4, 32, 2, 16, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
-  BwdProblem prob(c);
+  BwdProblem prob(BwdCase{2, 150, 4, 32, 2, 16, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true});
   const GradErrors e = run_within_tolerance(rt.rt, prob);
   prob.run(rt.rt, SSD_MODE_FAST);
-  MESSAGE("bwd sanitizer shape " << describe(c) << ": rel_l2" << e.text());
+  MESSAGE("bwd sanitizer shape " << describe(prob.c) << ": rel_l2" << e.text());
 }
 
 TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype, options on and off)" *
