@@ -6,11 +6,16 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-$root/build-gpu/out}}
 status=0
-for L in 2048 4096 16384; do
-  "$root/build-gpu/ssdgen" bench fwd --preset nemotronh-56b --batch 4 --seqlen $L --iters 100 | tee -a "$out/bench.txt" || status=1
+# The shapes of issues 9 and 10: b=4 L=2048, b=4 L=4096, b=1 L=16384; the staged states path
+# (chunk_state + state_passing, the same bits) beside the fused one at the first shape.
+for bl in "4 2048" "4 4096" "1 16384"; do
+  set -- $bl
+  "$root/build-gpu/ssdgen" bench fwd --preset nemotronh-56b --batch $1 --seqlen $2 --iters 100 | tee -a "$out/bench.txt" || status=1
 done
-for L in 2048 4096 16384; do
-  "$root/build-gpu/ssdgen" bench bwd --preset nemotronh-56b --batch 4 --seqlen $L --iters 50 | tee -a "$out/bench.txt" || status=1
+"$root/build-gpu/ssdgen" bench fwd --preset nemotronh-56b --batch 4 --seqlen 2048 --iters 100 --staged | tee -a "$out/bench.txt" || status=1
+for bl in "4 2048" "4 4096" "1 16384"; do
+  set -- $bl
+  "$root/build-gpu/ssdgen" bench bwd --preset nemotronh-56b --batch $1 --seqlen $2 --iters 50 | tee -a "$out/bench.txt" || status=1
 done
 "$root/build-gpu/ssdgen" check --preset nemotronh-56b --batch 1 --seqlen 512 | tee -a "$out/bench.txt" || status=1
 if [ -d "$root/.peer/mamba/mamba_ssm" ]; then

@@ -409,9 +409,10 @@ def poisoned_workspace(nbytes):
     return torch.full((max(int(nbytes), 1),), 0xFF, dtype=torch.uint8, device=DEVICE)
 
 
-def workspace_region(ws, offset, shape):
-    """The fp32 tensor of this shape at byte offset of the (uint8) workspace."""
-    return ws[offset:offset + 4 * math.prod(shape)].view(torch.float32).view(shape)
+def workspace_region(ws, offset, shape, dtype=torch.float32):
+    """The tensor of this shape and dtype (fp32 unless given) at byte offset of the (uint8) workspace."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    return ws[offset:offset + size * math.prod(shape)].view(dtype).view(shape)
 
 
 def check_written(what, tensors, failures):
@@ -451,7 +452,8 @@ def run_case(lib, name, c, seed, failures, modes=MODES):
                      "ws.dA_cumsum": workspace_region(ws, lay.dA_cumsum_offset, (b, h, nc, Q)),
                      # only the causal lower triangle s <= l is defined (bmm_chunk.cuh)
                      "ws.CB_lower": cb[..., torch.ones(Q, Q, dtype=torch.bool, device=DEVICE).tril()],
-                     "ws.states": workspace_region(ws, lay.states_offset, (b, nc, h, p, n))})
+                     # P in x's dtype (docs/api.md; fp32 before issue 9's fused state pass)
+                     "ws.states": workspace_region(ws, lay.states_offset, (b, nc, h, p, n), TORCH_DTYPE[c["dtype"]])})
         check_written(f"{name}: fwd.{mname}", outs, failures)
         digests.update({f"fwd.{mname}.{k}": digest(v) for k, v in outs.items()})
         if mode == 0 or out_x is None:
@@ -738,7 +740,7 @@ def self_test(lib_path, cases, seed):
                 lay.struct_size = C.sizeof(Layout)
                 lib.check(lib.lib.ssd_forward_workspace_layout(C.byref(a), C.byref(lay)),
                           "ssd_forward_workspace_layout")
-                if lay.states_offset + 4 * c["b"] * nchunks(c) * c["h"] * c["p"] * c["n"] > lay.total_bytes:
+                if lay.states_offset + 2 * c["b"] * nchunks(c) * c["h"] * c["p"] * c["n"] > lay.total_bytes:
                     problems.append(f"case {name}: the forward layout does not hold the states")
                 for mode in (0, 1):
                     a = backward_args(lib, c, shapes, bwd, fwd.get("out_x"), mode, fake)

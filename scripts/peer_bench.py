@@ -184,8 +184,7 @@ def backward_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, h, p, 
                                  "ssdgen_unwritten": int(torch.isnan(grads[name]).sum())}
     del ref, peer, out, peer_in, grads, ws, x, dt, B, Cm, dout
     torch.cuda.empty_cache()
-    for L in (2048, 4096, 16384):
-        b = 4
+    for b, L in ((4, 2048), (4, 4096), (1, 16384)):  # the shapes of issues 9 and 10
         x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
         dout = torch.randn(b, L, h, p, device="cuda", generator=gen).to(torch.bfloat16)
         grads = grad_buffers(x, dt, A, B, Cm, D, dt_bias)
@@ -246,8 +245,7 @@ def main():
     del ref, ref_final, peer_out, peer_final, out, final, ws, x, dt, B, Cm
     torch.cuda.empty_cache()
 
-    for L in (2048, 4096, 16384):
-        b = 4
+    for b, L in ((4, 2048), (4, 4096), (1, 16384)):  # the shapes of issues 9 and 10
         x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
         out = torch.empty_like(x)
         final = torch.empty(b, h, p, n, device="cuda")

@@ -66,7 +66,9 @@ typedef enum ssd_kernel_id {
   SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA = 13, /* ddA intra-chunk term per 64-row group (B-g), tensor cores */
   SSD_KERNEL_CHUNK_STATE_BWD_DB = 14,     /* dB (B-f), tensor cores */
   SSD_KERNEL_CHUNK_SCAN_BWD_DC = 15,      /* dC (B-f), tensor cores */
-  SSD_KERNEL_CHUNK_SCAN_BWD_DDA = 16      /* ddA = intra + next + prev + rho per position (B-g) */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DDA = 16,     /* ddA = intra + next + prev + rho per position (B-g) */
+  SSD_KERNEL_CHUNK_STATE_PASSING_FWD = 17 /* chunk states and the pass over chunks fused (F2 + F3):
+                                             P and final states, bitwise those of kernels 5 then 6 */
 } ssd_kernel_id;
 
 typedef enum ssd_dtype {
@@ -96,8 +98,11 @@ enum {
   SSD_FLAG_D_PER_HEADDIM = 1u << 4, /* D has shape (h, p) instead of (h) (needs SSD_FLAG_D) */
   SSD_FLAG_Z = 1u << 5,           /* out = y * silu(z) */
   SSD_FLAG_INITIAL_STATES = 1u << 6, /* initial_states given */
-  SSD_FLAG_DDA_INCREMENTS = 1u << 7  /* chunk_cumsum_bwd: ddA is the gradient w.r.t. the increments
+  SSD_FLAG_DDA_INCREMENTS = 1u << 7, /* chunk_cumsum_bwd: ddA is the gradient w.r.t. the increments
                                         a_l = dt_l A (the SSD backward's), not w.r.t. dA_cumsum */
+  SSD_FLAG_STATES_IN_DTYPE = 1u << 8 /* chunk_state_passing_fwd writes and chunk_scan_fwd reads the
+                                        entering states P in x's dtype instead of fp32 (ssd_forward's
+                                        choice: chunk_scan_fwd rounds P to that dtype anyway) */
 };
 
 /* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:
@@ -272,8 +277,8 @@ SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cu
 /* ---- the SSD forward (mamba_chunk_scan_combined) ---------------------------------------- */
 
 /* out = SSD(x, dt, A, B, C; D, z, dt_bias, initial_states, seq_idx), math §2. Stages: chunk_cumsum,
- * bmm_chunk (C B^T), chunk_state, state_passing, chunk_scan; intermediates go to the workspace in
- * the layout ssd_forward_workspace_layout reports (the backward reuses them). */
+ * bmm_chunk (C B^T), chunk_state_passing (chunk states and the pass over chunks), chunk_scan;
+ * intermediates go to the workspace in the layout ssd_forward_workspace_layout reports. */
 typedef struct ssd_forward_args {
   size_t struct_size;
   int32_t chunk_size;       /* Q: 64, 128, 256 */
@@ -297,9 +302,9 @@ typedef struct ssd_forward_args {
   size_t workspace_bytes;
 } ssd_forward_args;
 
-/* Where the intermediates live in the workspace (byte offsets; each tensor contiguous, fp32):
- *   dt_out, dA_cumsum (b, h, nchunks, Q); CB (b, nchunks, g, Q, Q), lower triangle s <= l valid;
- *   states (b, nchunks, h, p, n): the entering states P_c (after the call). */
+/* Where the intermediates live in the workspace (byte offsets; each tensor contiguous):
+ *   dt_out, dA_cumsum (b, h, nchunks, Q) fp32; CB (b, nchunks, g, Q, Q) fp32, lower triangle s <= l
+ *   valid; states (b, nchunks, h, p, n) in x's dtype: the entering states P_c (after the call). */
 typedef struct ssd_forward_layout {
   size_t struct_size;
   size_t total_bytes;

@@ -19,7 +19,7 @@ using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s = tile_spec(c, kUses, "positions", "headdim", nullptr);
-  s.type("State", "float")
+  s.element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
       .boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
@@ -31,7 +31,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanFwdFamily = {
     SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd", "ssd/chunk_scan.cuh", "ChunkScanFwdParams", "chunk_scan_fwd",
-    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z, Rules::defaults, Rules::validate, default_tile,
-    Rules::legal_tiles, spec};
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_STATES_IN_DTYPE, Rules::defaults,
+    Rules::validate, default_tile, Rules::legal_tiles, spec};
 
 }  // namespace ssd

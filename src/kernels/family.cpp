@@ -12,7 +12,7 @@ namespace ssd {
 extern const KernelFamily kChunkCumsumFwdFamily, kChunkCumsumBwdFamily, kReduceHeadPartialsFamily, kBmmChunkFwdFamily,
     kChunkStateFwdFamily, kStatePassingFwdFamily, kChunkScanFwdFamily, kGateBwdFamily, kChunkScanBwdDstatesFamily,
     kStatePassingBwdFamily, kChunkScanBwdDxFamily, kChunkScanBwdDcbFamily, kChunkScanBwdDdaIntraFamily,
-    kChunkStateBwdDbFamily, kChunkScanBwdDcFamily, kChunkScanBwdDdaFamily;
+    kChunkStateBwdDbFamily, kChunkScanBwdDcFamily, kChunkScanBwdDdaFamily, kChunkStatePassingFwdFamily;
 
 const std::vector<const KernelFamily*>& kernel_families() {
   static const std::vector<const KernelFamily*> families = [] {
@@ -20,7 +20,8 @@ const std::vector<const KernelFamily*>& kernel_families() {
         &kChunkCumsumFwdFamily,       &kChunkCumsumBwdFamily,   &kReduceHeadPartialsFamily, &kBmmChunkFwdFamily,
         &kChunkStateFwdFamily,        &kStatePassingFwdFamily,  &kChunkScanFwdFamily,       &kGateBwdFamily,
         &kChunkScanBwdDstatesFamily,  &kStatePassingBwdFamily,  &kChunkScanBwdDxFamily,     &kChunkScanBwdDcbFamily,
-        &kChunkScanBwdDdaIntraFamily, &kChunkStateBwdDbFamily,  &kChunkScanBwdDcFamily,     &kChunkScanBwdDdaFamily};
+        &kChunkScanBwdDdaIntraFamily, &kChunkStateBwdDbFamily,  &kChunkScanBwdDcFamily,     &kChunkScanBwdDdaFamily,
+        &kChunkStatePassingFwdFamily};
     std::sort(all.begin(), all.end(), [](const KernelFamily* a, const KernelFamily* b) { return a->id < b->id; });
     return all;
   }();

@@ -31,7 +31,7 @@ ssd_backward_args default_backward_args();
 // Per-kernel tile overrides (zeros = default) and a grid cap, for the D2/D4 tests and `ssdgen bench
 // bwd`; not in the C API.
 struct BackwardTuning {
-  ForwardTiles forward{};  // the recompute: bmm, state, passing (scan unused)
+  ForwardTuning forward{};  // the recompute: bmm, state_pass (or staged: state, passing); scan unused
   ssd_tile dstates{}, passing{}, dx{}, dcb{}, intra{}, db{}, dc{}, dda{}, cumsum{}, reduce{};
   int32_t max_blocks = 0;  // > 0: every grid axis capped (persistent-style grid-stride)
 };

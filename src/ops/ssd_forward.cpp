@@ -22,6 +22,10 @@
 #include "ssd/kernel_params.cuh"
 
 namespace ssd {
+int64_t states_bytes(bool with_output, const ForwardTuning& tuning) {
+  return with_output && !tuning.staged_states ? 2 : 4;  // x is bf16 or fp16
+}
+
 namespace {
 
 constexpr size_t kAlign = 256;
@@ -87,13 +91,14 @@ Status check_forward(const ssd_forward_args& a, ForwardDims& d) {
 
 namespace {
 
-Result<ssd_forward_layout> layout_for(const ForwardDims& d) {
+// state_bytes: the size of one element of P (states_bytes()).
+Result<ssd_forward_layout> layout_for(const ForwardDims& d, int64_t state_bytes) {
   CheckedSize z;  // absurd shapes must not wrap into a small total with overlapping regions
   ssd_forward_layout l{};
   l.struct_size = sizeof(l);
   const size_t chunked = z.align_up(z.mul({d.b, d.h, d.nc, d.Q, 4}), kAlign);
   const size_t cb = z.align_up(z.mul({d.b, d.nc, d.g, d.Q, d.Q, 4}), kAlign);
-  const size_t states = z.align_up(z.mul({d.b, d.nc, d.h, d.p, d.n, 4}), kAlign);
+  const size_t states = z.align_up(z.mul({d.b, d.nc, d.h, d.p, d.n, state_bytes}), kAlign);
   l.dt_out_offset = 0;
   l.dA_cumsum_offset = chunked;
   l.CB_offset = z.add(l.dA_cumsum_offset, chunked);
@@ -103,9 +108,9 @@ Result<ssd_forward_layout> layout_for(const ForwardDims& d) {
   return l;
 }
 
-// ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state -> state_passing ->
-// chunk_scan (the last one only when the output is wanted: the backward's recompute stops after
-// the entering states). Each stage binds its parameter block from the call's validated arguments
+// ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state_passing (or, staged,
+// chunk_state -> state_passing) -> chunk_scan (the last one only when the output is wanted: the
+// backward's recompute stops after the entering states). Each stage binds its parameter block from the call's validated arguments
 // and the workspace buffers.
 
 using F = ForwardCall;
@@ -133,9 +138,13 @@ TensorRef<T, N> cb_ref(const F& c) {
 template <class T, int N>
 TensorRef<T, N> states_ref(const F& c) {
   const long long shape[] = {c.d.b, c.d.nc, c.d.h, c.d.p, c.d.n};
-  return contiguous_ref<T, N>(c.buf.states, shape);
+  return contiguous_ref<T, N>(static_cast<T*>(c.buf.states), shape);
 }
 unsigned gy(const F& c) { return grid_yz(c.d.b * c.d.nc, c.max_blocks); }
+// P in x's dtype: the forward's output path (chunk_scan_fwd rounds P to it before its mma, so out
+// keeps its bits). fp32 for the backward's recompute (its kernels read fp32 P) and on the staged
+// path (state_passing_fwd passes the states in place, in fp32).
+bool states_in_dtype(const F& c) { return states_bytes(c.with_output, c.tiles) == 2; }
 
 // F1: dt preprocessing and the within-chunk cumulative sum.
 ssd_kernel_config cumsum_config(const F& c) {
@@ -165,7 +174,8 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
                        grid_yz(c.d.g, c.max_blocks), params, stream);
 }
 
-// F2: chunk states.
+// F2: chunk states (staged path).
+bool staged(const F& c) { return c.tiles.staged_states; }
 ssd_kernel_config state_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state); }
 Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkStateFwdParams p{};
@@ -183,7 +193,7 @@ Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
       grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
-// F3: entering states (in place) and final states.
+// F3: entering states (in place) and final states (staged path).
 ssd_kernel_config passing_config(const F& c) { return shaped(c, SSD_KERNEL_STATE_PASSING_FWD, c.tiles.passing); }
 Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::StatePassingFwdParams p{};
@@ -199,9 +209,42 @@ Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   return launch_kernel(k, grid_x(work, c.max_blocks), 1, 1, params, stream);
 }
 
+// F2 + F3 fused: entering states and final states, s_c kept on chip (the default path).
+bool fused(const F& c) { return !c.tiles.staged_states; }
+ssd_kernel_config state_pass_config(const F& c) {
+  ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_STATE_PASSING_FWD, c.tiles.state_pass);
+  if (states_in_dtype(c)) k.flags |= SSD_FLAG_STATES_IN_DTYPE;
+  return k;
+}
+Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  const ssd_tile& t = k.built->config.tile;
+  // The kernel's flattened (chunk, K step) counter is 32-bit.
+  if (c.d.nc > int64_t(0x7fffffff) / (c.d.Q / t.k))
+    return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunks for "
+                                                           "chunk_state_passing_fwd ({})", c.d.L, dims_text(c.d)));
+  ssd_kernels::ChunkStatePassingFwdParams p{};
+  p.x = ref<const void, 4>(c.a.x);
+  p.B = ref<const void, 4>(c.a.B);
+  p.dt = chunked<const float, 3>(c, c.buf.dt_out);
+  p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.initial_states = ref<const float, 2>(c.a.initial_states);
+  p.states = states_ref<void, 4>(c);
+  p.final_states = ref<float, 2>(c.a.final_states);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  void* params[] = {&p};
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks),
+      grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h, c.max_blocks), params, stream);
+}
+
 // F5: the output.
 bool scan_runs(const F& c) { return c.with_output; }
-ssd_kernel_config scan_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_SCAN_FWD, c.tiles.scan); }
+ssd_kernel_config scan_config(const F& c) {
+  ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_SCAN_FWD, c.tiles.scan);
+  if (states_in_dtype(c)) k.flags |= SSD_FLAG_STATES_IN_DTYPE;
+  return k;
+}
 Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkScanFwdParams p{};
   p.CB = cb_ref<const float, 4>(c);
@@ -227,14 +270,19 @@ const std::vector<Stage<F>>& forward_plan() {
   static const std::vector<Stage<F>> plan = {
       {"chunk_cumsum_fwd", 0, nullptr, cumsum_config, cumsum_launch},
       {"bmm_chunk_fwd", 1, nullptr, bmm_config, bmm_launch},
-      {"chunk_state_fwd", 2, nullptr, state_config, state_launch},
-      {"state_passing_fwd", 3, nullptr, passing_config, passing_launch},
-      {"chunk_scan_fwd", 4, scan_runs, scan_config, scan_launch},
+      {"chunk_state_fwd", 2, staged, state_config, state_launch},
+      {"state_passing_fwd", 3, staged, passing_config, passing_launch},
+      {"chunk_state_passing_fwd", 4, fused, state_pass_config, state_pass_launch},
+      {"chunk_scan_fwd", 5, scan_runs, scan_config, scan_launch},
   };
   return plan;
 }
 
 }  // namespace
+
+const char* const kForwardStageNames[kForwardStages] = {"chunk_cumsum_fwd",  "bmm_chunk_fwd",
+                                                        "chunk_state_fwd",   "state_passing_fwd",
+                                                        "chunk_state_passing_fwd", "chunk_scan_fwd"};
 
 uint32_t specialization_flags(const ssd_forward_args& a) {
   uint32_t flags = 0;
@@ -260,28 +308,29 @@ Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, 
 
 ssd_forward_args default_forward_args() { return default_dt_args<ssd_forward_args>(); }
 
-Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args) {
+Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args, const ForwardTuning* tuning) {
   ssd_forward_args a;
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
-  return layout_for(d);
+  return layout_for(d, states_bytes(true, tuning ? *tuning : ForwardTuning{}));
 }
 
 Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_args* user_args, ssd_arch arch,
-                                                             ssd_mode mode, const ForwardTiles* tiles) {
+                                                             ssd_mode mode, const ForwardTuning* tiles) {
   ssd_forward_args a;
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
-  const ForwardCall call{a, d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  const ForwardCall call{a, d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTuning{}, true};
   return forward_plan_configs(call);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
-                   CUstream stream, const std::function<void(int)>& after_stage, const ForwardTiles* tiles) {
+                   CUstream stream, const std::function<void(int)>& after_stage, const ForwardTuning* tiles) {
   ssd_forward_args a;
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
-  auto checked_layout = layout_for(d);
+  const ForwardTuning tuning = tiles ? *tiles : ForwardTuning{};
+  auto checked_layout = layout_for(d, states_bytes(true, tuning));
   if (!checked_layout.ok()) return checked_layout.status();
   const ssd_forward_layout layout = checked_layout.value();
   if (a.workspace && a.workspace_bytes < layout.total_bytes)
@@ -302,7 +351,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
   // Every kernel before any allocation: nothing happens unless all of them are available.
-  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tiles ? *tiles : ForwardTiles{}, true};
+  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tuning, true};
   PlanKernels kernels;
   SSD_ASSIGN_OR_RETURN(kernels, fetch_forward_plan(rt, call));
 
@@ -317,8 +366,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   char* base = ws.base();
   call.buf = ForwardBuffers{reinterpret_cast<float*>(base + layout.dt_out_offset),
                             reinterpret_cast<float*>(base + layout.dA_cumsum_offset),
-                            reinterpret_cast<float*>(base + layout.CB_offset),
-                            reinterpret_cast<float*>(base + layout.states_offset)};
+                            reinterpret_cast<float*>(base + layout.CB_offset), base + layout.states_offset};
   return ws.release(launch_forward_plan(call, kernels, stream, after_stage));
 }
 

@@ -1,4 +1,5 @@
-// Launcher of the SSD forward: chunk_cumsum -> bmm_chunk -> chunk_state -> state_passing -> chunk_scan.
+// Launcher of the SSD forward: chunk_cumsum -> bmm_chunk -> chunk_state_passing (or chunk_state ->
+// state_passing) -> chunk_scan.
 #pragma once
 
 #include <functional>
@@ -31,20 +32,28 @@ struct ForwardBuffers {
   float* dt_out;
   float* dA_cumsum;
   float* CB;
-  float* states;
+  void* states;  // P: x's dtype on the forward's output path, else fp32 (states_bytes)
 };
-Result<ssd_forward_layout> forward_layout(const ssd_forward_args* args);
-// Per-stage tile overrides (zeros = the default tile). Not in the C API: for measuring tile
-// candidates (`ssdgen bench fwd --tiles`) before one becomes a default.
-struct ForwardTiles {
-  ssd_tile bmm{}, state{}, passing{}, scan{};
+struct ForwardTuning;
+// The layout ssd_forward needs (ssd_forward_workspace_layout: tuning null; the staged path of the
+// states needs fp32 P, so a larger states section).
+Result<ssd_forward_layout> forward_layout(const ssd_forward_args* args, const ForwardTuning* tuning = nullptr);
+// Per-stage tile overrides (zeros = the default tile), and the staged path of the states. Not in
+// the C API: for measuring tile candidates (`ssdgen bench fwd --tiles`) before one becomes a
+// default, and for the tests and benchmarks that compare the fused state pass with the staged one.
+struct ForwardTuning {
+  ssd_tile bmm{}, state{}, passing{}, state_pass{}, scan{};
+  // chunk_state_fwd then state_passing_fwd (s_c through device memory) instead of the fused
+  // chunk_state_passing_fwd: the same bits (the GPU tests compare them), more traffic.
+  bool staged_states = false;
 };
 
 // SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D, _D_PER_HEADDIM, _Z as the arguments give them.
 uint32_t specialization_flags(const ssd_forward_args& args);
 
 // One call of the forward's plan (src/ops/plan.h) on validated arguments: chunk_cumsum_fwd ->
-// bmm_chunk -> chunk_state -> state_passing -> chunk_scan, the last only with_output (the
+// bmm_chunk -> chunk_state_passing (tiles.staged_states: chunk_state -> state_passing) ->
+// chunk_scan, the last only with_output (the
 // backward's recompute stops after the entering states). max_blocks > 0 caps every grid axis
 // (D4 tests).
 struct ForwardCall {
@@ -54,28 +63,33 @@ struct ForwardCall {
   ssd_arch arch;
   ForwardBuffers buf;
   int32_t max_blocks;
-  ForwardTiles tiles;
+  ForwardTuning tiles;
   bool with_output;
 };
 // The kernels the call uses, in launch order (prepare, presets, the backward's list).
 std::vector<ssd_kernel_config> forward_plan_configs(const ForwardCall& call);
 // The kernels of the call's stages (fetched before anything is allocated), then their launches;
-// after_stage(i) after stage i (0 cumsum, 1 bmm, 2 chunk_state, 3 state_passing, 4 chunk_scan) is
-// enqueued. The call's buffers are only read by the launches.
+// after_stage(i) after stage i (kForwardStageNames) is enqueued or skipped. The call's buffers are only read by the launches.
 using PlanKernels = std::vector<const ssd_kernel*>;
+// Bytes per element of P: x's dtype on the forward's output path (SSD_FLAG_STATES_IN_DTYPE), 4 for
+// the backward's recompute (with_output false) and the staged path.
+int64_t states_bytes(bool with_output, const ForwardTuning& tuning);
+// The stages' names in report order (after_stage's argument indexes it).
+constexpr int kForwardStages = 6;
+extern const char* const kForwardStageNames[kForwardStages];
 Result<PlanKernels> fetch_forward_plan(ssd_runtime& runtime, const ForwardCall& call);
 Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, CUstream stream,
                            const std::function<void(int)>& after_stage = {});
 
-// `after_stage(i)` runs on the host after stage i (0 cumsum, 1 bmm, 2 chunk_state, 3 state_passing,
-// 4 chunk_scan) is enqueued: the benchmark records events there.
+// `after_stage(i)` runs on the host after stage i (kForwardStageNames) is enqueued or skipped (a
+// stage that does not run for the call): the benchmark records events there.
 Status ssd_forward(ssd_runtime& runtime, const ssd_forward_args* args, const ssd_launch_options* options,
                    CUstream stream, const std::function<void(int)>& after_stage = {},
-                   const ForwardTiles* tiles = nullptr);
+                   const ForwardTuning* tiles = nullptr);
 
-// The five kernel specializations a call with these arguments uses, in launch order (for
+// The kernel specializations a call with these arguments uses, in launch order (for
 // precompiling them in parallel).
 Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_args* args, ssd_arch arch,
-                                                             ssd_mode mode, const ForwardTiles* tiles = nullptr);
+                                                             ssd_mode mode, const ForwardTuning* tiles = nullptr);
 
 }  // namespace ssd

@@ -33,6 +33,27 @@
 #include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
+namespace detail {
+
+// One K step of S += Xᵀ diag(w) B for one warp's MI x NJ fragments: sx, sb are the [k][p] and [k][n]
+// stage tiles, (wm0, wn0) the warp's corner, w_step the step's BLOCK_K weights; increasing k in
+// 16-wide mma steps. (The address sums keep the order the kernels wrote: the same machine code.)
+template <class T, int BLOCK_K, int LDX, int LDB, int MI, int NJ>
+__device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* sx, const T* sb, int wm0, int wn0,
+                                                 const float* w_step, int lt) {
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_K; kk += 16) {
+    const float* w = w_step + kk + 2 * lt;
+    const float2 w01 = *reinterpret_cast<const float2*>(w);
+    const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
+    SSD_WARP_MMA_K16(T, acc,
+                     warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
+                     warp::scale_a_cols<T>(a[i], w01, w89),
+                     warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
+  }
+}
+
+}  // namespace detail
 
 template <class Spec>
 __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
@@ -123,16 +144,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
           ring.begin(ks, load_stage);
           const T* sx = s_x[ks % STAGES];
           const T* sb = s_b[ks % STAGES];
-#pragma unroll
-          for (int kk = 0; kk < BLOCK_K; kk += 16) {
-            const float* w = s_w + ks * BLOCK_K + kk + 2 * lt;
-            const float2 w01 = *reinterpret_cast<const float2*>(w);
-            const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
-            SSD_WARP_MMA_K16(T, acc,
-                             warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
-                             warp::scale_a_cols<T>(a[i], w01, w89),
-                             warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
-          }
+          detail::chunk_state_step<T, BLOCK_K, LDX, LDB>(acc, sx, sb, wm0, wn0, s_w + ks * BLOCK_K, lt);
         }
         ring.drain();
 

@@ -1,6 +1,8 @@
 // Parameter blocks and launch geometry of the forward tensor-core kernels (math F2, F4, F5):
 //   bmm_chunk_fwd   (bmm_chunk.cuh)    CB = σ ∘ (C Bᵀ) per (batch, chunk, group), lower triangle
 //   chunk_state_fwd (chunk_state.cuh)  s_c = Xᵀ diag(ξ E_end Δ) B per (batch, chunk, head)
+//   chunk_state_passing_fwd (chunk_state_passing.cuh)  s_c as above, and the pass over chunks (F3)
+//                                      with the running state on chip: P_c, final states
 //   chunk_scan_fwd  (chunk_scan.cuh)   y = (CB ∘ L ∘ causal) diag(Δ) X + diag(η E_start) C P_cᵀ (+ D x, · silu z)
 //
 // Shared verbatim by the host launchers (g++) and the kernels (NVRTC): plain C layout only
@@ -40,6 +42,21 @@ struct ChunkStateFwdParams {
   TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   TensorRef<const int, 2> seq_idx;  // (b, L); data null without
   TensorRef<float, 4> states;  // (b, nchunks, h, p) rows of n, unit n-stride
+  long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
+};
+
+// F2 + F3 fused: per (b, h) and state tile, s_c as chunk_state_fwd, then in chunk order
+//   P_c = S_{c-1} (written to states),  S_c = fma(θ_c exp(A_c(λ_c)), S_{c-1}, s_c),  S_{-1} = init,
+//   final = S_{Nc-1}.
+struct ChunkStatePassingFwdParams {
+  TensorRef<const void, 4> x;  // (b, L, h, p), element type
+  TensorRef<const void, 4> B;  // (b, L, g, n)
+  TensorRef<const float, 3> dt;  // Δ, (b, h, nchunks) rows of Q, unit Q-stride (chunk_cumsum_fwd's dt_out)
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<const float, 2> initial_states;  // (b, h) rows of p*n (p-stride n); data null without
+  TensorRef<void, 4> states;  // P: (b, nchunks, h, p) rows of n, unit n-stride; the state type (fp32 or element type)
+  TensorRef<float, 2> final_states;  // (b, h) rows of p*n (p-stride n); data null without
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
 
@@ -135,6 +152,25 @@ SSD_HOST_DEVICE constexpr int chunk_state_smem_bytes(int q, int bm, int bn, int 
   return chunk_state_stages(q, bm, bn, bk) * chunk_state_stage_bytes(bm, bn, bk) + 4 * q;
 }
 
+// ---- chunk_state_passing_fwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (p), BLOCK_N (n), BLOCK_K (positions), T,
+//                              HAS_SEQ_IDX, HAS_INIT>
+// grid = (chunk_state_tiles(P, N, BM, BN), batch, nheads). Warp tiles are at most 32 x 32: the
+// running state doubles the accumulator registers. Per-position weights are double-buffered (the
+// next chunk's are written while this chunk's are read).
+SSD_HOST_DEVICE constexpr int state_pass_warp_m(int bm) { return imin(bm, 32); }
+SSD_HOST_DEVICE constexpr int state_pass_warp_n(int bn) { return imin(bn, 32); }
+SSD_HOST_DEVICE constexpr int chunk_state_passing_threads(int bm, int bn) {
+  return 32 * (bm / state_pass_warp_m(bm)) * (bn / state_pass_warp_n(bn));
+}
+SSD_HOST_DEVICE constexpr int chunk_state_passing_stages(int q, int bm, int bn, int bk) {
+  return 4 * chunk_state_stage_bytes(bm, bn, bk) + 8 * q <= kMaxStaticSmem   ? 4
+         : 3 * chunk_state_stage_bytes(bm, bn, bk) + 8 * q <= kMaxStaticSmem ? 3
+                                                                              : 2;
+}
+SSD_HOST_DEVICE constexpr int chunk_state_passing_smem_bytes(int q, int bm, int bn, int bk) {
+  return chunk_state_passing_stages(q, bm, bn, bk) * chunk_state_stage_bytes(bm, bn, bk) + 8 * q;
+}
+
 // ---- chunk_scan_fwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (p), BLOCK_K, T, S, HAS_D,
 //                     D_PER_HEADDIM, HAS_Z, HAS_SEQ_IDX>
 // grid.x = (Q / BM) * (P / BN); 4 warps split BLOCK_M (each warp owns BM/4 rows and all BN columns).
@@ -192,6 +228,16 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_tile_problem(int q, int p, int
          : !divides(bm, p) || !divides(bn, n) || !divides(bk, q) ? "m | headdim, n | dstate, k | chunk_size"
          : chunk_state_smem_bytes(q, bm, bn, bk) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
                                                                   : nullptr;
+}
+
+SSD_HOST_DEVICE constexpr const char* chunk_state_passing_tile_problem(int q, int p, int n, int bm, int bn, int bk) {
+  return !pow2_in(bm, 16, 128) || !pow2_in(bn, 16, 256) || !pow2_in(bk, 16, 64)
+             ? "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64"
+         : !divides(bm, p) || !divides(bn, n) || !divides(bk, q) ? "m | headdim, n | dstate, k | chunk_size"
+         : chunk_state_passing_threads(bm, bn) > 512             ? "m * n <= 16384 (16 warps of 32 x 32)"
+         : chunk_state_passing_smem_bytes(q, bm, bn, bk) > kMaxStaticSmem
+             ? "the tiles' shared memory must fit in 48 KiB"
+             : nullptr;
 }
 
 SSD_HOST_DEVICE constexpr const char* chunk_scan_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {

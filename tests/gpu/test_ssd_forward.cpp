@@ -117,7 +117,13 @@ TEST_CASE("ssd_forward matches the float64 oracle, stage by stage" * doctest::sk
       return v;
     };
     std::vector<double> dt_out = region(prob.layout.dt_out_offset, nch), cs = region(prob.layout.dA_cumsum_offset, nch);
-    std::vector<double> P = region(prob.layout.states_offset, nst), CB = region(prob.layout.CB_offset, ncb);
+    std::vector<double> CB = region(prob.layout.CB_offset, ncb);
+    std::vector<double> P(nst);  // in x's dtype (docs/api.md)
+    for (size_t i = 0; i < nst; ++i) {
+      uint16_t u;
+      std::memcpy(&u, ws.data() + prob.layout.states_offset + 2 * i, 2);
+      P[i] = c.dtype == SSD_DTYPE_BF16 ? ssd::bf16_to_float(u) : ssd::fp16_to_float(u);
+    }
     // CB: only the causal lower triangle is produced and read.
     std::vector<double> CB_ref = ref.CB;
     for (size_t blk = 0; blk < size_t(c.b * prob.nc * c.g); ++blk)
@@ -226,55 +232,97 @@ TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, 
                          << ", fp16 " << worst_fp16);
 }
 
-TEST_CASE("ssd_forward: tile shapes of every stage give identical bits" * doctest::skip(!gpu_available())) {
+TEST_CASE("ssd_forward: tile shapes of every stage, and the staged states, give identical bits" *
+          doctest::skip(!gpu_available())) {
   // Every output element is one thread's fp32 accumulator over mma K=16 chains in increasing K
-  // order, whatever the tile: the bits must not move with m, n or the K step.
+  // order, whatever the tile: the bits must not move with m, n or the K step. The fused state pass
+  // (chunk_state_passing_fwd) and the staged one (chunk_state_fwd + state_passing_fwd) follow the
+  // same order, so every tile of either path gives the same bits too (P in the workspace included).
   RuntimeHolder rt;
   auto arch = ssd::runtime_arch(*rt.rt);
   REQUIRE(arch.ok());
-  const FwdCase cases[] = {kFwdCases[0], kFwdCases[3], kFwdCases[4]};
+  const FwdCase cases[] = {kFwdCases[0], kFwdCases[2], kFwdCases[3], kFwdCases[4]};
+  ssd::ForwardTuning staged;
+  staged.staged_states = true;
+  auto configs_of = [&](const ssd_forward_args& a, const ssd::ForwardTuning& t) {
+    auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC, &t);
+    REQUIRE(configs.ok());
+    return configs.value();
+  };
   {  // compile every variant in parallel first
     std::vector<ssd_kernel_config> all;
     for (const FwdCase& c : cases) {
       FwdProblem probe(FwdCase{c.b, 1, c.h, c.p, c.g, c.n, c.Q, c.dtype, c.D, c.D_per_headdim, c.z, c.bias, c.softplus,
                                c.init, c.seq_idx});
       ssd_forward_args a = probe.args();
-      auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
-      REQUIRE(configs.ok());
-      for (ssd_kernel_config k : configs.value())
-        for (const ssd_tile& tile : ssd::legal_tiles(k)) {
-          k.tile = tile;
-          all.push_back(k);
-        }
+      for (const ssd::ForwardTuning& t : {ssd::ForwardTuning{}, staged})
+        for (ssd_kernel_config k : configs_of(a, t))
+          for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+            k.tile = tile;
+            all.push_back(k);
+          }
     }
     for (auto& r : rt.rt->builder->build_many(all, 16)) REQUIRE_MESSAGE(r.ok(), r.status().detail);
   }
   for (const FwdCase& c : cases) {
     CAPTURE(describe(c));
     FwdProblem prob(c);
-    const std::vector<uint8_t> base = prob.run(rt.rt);
     ssd_forward_args a = prob.args();
-    auto configs = ssd::forward_kernel_configs(&a, arch.value(), SSD_MODE_DETERMINISTIC);
-    REQUIRE(configs.ok());
-    int variants = 0;
-    for (int stage = 1; stage <= 4; ++stage) {
-      for (const ssd_tile& tile : ssd::legal_tiles(configs.value()[size_t(stage)])) {
-        ssd::ForwardTiles tiles;
-        (stage == 1 ? tiles.bmm : stage == 2 ? tiles.state : stage == 3 ? tiles.passing : tiles.scan) = tile;
-        CAPTURE(stage);
-        CAPTURE(tile.m);
-        CAPTURE(tile.n);
-        CAPTURE(tile.k);
-        prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); prob.d_ws.poison();
-        REQUIRE(ssd::ssd_forward(*rt.rt, &a, nullptr, nullptr, {}, &tiles).ok());
-        std::vector<uint8_t> r = download_bytes(prob.d_out), ox = download_bytes(prob.d_out_x),
-                             f = download_bytes(prob.d_final);
-        if (c.z) r.insert(r.end(), ox.begin(), ox.end());
-        r.insert(r.end(), f.begin(), f.end());
-        CHECK(same_bytes(r, base));
-        ++variants;
+    // The staged path keeps P in fp32 (a larger states section); compared rounded to x's dtype,
+    // as chunk_scan_fwd and the fused path round it.
+    auto staged_layout = ssd::forward_layout(&a, &staged);
+    REQUIRE(staged_layout.ok());
+    DeviceBuffer staged_ws(staged_layout->total_bytes);
+    const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n);
+    auto run = [&](const ssd::ForwardTuning& t) {
+      DeviceBuffer& ws_buf = t.staged_states ? staged_ws : prob.d_ws;
+      ssd_forward_args call = a;
+      call.workspace = ws_buf.get();
+      call.workspace_bytes = t.staged_states ? staged_layout->total_bytes : prob.layout.total_bytes;
+      prob.d_out.poison(); prob.d_out_x.poison(); prob.d_final.poison(); ws_buf.poison();
+      REQUIRE(ssd::ssd_forward(*rt.rt, &call, nullptr, nullptr, {}, &t).ok());
+      std::vector<uint8_t> r = download_bytes(prob.d_out), ox = download_bytes(prob.d_out_x),
+                           f = download_bytes(prob.d_final), ws = download_bytes(ws_buf);
+      if (c.z) r.insert(r.end(), ox.begin(), ox.end());
+      r.insert(r.end(), f.begin(), f.end());
+      const uint8_t* P = ws.data() + prob.layout.states_offset;  // the same offset on both paths
+      for (size_t i = 0; i < nst; ++i) {
+        uint16_t u;
+        if (t.staged_states) {
+          float v;
+          std::memcpy(&v, P + 4 * i, 4);
+          u = c.dtype == SSD_DTYPE_BF16 ? ssd::float_to_bf16(v) : ssd::float_to_fp16(v);
+        } else {
+          std::memcpy(&u, P + 2 * i, 2);
+        }
+        r.push_back(uint8_t(u & 0xff));
+        r.push_back(uint8_t(u >> 8));
       }
-    }
-    MESSAGE("fwd tiles " << describe(c) << ": " << variants << " tile variants checked bitwise");
+      return r;
+    };
+    const std::vector<uint8_t> base = run(ssd::ForwardTuning{});
+    int variants = 0;
+    for (const ssd::ForwardTuning& path : {ssd::ForwardTuning{}, staged})
+      for (const ssd_kernel_config& k : configs_of(a, path)) {
+        for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+          ssd::ForwardTuning t = path;
+          switch (k.kernel) {
+            case SSD_KERNEL_BMM_CHUNK_FWD: t.bmm = tile; break;
+            case SSD_KERNEL_CHUNK_STATE_FWD: t.state = tile; break;
+            case SSD_KERNEL_STATE_PASSING_FWD: t.passing = tile; break;
+            case SSD_KERNEL_CHUNK_STATE_PASSING_FWD: t.state_pass = tile; break;
+            case SSD_KERNEL_CHUNK_SCAN_FWD: t.scan = tile; break;
+            default: continue;  // chunk_cumsum_fwd has one tile
+          }
+          CAPTURE(ssd::kernel_name(k.kernel));
+          CAPTURE(path.staged_states);
+          CAPTURE(tile.m);
+          CAPTURE(tile.n);
+          CAPTURE(tile.k);
+          CHECK(same_bytes(run(t), base));
+          ++variants;
+        }
+      }
+    MESSAGE("fwd tiles " << describe(c) << ": " << variants << " tile variants (fused and staged states) checked bitwise");
   }
 }

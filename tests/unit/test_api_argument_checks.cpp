@@ -810,7 +810,7 @@ TEST_CASE("ssd_forward_workspace_layout: sections fit in total_bytes, are 256-by
       INFO((dims_text(d) + (optional ? " with" : " without") + " the optional tensors"));
       REQUIRE(ssd_forward_workspace_layout(&a, &l) == SSD_OK);
       CHECK(l.struct_size == sizeof l);
-      // docs/api.md: each section contiguous fp32 of these shapes.
+      // docs/api.md: each section contiguous, of these shapes: fp32, P in x's dtype (16-bit).
       const size_t nc = size_t(nchunks(d));
       const size_t chunked = size_t(d.b * d.h) * nc * size_t(d.Q) * 4;
       struct Section {
@@ -820,7 +820,7 @@ TEST_CASE("ssd_forward_workspace_layout: sections fit in total_bytes, are 256-by
       const Section sections[] = {{"dt_out", l.dt_out_offset, chunked},
                                   {"dA_cumsum", l.dA_cumsum_offset, chunked},
                                   {"CB", l.CB_offset, size_t(d.b) * nc * size_t(d.g * d.Q * d.Q) * 4},
-                                  {"states", l.states_offset, size_t(d.b) * nc * size_t(d.h * d.p * d.n) * 4}};
+                                  {"states", l.states_offset, size_t(d.b) * nc * size_t(d.h * d.p * d.n) * 2}};
       size_t padded_sum = 0;
       for (const Section& s : sections) {
         INFO(s.name);

@@ -112,7 +112,7 @@ TEST_CASE("workspace sizes: ordinary shapes give the documented layout") {
   CHECK(fl->dA_cumsum_offset == chunked);
   CHECK(fl->CB_offset == 2 * chunked);
   CHECK(fl->states_offset == 2 * chunked + align256(2 * nc * 2 * 64 * 64 * 4));
-  CHECK(fl->total_bytes == fl->states_offset + align256(2 * nc * 8 * 64 * 64 * 4));
+  CHECK(fl->total_bytes == fl->states_offset + align256(2 * nc * 8 * 64 * 64 * 2));  // P in x's dtype (bf16)
   const ssd_backward_args ba = backward_args(s);
   auto bl = backward_layout(&ba, SSD_MODE_DETERMINISTIC);
   REQUIRE(bl.ok());
@@ -122,7 +122,7 @@ TEST_CASE("workspace sizes: ordinary shapes give the documented layout") {
 
 TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refused, not wrapped") {
   // b=1, L=2^50 (stride-0 inputs pass the 2^62 extent check; out is 2^61 elements): the states
-  // alone are 2^44 chunks * 16 heads * 128 * 256 * 4 bytes = 2^65 bytes. size_t used to wrap and
+  // alone are 2^44 chunks * 16 heads * 128 * 256 * 2 bytes (bf16 P) = 2^64 bytes. size_t used to wrap and
   // return SSD_OK with a small total and overlapping regions.
   const Shape s{1, int64_t(1) << 50, 16, 128, 1, 256, 64};
   const ssd_forward_args fa = forward_args(s);
@@ -140,12 +140,12 @@ TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refuse
     CHECK(contains(bl.status().detail, "ssd_backward needs more than 2^64 bytes of workspace"));
   }
 
-  // Smaller: 2^47 positions give 2^62 bytes of states in the forward, which still fits.
+  // Smaller: 2^47 positions give 2^61 bytes of (bf16) states in the forward, which still fits.
   const Shape fits{1, int64_t(1) << 47, 16, 128, 1, 256, 64};
   const ssd_forward_args ok_args = forward_args(fits);
   auto big = forward_layout(&ok_args);
   REQUIRE(big.ok());
-  CHECK(big->total_bytes - big->states_offset == size_t(1) << 62);
+  CHECK(big->total_bytes - big->states_offset == size_t(1) << 61);
 }
 
 TEST_CASE("workspace sizes: chunk_cumsum_bwd with L near 2^63 does not overflow") {

@@ -82,8 +82,7 @@ TEST_CASE("prepare: the forward's kernels are the call's, from shapes alone") {
   std::vector<ssd_kernel_id> kernels;
   for (const ssd_kernel_config& c : configs.value()) kernels.push_back(c.kernel);
   CHECK(kernels == std::vector<ssd_kernel_id>{SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD,
-                                              SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
-                                              SSD_KERNEL_CHUNK_SCAN_FWD});
+                                              SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_KERNEL_CHUNK_SCAN_FWD});
 
   // With every option on, fake pointers for the optional tensors select the same specializations
   // as the call with real pointers computes.
@@ -138,14 +137,16 @@ TEST_CASE("prepare: the backward's kernels are the call's, without duplicates") 
   CHECK(prepared->size() == records(prepared.value()).size());  // no duplicates
   std::set<ssd_kernel_id> kernels;
   for (const ssd_kernel_config& c : prepared.value()) kernels.insert(c.kernel);
-  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD,
-                          SSD_KERNEL_STATE_PASSING_FWD, SSD_KERNEL_GATE_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES,
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD,
+                          SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_KERNEL_GATE_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES,
                           SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX, SSD_KERNEL_CHUNK_SCAN_BWD_DCB,
                           SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, SSD_KERNEL_CHUNK_STATE_BWD_DB,
                           SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA, SSD_KERNEL_CHUNK_CUMSUM_BWD,
                           SSD_KERNEL_REDUCE_HEAD_PARTIALS})
     CHECK_MESSAGE(kernels.count(k) == 1, kernel_name(k));
   CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_FWD) == 0);  // the recompute stops before the output
+  CHECK(kernels.count(SSD_KERNEL_CHUNK_STATE_FWD) == 0);  // the states are fused
+  CHECK(kernels.count(SSD_KERNEL_STATE_PASSING_FWD) == 0);
 }
 
 TEST_CASE("prepare: validation names the field, as the call does") {
@@ -250,24 +251,24 @@ TEST_CASE("prepare: kernels land in memory and on disk; a second prepare compile
     auto rt = runtime_on(dir.path);
     auto first = forward_prepare(rt.get(), &a, &o);
     REQUIRE_MESSAGE(first.ok(), first.status().detail);
-    CHECK(first->kernels == 5);
-    CHECK(first->compiled == 5);
+    CHECK(first->kernels == 4);
+    CHECK(first->compiled == 4);
     CHECK(first->from_disk == 0);
     CHECK(first->from_memory == 0);
     CHECK(first->seconds > 0);
-    CHECK(rt->cache->list().size() == 5);
+    CHECK(rt->cache->list().size() == 4);
 
     auto again = forward_prepare(rt.get(), &a, &o);
     REQUIRE(again.ok());
     CHECK(again->compiled == 0);
-    CHECK(again->from_memory == 5);
+    CHECK(again->from_memory == 4);
   }
   // Another runtime (another process, model load after a restart) on the same cache: from disk.
   auto rt = runtime_on(dir.path);
   auto from_disk = forward_prepare(rt.get(), &a, &o);
   REQUIRE(from_disk.ok());
   CHECK(from_disk->compiled == 0);
-  CHECK(from_disk->from_disk == 5);
+  CHECK(from_disk->from_disk == 4);
   // What ssd_forward then asks the builder for is in memory, key for key.
   auto configs = forward_prepare_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
   REQUIRE(configs.ok());

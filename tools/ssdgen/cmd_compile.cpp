@@ -101,7 +101,7 @@ class Progress {
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", done, total_, label.c_str());
       std::fflush(stderr);
       drawn_ = true;
-    } else if (total_ > 8) {
+    } else if (total_ > 4) {
       const size_t decile = done * 10 / total_;
       if (decile > last_decile_) {
         last_decile_ = decile;

@@ -131,6 +131,7 @@ struct GpuArgs {
   std::string what, preset = "nemotronh-56b", tiles;
   int64_t batch = -1, seqlen = -1;
   int iters = 100, warmup = 10;
+  bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
 };
 
 int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want_what, GpuArgs& out) {
@@ -138,6 +139,7 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
   while (!cur.done()) {
     if (auto v = cur.value("--preset")) out.preset = *v;
     else if (auto v = cur.value("--tiles")) out.tiles = *v;
+    else if (cur.flag("--staged")) out.staged = true;
     else if (auto v = cur.value("--batch")) {
       auto n = parse_positive_int(*v, "--batch", 1 << 16);
       if (!n.ok()) return fail(ctx, n.status());
@@ -202,11 +204,12 @@ ssd::Status parse_tile_items(const std::string& text, const std::string& noun, c
   return ssd::Status::Ok();
 }
 
-// "scan=64x64x32,state=64x128x32,bmm=64x64,passing=256": per-stage tile overrides.
-ssd::Result<ssd::ForwardTiles> parse_tiles(const std::string& text) {
-  ssd::ForwardTiles t;
+// "scan=64x64x32,state_pass=64x128x32,bmm=64x64,state=..,passing=256": per-stage tile overrides.
+ssd::Result<ssd::ForwardTuning> parse_tiles(const std::string& text) {
+  ssd::ForwardTuning t;
   SSD_RETURN_IF_ERROR(parse_tile_items(text, "stage", "legal",
-                                       {{"scan", &t.scan}, {"state", &t.state}, {"bmm", &t.bmm}, {"passing", &t.passing}}));
+                                       {{"scan", &t.scan}, {"state_pass", &t.state_pass}, {"bmm", &t.bmm},
+                                        {"state", &t.state}, {"passing", &t.passing}}));
   return t;
 }
 
@@ -368,23 +371,37 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (ga.what == "bwd") {
     auto tuning = parse_bwd_tiles(ga.tiles);  // no --tiles: the defaults
     if (!tuning.ok()) return fail(ctx, tuning.status());
+    tuning->forward.staged_states = ga.staged;  // the recompute's states
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
     return bench_backward(ctx, ga, session, tuning.value());
   }
   auto parsed_tiles = parse_tiles(ga.tiles);
   if (!parsed_tiles.ok()) return fail(ctx, parsed_tiles.status());
-  const ssd::ForwardTiles tiles = parsed_tiles.value();
+  ssd::ForwardTuning tiles = parsed_tiles.value();
+  tiles.staged_states = ga.staged;
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
   const Driver& drv = *session.drv;
   const ModelPreset& m = session.preset;
   const Problem& pr = session.in.pr;
-  const ssd_forward_args& a = session.args;
+  ssd_forward_args a = session.args;
   const ssd_forward_layout* layout = &session.layout;
+  // The staged path keeps P in fp32: a larger states section than ssd_forward_workspace_layout's.
+  DeviceMemory staged_ws;
+  ssd_forward_layout staged_layout{};
+  if (ga.staged) {
+    auto l = ssd::forward_layout(&a, &tiles);
+    if (!l.ok()) return fail(ctx, l.status());
+    staged_layout = l.value();
+    if (ssd::Status st = alloc(drv, staged_ws, staged_layout.total_bytes); !st.ok()) return fail(ctx, st);
+    a.workspace = staged_ws.ptr_void();
+    a.workspace_bytes = staged_layout.total_bytes;
+    layout = &staged_layout;
+  }
   CUstream stream;
   drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
-  constexpr int kStages = 5;
+  constexpr int kStages = ssd::kForwardStages;
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   StageTimes times;
@@ -396,7 +413,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   const std::vector<std::vector<float>>& stage = times.stage;
   // The host path (issue 9: <= 20 us of CPU per call with the kernels loaded): back-to-back calls
   // through the C API with the workspace given, the thread's CPU time per call. Nothing is waited
-  // for between calls; 100 calls (500 launches) stay below the launch queue's depth.
+  // for between calls; 100 calls (400 launches) stay below the launch queue's depth.
   constexpr int kHostCalls = 100;
   double host_us = 0, host_wall_us = 0;
   {
@@ -420,8 +437,9 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   for (CUevent& e : ev) drv.cuEventDestroy(e);
   drv.cuStreamDestroy(stream);
 
-  static const char* names[kStages] = {"chunk_cumsum_fwd", "bmm_chunk_fwd", "chunk_state_fwd", "state_passing_fwd",
-                                       "chunk_scan_fwd"};
+  const char* const* names = ssd::kForwardStageNames;
+  // Stages 2, 3 run on the staged path, 4 on the fused one (ssd_forward.cpp's plan).
+  auto ran = [&](int i) { return i < 2 || i == 5 || (i == 4) != ga.staged; };
   char dev_name[256] = {0};
   CUdevice dev;
   drv.cuCtxGetDevice(&dev);
@@ -430,13 +448,16 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     nlohmann::json j{{"what", "fwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"iters", ga.iters},
                      {"device", dev_name}, {"median_ms", median(total)}, {"workspace_bytes", layout->total_bytes},
                      {"host_cpu_us_per_call", host_us}, {"host_wall_us_per_call", host_wall_us}};
-    for (int i = 0; i < kStages; ++i) j["stages_median_ms"][names[i]] = median(stage[i]);
+    for (int i = 0; i < kStages; ++i)
+      if (ran(i)) j["stages_median_ms"][names[i]] = median(stage[i]);
     print_json(j);
   } else {
-    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}\n",
-               m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles);
-    for (int i = 0; i < kStages; ++i) fmt::print("  {:<20} {:8.3f} ms\n", names[i], median(stage[i]));
-    fmt::print("  {:<20} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));
+    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}\n",
+               m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
+               ga.staged ? " staged states" : "");
+    for (int i = 0; i < kStages; ++i)
+      if (ran(i)) fmt::print("  {:<23} {:8.3f} ms\n", names[i], median(stage[i]));
+    fmt::print("  {:<23} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));
     fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_forward calls, C API, "
                "workspace given, kernels loaded)\n", host_us, host_wall_us, kHostCalls);
   }

@@ -132,13 +132,15 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 )";
 
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
-                        [--tiles scan=MxNxK,state=MxNxK,bmm=MxN,passing=M]   (fwd)
+                        [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,dda=M]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
-measuring candidates; the library's defaults do not change).
+measuring candidates; the library's defaults do not change). --staged runs the states as two
+kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
+chunk_state_passing_fwd.
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic then fast mode, with the workspace each mode needs.
 Exit 6 without a driver or device.

@@ -46,6 +46,9 @@ struct FragB {  // 16x8 16-bit operand B (K x N, column fragment), 2 x b32
 };
 struct FragC {  // 16x8 fp32 accumulator C/D, 4 x f32
   float x[4];
+  // x[2 * half + e] is element (row(lane, half), col(lane) + e) of the tile (layout above).
+  __device__ __forceinline__ static int row(int lane, int half) { return (lane >> 2) + 8 * half; }
+  __device__ __forceinline__ static int col(int lane) { return 2 * (lane & 3); }
 };
 
 // ================================================================================================

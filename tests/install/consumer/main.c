@@ -69,7 +69,7 @@ int main(void) {
     fprintf(stderr, "ssd_forward_prepare: %s: %s\n", ssd_status_string(s), ssd_last_error_detail());
     return 9;
   }
-  if (report.kernels != 5 || report.compiled != 5) return 10;
+  if (report.kernels != 4 || report.compiled != 4) return 10;  /* the forward's four kernels */
   printf("consumer: ssdgen %s, %s; prepared %d kernels (%d compiled) in %.2f s\n", ssd_version_string(),
          ssd_status_string(SSD_ERROR_INVALID_CONFIG), report.kernels, report.compiled, report.seconds);
   return 0;

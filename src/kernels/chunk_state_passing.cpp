@@ -1,0 +1,45 @@
+// chunk_state_passing_fwd (templates/ssd/chunk_state_passing.cuh): the chunk states and the pass
+// over chunks fused (math F2 + F3), the running state on chip; the forward's default path.
+#include <algorithm>
+
+#include "kernels/family.h"
+#include "ssd/forward_params.cuh"
+
+namespace ssd {
+namespace {
+
+constexpr SsdFieldUse kUses{true, true, true};
+
+void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
+
+const char* tile_problem(const ssd_kernel_config& c) {
+  return ssd_kernels::fwd_geom::chunk_state_passing_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m,
+                                                                 c.tile.n, c.tile.k);
+}
+Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
+// chunk_state_fwd's measured best (64 x 128 x 32, docs/perf.md) as the starting point.
+ssd_tile default_tile(const ssd_kernel_config& c) {
+  return ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0};
+}
+std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+
+KernelSpec spec(const ssd_kernel_config& c) {
+  SpecWriter s = shape_spec(c, kUses);
+  s.integer("kBlockM", c.tile.m, "headdim")
+      .integer("kBlockN", c.tile.n, "dstate")
+      .integer("kBlockK", c.tile.k, "positions")
+      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
+      .boolean("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES)
+      .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32);
+  return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
+}
+
+}  // namespace
+
+extern const KernelFamily kChunkStatePassingFwdFamily = {
+    SSD_KERNEL_CHUNK_STATE_PASSING_FWD, "chunk_state_passing_fwd", "ssd/chunk_state_passing.cuh",
+    "ChunkStatePassingFwdParams", "chunk_state_passing_fwd",
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE, defaults,
+    validate, default_tile, legal_tiles, spec};
+
+}  // namespace ssd

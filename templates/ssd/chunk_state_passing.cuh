@@ -1,0 +1,233 @@
+// chunk_state_passing_fwd (math F2 + F3 fused): per (batch b, head h, tile of the state's (p, n)), the
+// chunk states and the pass over chunks, with the running state in registers:
+//
+//   S_{-1} = init (0 without initial states);  for c = 0 .. Nc-1 in order:
+//     s_c = Σ_{l=0}^{λ_c} w_l · x[b, cQ+l, h, p] · B[b, cQ+l, g, n]     (chunk_state_fwd's s_c, its w_l)
+//     P_c = S_{c-1}                                          (the entering state, written to states:
+//                                                             fp32, or rounded to nearest in T)
+//     S_c = fma(θ_c · exp(dA_cumsum_c(λ_c)), S_{c-1}, s_c)    (one rounding, __fmaf_rn; expf)
+//   final = S_{Nc-1}                                        (written when final_states is given)
+//   w_l = ξ_c(l) ? exp(min(A(Q-1) - A(l), 0)) · Δ_l : 0,   θ_c = [seq_idx(cQ+λ_c) == seq_idx(cQ-1)]
+//
+// Reduction order: s_c is chunk_state_fwd's chain (K over l = 0 .. λ_c in increasing 16-wide mma
+// steps, fp32, detail::chunk_state_step), the recurrence state_passing_fwd's (one fma per chunk, in
+// chunk order). So P and the final states are bitwise those of chunk_state_fwd + state_passing_fwd,
+// for every tile of either path: the order over chunks is sequential by construction and no value
+// crosses threads. s_c never leaves the chip (the staged path writes it, reads it back and rewrites
+// it as P).
+//
+// Pipeline: the cp.async ring runs over the flattened (chunk, K step) sequence, so the next chunk's
+// first tiles are in flight while this chunk's last step and its epilogue (P_c store, fma) run. The
+// next chunk's weights are written into the other half of s_w during the first step of a chunk.
+//
+// Launch: block = fwd_geom::chunk_state_passing_threads(BLOCK_M, BLOCK_N) threads (warp tiles of
+//         at most 32 x 32); grid = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch,
+//         nheads), each axis grid-stride; static shared memory chunk_state_passing_smem_bytes(...)
+//         <= 48 KiB. Requires nchunks * (Q / BLOCK_K) < 2^31 (the host checks).
+#pragma once
+
+#include "ssd/chunk_state.cuh"  // detail::chunk_state_step
+#include "ssd/forward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"
+
+namespace ssd_kernels {
+
+template <class Spec>
+__device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int P = Spec::kHeaddim;
+  constexpr int N = Spec::kDstate;
+  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
+  constexpr int BLOCK_M = Spec::kBlockM;
+  constexpr int BLOCK_N = Spec::kBlockN;
+  constexpr int BLOCK_K = Spec::kBlockK;
+  using T = typename Spec::Element;
+  using S = typename Spec::State;  // P's type in memory: float, or T (SSD_FLAG_STATES_IN_DTYPE)
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  constexpr bool HAS_INIT = Spec::kInitialStates;
+  static_assert(fwd_geom::chunk_state_passing_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
+  static_assert(is_16bit_float<T>::value, "chunk_state_passing_fwd: element type must be bf16 or fp16");
+  static_assert(same_type<S, float>::value || same_type<S, T>::value, "the state type is fp32 or the element type");
+  using namespace fwd_geom;
+  constexpr int WM = state_pass_warp_m(BLOCK_M);
+  constexpr int WN = state_pass_warp_n(BLOCK_N);
+  constexpr int WARPS_N = BLOCK_N / WN;
+  constexpr int NT = chunk_state_passing_threads(BLOCK_M, BLOCK_N);
+  constexpr int STAGES = chunk_state_passing_stages(Q, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int LDX = BLOCK_M + kPad;  // x tile [k][p]
+  constexpr int LDB = BLOCK_N + kPad;  // B tile [k][n]
+  constexpr int MI = WM / 16, NJ = WN / 8;
+  constexpr int TILES_N = N / BLOCK_N;
+  constexpr int TILES = chunk_state_tiles(P, N, BLOCK_M, BLOCK_N);
+  constexpr int KS = Q / BLOCK_K;  // K steps of a whole chunk
+
+  __shared__ __align__(16) T s_x[STAGES][BLOCK_K * LDX];
+  __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
+  __shared__ __align__(16) float s_w[2][Q];  // weights of chunk c in s_w[c % 2]
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+  const int lt = lane & 3;
+
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* Bg = static_cast<const T*>(p.B.data);
+  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
+  const bool vec_b = aligned16(Bg) && p.B.stride[3] == 1 && ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
+  S* const Pg = static_cast<S*>(p.states.data);
+  // Pairs of P elements as one 8-byte (fp32) or 4-byte (16-bit) store.
+  const bool vec_out = (reinterpret_cast<unsigned long long>(Pg) & (2 * sizeof(S) - 1)) == 0 &&
+                       ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 1) == 0;
+  // Work indices are 32-bit (batch, nheads, nchunks * KS < 2^31); offsets are 64-bit.
+  const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
+  const int valid_last = int(p.seqlen - (long long)(nchunks - 1) * Q);  // positions of the last chunk
+  const int steps_last = (valid_last + BLOCK_K - 1) / BLOCK_K;
+  auto chunk_valid = [&](int c) { return c < nchunks - 1 ? Q : valid_last; };  // λ_c + 1
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    for (int b = blockIdx.y; b < batch; b += gridDim.y) {
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_b = Bg + p.B.offset(b, 0, g);
+
+      // Weights of chunk c into w_out (chunk_state_fwd's w_l, the same expressions).
+      auto weights = [&](int c, float* w_out) {
+        const long long t0 = (long long)c * Q;
+        const int valid = chunk_valid(c);
+        const float* dA = p.dA_cumsum.ptr(b, h, c);
+        const float* dt = p.dt.ptr(b, h, c);
+        const float a_last = dA[Q - 1];
+        const int q_last = HAS_SEQ_IDX ? p.seq_idx(b, t0 + valid - 1) : 0;
+        for (int l = tid; l < Q; l += NT) {
+          float w = 0.f;
+          if (l < valid) {
+            const float e = __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
+            bool keep = true;
+            if (HAS_SEQ_IDX) keep = p.seq_idx(b, t0 + l) == q_last;
+            w = keep ? e : 0.f;
+          }
+          w_out[l] = w;
+        }
+      };
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        const int p0 = (tile / TILES_N) * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
+        const T* xt = safe_x + p0 * p.x.stride[3];
+        const T* bt = safe_b + n0 * p.B.stride[3];
+        // Flattened step s = c * KS + ks (only the last chunk may have fewer than KS steps).
+        auto load_stage = [&](int buf, int s) {
+          const int c = s / KS, k0 = (s % KS) * BLOCK_K;
+          const int valid = chunk_valid(c);
+          const long long row = (long long)c * Q + k0;
+          block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], xt + row * p.x.stride[1], p.x.stride[1], p.x.stride[3],
+                                                      vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
+          block::load_tile<NT, BLOCK_K, BLOCK_N, LDB>(s_b[buf], bt + row * p.B.stride[1], p.B.stride[1], p.B.stride[3],
+                                                      vec_b, safe_b, [&](int r, int) { return k0 + r < valid; });
+        };
+
+        // The running state (S above) and this chunk's s_c, element for element in the same fragment slots.
+        FragC run[MI][NJ], acc[MI][NJ];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            warp::zero(acc[i][j]);
+            warp::zero(run[i][j]);
+            if (HAS_INIT) {
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);  // headdim index
+                const int col = n0 + wn0 + 8 * j + FragC::col(lane);         // dstate index
+                const float* src = p.initial_states.ptr(b, h) + (long long)row * N + col;
+                run[i][j].x[2 * half] = src[0];
+                run[i][j].x[2 * half + 1] = src[1];
+              }
+            }
+          }
+
+        weights(0, s_w[0]);  // visible after the first step's barrier
+        int prev_id = 0;     // seq_idx(cQ - 1), with seq_idx(-1) := 0
+        const int steps = (nchunks - 1) * KS + steps_last;
+        const block::CpAsyncPipeline<STAGES> ring{steps};
+        ring.prologue(load_stage);
+        int c = 0, ks = 0;
+        for (int s = 0; s < steps; ++s) {
+          ring.begin(s, load_stage);
+          // Every thread has finished chunk c-1 (the barrier above), so its weights' half is free.
+          if (ks == 0 && c + 1 < nchunks) weights(c + 1, s_w[(c + 1) & 1]);
+          detail::chunk_state_step<T, BLOCK_K, LDX, LDB>(acc, s_x[s % STAGES], s_b[s % STAGES], wm0, wn0,
+                                                         s_w[c & 1] + ks * BLOCK_K, lt);
+          if (++ks < (c < nchunks - 1 ? KS : steps_last)) continue;
+
+          // Epilogue of chunk c: P_c = S_{c-1}, then S_c = fma(carry, S_{c-1}, s_c) (state_passing_fwd).
+          const int last = chunk_valid(c) - 1;  // λ_c
+          float carry = expf(p.dA_cumsum.ptr(b, h, c)[last]);
+          if (HAS_SEQ_IDX) {
+            const int last_id = p.seq_idx(b, (long long)c * Q + last);
+            if (last_id != prev_id) carry = 0.f;
+            prev_id = last_id;
+          }
+          S* out = Pg + p.states.offset(b, c, h);
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
+              S* orow = out + (long long)row * p.states.stride[3];
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int col = n0 + wn0 + 8 * j + FragC::col(lane);
+                float* v = run[i][j].x + 2 * half;
+                if constexpr (same_type<S, float>::value) {
+                  if (vec_out) {
+                    *reinterpret_cast<float2*>(orow + col) = make_float2(v[0], v[1]);
+                  } else {
+                    orow[col] = v[0];
+                    orow[col + 1] = v[1];
+                  }
+                } else {  // the rounding chunk_scan_fwd applies to fp32 P before its mma (ptx::pack2)
+                  const unsigned pair = ptx::pack2<T>(v[0], v[1]);
+                  if (vec_out) {
+                    *reinterpret_cast<unsigned*>(orow + col) = pair;
+                  } else {
+                    orow[col] = reinterpret_cast<const T*>(&pair)[0];
+                    orow[col + 1] = reinterpret_cast<const T*>(&pair)[1];
+                  }
+                }
+                const float* a = acc[i][j].x + 2 * half;
+                v[0] = __fmaf_rn(carry, v[0], a[0]);
+                v[1] = __fmaf_rn(carry, v[1], a[1]);
+              }
+            }
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+          ks = 0;
+          ++c;
+        }
+        ring.drain();
+
+        if (p.final_states.data) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
+                const int col = n0 + wn0 + 8 * j + FragC::col(lane);
+                float* dst = p.final_states.ptr(b, h) + (long long)row * N + col;
+                dst[0] = run[i][j].x[2 * half];
+                dst[1] = run[i][j].x[2 * half + 1];
+              }
+        }
+        __syncthreads();  // s_w and the stage buffers are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels
