@@ -3,13 +3,15 @@
 #include <algorithm>
 
 #include "kernels/family.h"
+#include "ssd/kernel_params.cuh"
 
 namespace ssd {
 namespace {
 
 void cumsum_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_BF16); }
 
-Status cumsum_validate(const ssd_kernel_config& c) {
+// The fields both directions share: no shape fields, chunk size, dt's dtype.
+Status cumsum_common_validate(const ssd_kernel_config& c) {
   SSD_RETURN_IF_ERROR(require_zeros(c, {{"headdim", c.headdim}, {"dstate", c.dstate},
                                         {"heads_per_group", c.heads_per_group}, {"tile.k", c.tile.k},
                                         {"partials", c.partials}}));
@@ -17,25 +19,63 @@ Status cumsum_validate(const ssd_kernel_config& c) {
     return field_error(c, "chunk_size", std::to_string(c.chunk_size), int_list({16, 32, 64, 128, 256}));
   if (!in_list(c.dtype, {SSD_DTYPE_BF16, SSD_DTYPE_FP16, SSD_DTYPE_FP32}))
     return field_error(c, "dtype", dtype_text(c.dtype), "bf16, fp16, fp32");
+  return Status::Ok();
+}
+
+// ---- chunk_cumsum_fwd: m heads per block, n threads (kernel_params.cuh, cumsum_geom).
+// 16 heads x 256 threads: b * nchunks * h / 16 blocks, and 16 positions per thread in the parallel phase.
+ssd_tile fwd_default_tile(const ssd_kernel_config&) { return ssd_tile{16, 256, 0, 0, 0}; }
+
+Status fwd_validate(const ssd_kernel_config& c) {
+  SSD_RETURN_IF_ERROR(cumsum_common_validate(c));
+  const ssd_tile d = fwd_default_tile(c);
+  const int m = c.tile.m ? c.tile.m : d.m, n = c.tile.n ? c.tile.n : d.n;
+  if (const char* why = ssd_kernels::cumsum_geom::fwd_tile_problem(c.chunk_size, m, n))
+    return field_error(c, "tile", std::to_string(m) + "x" + std::to_string(n), why);
+  return Status::Ok();
+}
+
+std::vector<ssd_tile> fwd_legal_tiles(const ssd_kernel_config& c) {
+  std::vector<ssd_tile> tiles;
+  for (int m : {8, 16, 32})
+    for (int n : {64, 128, 256})
+      if (!ssd_kernels::cumsum_geom::fwd_tile_problem(c.chunk_size, m, n)) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
+  return tiles;
+}
+
+KernelSpec fwd_spec(const ssd_kernel_config& c) {
+  SpecWriter s;
+  s.integer("kChunk", c.chunk_size)
+      .integer("kBlockH", c.tile.m, "heads per block, one scanning thread each")
+      .integer("kThreads", c.tile.n, "threads per block")
+      .element("Element", c.dtype)
+      .boolean("kHasBias", c.flags & SSD_FLAG_DT_BIAS)
+      .boolean("kSoftplus", c.flags & SSD_FLAG_DT_SOFTPLUS);
+  return {s.members(), c.tile.n, 0};
+}
+
+// ---- chunk_cumsum_bwd: m heads per block (one thread each), n positions staged per step.
+Status cumsum_validate(const ssd_kernel_config& c) {
+  SSD_RETURN_IF_ERROR(cumsum_common_validate(c));
   if (!in_list(c.tile.m, {0, 32, 64, 128}))
     return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
   if (!in_list(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
     return field_error(c, "tile.n", std::to_string(c.tile.n), "0 (default), 8, 16, 32, 64; at most chunk_size");
-  // Two fp32 staging tiles of m x (n + 1) must fit in 48 KiB of static shared memory.
-  if (c.tile.m * c.tile.n > 4096)
-    return field_error(c, "tile", std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n), "m * n <= 4096");
+  // Four fp32 staging tiles of m x (n + 1) and m x n flag bytes must fit in 48 KiB of static shared memory.
+  if (c.tile.m * c.tile.n > 2048)
+    return field_error(c, "tile", std::to_string(c.tile.m) + "x" + std::to_string(c.tile.n), "m * n <= 2048");
   return Status::Ok();
 }
 
-// One thread scans one head; 64 heads per block keeps the (b, L, h) loads 128 B wide for bf16 and
-// gives b * nchunks * h / 64 blocks. 32 positions are staged through shared memory per step.
+// One thread scans one head (four threads per head load and store); 64 heads per block keeps the
+// (b, L, h) loads 128 B wide for bf16. 32 positions are staged through shared memory per step.
 ssd_tile cumsum_default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(32, c.chunk_size), 0, 0, 0}; }
 
 std::vector<ssd_tile> cumsum_legal_tiles(const ssd_kernel_config& c) {
   std::vector<ssd_tile> tiles;
   for (int m : {32, 64, 128})
     for (int n : {8, 16, 32, 64})
-      if (n <= c.chunk_size && m * n <= 4096) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
+      if (n <= c.chunk_size && m * n <= 2048) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
   return tiles;
 }
 
@@ -50,21 +90,19 @@ SpecWriter cumsum_members(const ssd_kernel_config& c) {
   return s;
 }
 
-KernelSpec fwd_spec(const ssd_kernel_config& c) { return {cumsum_members(c).members(), c.tile.m, 0}; }
-
 KernelSpec bwd_spec(const ssd_kernel_config& c) {
   SpecWriter s = cumsum_members(c);
   s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC)
       .boolean("kIncrements", c.flags & SSD_FLAG_DDA_INCREMENTS);  // ddA is w.r.t. the increments a_l
-  return {s.members(), c.tile.m, 0};
+  return {s.members(), ssd_kernels::cumsum_geom::bwd_threads(c.tile.m), 0};
 }
 
 }  // namespace
 
 extern const KernelFamily kChunkCumsumFwdFamily = {
     SSD_KERNEL_CHUNK_CUMSUM_FWD, "chunk_cumsum_fwd", "ssd/chunk_cumsum.cuh", "ChunkCumsumFwdParams",
-    "chunk_cumsum_fwd", SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS, cumsum_defaults, cumsum_validate,
-    cumsum_default_tile, cumsum_legal_tiles, fwd_spec};
+    "chunk_cumsum_fwd", SSD_FLAG_DT_BIAS | SSD_FLAG_DT_SOFTPLUS, cumsum_defaults, fwd_validate, fwd_default_tile,
+    fwd_legal_tiles, fwd_spec};
 
 extern const KernelFamily kChunkCumsumBwdFamily = {
     SSD_KERNEL_CHUNK_CUMSUM_BWD, "chunk_cumsum_bwd", "ssd/chunk_cumsum.cuh", "ChunkCumsumBwdParams",

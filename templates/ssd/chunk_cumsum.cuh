@@ -15,7 +15,8 @@
 // in the canonical order of docs/determinism.md; fast mode adds them with atomics.
 //
 // Every sum is sequential in l inside one thread, so the bits do not depend on BLOCK_H (heads per
-// block), BLOCK_L (positions staged per step) or the grid size: the tiles only move data.
+// block), BLOCK_L / THREADS (positions staged per step / threads of the forward's block) or the grid
+// size: the tiles only move data.
 #pragma once
 
 #include "ssd/kernel_params.cuh"
@@ -38,89 +39,110 @@ __device__ __forceinline__ CumsumWork cumsum_work(long long w, long long head_bl
   return r;
 }
 
-// Both kernels' walk over the work items: for each item of this block (grid-stride) and this
-// thread's head h = h0 + threadIdx.x, body(item, h, head_ok, A[h], dt_bias[h]) with A and the bias
-// 0 past nheads (the bias also 0 without dt_bias).
-template <int BLOCK_H, bool kHasBias, class Params, class Body>
-__device__ __forceinline__ void for_each_cumsum_head(const Params& p, Body&& body) {
+// Forward, one block per (b, c, BLOCK_H heads), THREADS threads in three phases: (1) every
+// thread computes Δ_l for some (head, l) pairs (the dt loads and the softplus are independent, so
+// they run in parallel: the sequential scan used to carry them and was latency-bound); (2) one
+// thread per head runs the scan over l = 0..Q-1 in order from the staged Δ; (3) all threads store
+// dt_out and dA_cumsum along the chunk axis (coalesced). Same operations per element and the same
+// left-to-right sum as before, so the same bits for every tile.
+template <class Spec>
+__device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK_H = Spec::kBlockH;
+  constexpr int THREADS = Spec::kThreads;
+  using T = typename Spec::Element;
+  constexpr bool kHasBias = Spec::kHasBias;
+  constexpr bool kSoftplus = Spec::kSoftplus;
+  static_assert(cumsum_geom::fwd_tile_problem(Q, BLOCK_H, THREADS) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
+  // Δ and its cumulative sum for the block's heads (+1 column: conflict-free per-head rows).
+  __shared__ float s_dt[BLOCK_H][Q + 1];
+  __shared__ float s_cs[BLOCK_H][Q + 1];
+  const int tid = threadIdx.x;
   const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
   const long long work = p.batch * p.nchunks * head_blocks;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {
     const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
-    const long long h = item.h0 + int(threadIdx.x);
-    const bool head_ok = h < p.nheads;
-    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
-    const float bias = (kHasBias && head_ok) ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
-    body(item, h, head_ok, A, bias);
-  }
-}
-
-template <class Spec>
-__device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
-  constexpr int Q = Spec::kChunk, BLOCK_H = Spec::kBlockH, BLOCK_L = Spec::kBlockL;
-  using T = typename Spec::Element;
-  static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
-  // Staging tiles (+1 column: conflict-free transposed reads).
-  __shared__ float s_dt[BLOCK_H][BLOCK_L + 1];
-  __shared__ float s_cs[BLOCK_H][BLOCK_L + 1];
-  const int tid = threadIdx.x;
-  for_each_cumsum_head<BLOCK_H, Spec::kHasBias>(p, [&](const CumsumWork& item, long long h, bool head_ok, float A,
-                                                       float bias) {
-    float acc = 0.f;
-    for (int l0 = 0; l0 < Q; l0 += BLOCK_L) {
-      float delta[BLOCK_L];
-#pragma unroll
-      for (int j = 0; j < BLOCK_L; ++j) {  // loads first: independent of the scan
-        const long long t = item.c * Q + l0 + j;
-        delta[j] = 0.f;
-        if (head_ok && t < p.seqlen) {
-          const float u = dt_preact(
-              load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h)), bias);
-          delta[j] = dt_clamp(dt_activation<Spec::kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
-        }
+    const long long t0 = item.c * Q;
+    // (1) Δ_l, heads fastest: neighbouring threads read neighbouring dt elements.
+    for (int i = tid; i < BLOCK_H * Q; i += THREADS) {
+      const int hh = i % BLOCK_H, l = i / BLOCK_H;
+      const long long h = item.h0 + hh;
+      float delta = 0.f;  // 0 at padding positions and for heads past nheads
+      if (h < p.nheads && t0 + l < p.seqlen) {
+        const float bias = kHasBias ? p.dt_bias.data[h * p.dt_bias.stride[0]] : 0.f;
+        const float u = dt_preact(load_as_float<T>(p.dt.data, p.dt.offset(item.b, t0 + l, h)), bias);
+        delta = dt_clamp(dt_activation<kSoftplus>(u), p.dt_limit_lo, p.dt_limit_hi);
       }
-#pragma unroll
-      for (int j = 0; j < BLOCK_L; ++j) {
-        acc = __fadd_rn(acc, __fmul_rn(delta[j], A));
-        s_dt[tid][j] = delta[j];
-        s_cs[tid][j] = acc;
-      }
-      __syncthreads();
-      // Coalesced stores along the chunk axis.
-      for (int i = tid; i < BLOCK_H * BLOCK_L; i += BLOCK_H) {
-        const int hh = i / BLOCK_L, j = i % BLOCK_L;
-        const long long ho = item.h0 + hh;
-        if (ho < p.nheads) {
-          const long long l = l0 + j;
-          p.dt_out.data[p.dt_out.offset(item.b, ho, item.c) + l] = s_dt[hh][j];
-          p.dA_cumsum.data[p.dA_cumsum.offset(item.b, ho, item.c) + l] =
-              s_cs[hh][j];
-        }
-      }
-      __syncthreads();
+      s_dt[hh][l] = delta;
     }
-  });
+    __syncthreads();
+    // (2) dA_cumsum(l) = ((0 + a_0) + a_1) + ... + a_l, a_l = Δ_l · A, one thread per head.
+    if (tid < BLOCK_H && item.h0 + tid < p.nheads) {
+      const float A = p.A.data[(item.h0 + tid) * p.A.stride[0]];
+      float acc = 0.f;
+#pragma unroll 16
+      for (int l = 0; l < Q; ++l) {
+        acc = __fadd_rn(acc, __fmul_rn(s_dt[tid][l], A));
+        s_cs[tid][l] = acc;
+      }
+    }
+    __syncthreads();
+    // (3) Coalesced stores along the chunk axis.
+    for (int i = tid; i < BLOCK_H * Q; i += THREADS) {
+      const int hh = i / Q, l = i % Q;
+      const long long h = item.h0 + hh;
+      if (h < p.nheads) {
+        p.dt_out.data[p.dt_out.offset(item.b, h, item.c) + l] = s_dt[hh][l];
+        p.dA_cumsum.data[p.dA_cumsum.offset(item.b, h, item.c) + l] = s_cs[hh][l];
+      }
+    }
+    __syncthreads();  // the staging tiles are reused by the next work item
+  }
 }
 
 // kIncrements (the SSD backward): ddA_cumsum holds the gradient w.r.t. the increments a_l = Δ_l A
 // itself (chunk_scan_bwd_ddA's output), so g_l = ddA(l) and there is no reverse scan; everything
 // after g_l is the same code and order.
+//
+// Backward, one block per (b, c, BLOCK_H heads), 4 threads per head, BLOCK_L positions per step
+// from the chunk's end: (1) all threads load ddA_cumsum and ddt_out along the chunk axis and dt
+// along the heads, and compute u, v, Δ and the clamp / sigmoid factors (independent per position);
+// (2) one thread per head runs the right-to-left chain (g, dΔ, du, the fp64 partials) over the
+// staged values; (3) all threads store ddt along the heads. The chain does what the one-thread
+// version did, in the same order, so the bits are the same for every tile.
 template <class Spec>
 __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
-  constexpr int Q = Spec::kChunk, BLOCK_H = Spec::kBlockH, BLOCK_L = Spec::kBlockL;
+  constexpr int Q = Spec::kChunk;
+  constexpr int BLOCK_H = Spec::kBlockH;
+  constexpr int BLOCK_L = Spec::kBlockL;
+  constexpr int NT = cumsum_geom::bwd_threads(BLOCK_H);
   using T = typename Spec::Element;
+  constexpr bool kHasBias = Spec::kHasBias;
+  constexpr bool kSoftplus = Spec::kSoftplus;
+  constexpr bool kDeterministic = Spec::kDeterministic;
+  constexpr bool kIncrements = Spec::kIncrements;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
-  const int tid = threadIdx.x;
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
-  __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];
-  for_each_cumsum_head<BLOCK_H, Spec::kHasBias>(p, [&](const CumsumWork& item, long long h, bool head_ok, float A,
-                                                       float bias) {
+  __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];  // ddt_out in, du out
+  __shared__ float s_delta[BLOCK_H][BLOCK_L + 1];
+  __shared__ float s_sig[BLOCK_H][BLOCK_L + 1];  // sigmoid(u), where softplus applies (u <= 20)
+  __shared__ unsigned char s_flags[BLOCK_H][BLOCK_L];  // kInRange: lo <= v <= hi; kSigmoid: s_sig applies
+  constexpr unsigned char kInRange = 1, kSigmoid = 2;
+  const int tid = threadIdx.x;
+  const long long head_blocks = (p.nheads + BLOCK_H - 1) / BLOCK_H;
+  const long long work = p.batch * p.nchunks * head_blocks;
+  for (long long w = blockIdx.x; w < work; w += gridDim.x) {
+    const CumsumWork item = cumsum_work(w, head_blocks, p.nchunks, BLOCK_H);
+    const long long h = item.h0 + tid;  // the scanning thread's head (tid < BLOCK_H)
+    const bool head_ok = tid < BLOCK_H && h < p.nheads;
+    const float A = head_ok ? p.A.data[h * p.A.stride[0]] : 0.f;
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
     float g = 0.f;
     double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
     for (int l0 = Q - BLOCK_L; l0 >= 0; l0 -= BLOCK_L) {
-      // Coalesced loads along the chunk axis into the transposed staging tiles.
-      for (int i = tid; i < BLOCK_H * BLOCK_L; i += BLOCK_H) {
+      // (1) Loads along the chunk axis for the (b, h, c) rows ...
+      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
         const int hh = i / BLOCK_L, j = i % BLOCK_L;
         const long long ho = item.h0 + hh;
         const long long l = l0 + j;
@@ -132,44 +154,67 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
         s_ddA[hh][j] = dda;
         s_ddt[hh][j] = ddo;
       }
-      __syncthreads();
-      float dt_raw[BLOCK_L];
-#pragma unroll
-      for (int j = 0; j < BLOCK_L; ++j) {
-        const long long t = item.c * Q + l0 + j;
-        dt_raw[j] = (head_ok && l0 + j < valid)
-                        ? load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, h))
-                        : 0.f;
-      }
-#pragma unroll
-      for (int j = BLOCK_L - 1; j >= 0; --j) {
-        if (head_ok && l0 + j < valid) {
+      // ... and along the heads for dt (b, L, h): Δ and the factors of dΔ -> du.
+      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
+        const int hh = i % BLOCK_H, j = i / BLOCK_H;
+        const long long ho = item.h0 + hh;
+        float delta = 0.f, sig = 0.f;
+        unsigned char flags = 0;
+        if (ho < p.nheads && l0 + j < valid) {
+          const float bias = kHasBias ? p.dt_bias.data[ho * p.dt_bias.stride[0]] : 0.f;
           const long long t = item.c * Q + l0 + j;
-          const float u = dt_preact(dt_raw[j], bias);
-          const float v = dt_activation<Spec::kSoftplus>(u);
-          const float delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
-          g = Spec::kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
-          const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
-          const float du = dt_backward<Spec::kSoftplus>(u, v, d_delta, p.dt_limit_lo, p.dt_limit_hi);
-          part_A = __dadd_rn(part_A, __dmul_rn(double(delta), double(g)));  // exact product
-          part_bias = __dadd_rn(part_bias, double(du));
-          store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, t, h), du);
+          const float u = dt_preact(load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, ho)), bias);
+          const float v = dt_activation<kSoftplus>(u);
+          delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
+          if (!(v < p.dt_limit_lo || v > p.dt_limit_hi)) flags |= kInRange;
+          if (kSoftplus && u <= 20.f) {
+            flags |= kSigmoid;
+            sig = dt_sigmoid(u);
+          }
         }
+        s_delta[hh][j] = delta;
+        s_sig[hh][j] = sig;
+        s_flags[hh][j] = flags;
+      }
+      __syncthreads();
+      // (2) The chain, right to left (du as dt_transform.cuh defines it, from the staged factors).
+      if (head_ok) {
+#pragma unroll 8
+        for (int j = BLOCK_L - 1; j >= 0; --j) {
+          if (l0 + j < valid) {
+            g = kIncrements ? s_ddA[tid][j] : __fadd_rn(g, s_ddA[tid][j]);
+            const float d_delta = __fmaf_rn(A, g, s_ddt[tid][j]);
+            const unsigned char flags = s_flags[tid][j];
+            float du = (flags & kInRange) ? d_delta : 0.f;
+            if (flags & kSigmoid) du = __fmul_rn(du, s_sig[tid][j]);
+            part_A = __dadd_rn(part_A, __dmul_rn(double(s_delta[tid][j]), double(g)));  // exact product
+            part_bias = __dadd_rn(part_bias, double(du));
+            s_ddt[tid][j] = du;
+          }
+        }
+      }
+      __syncthreads();
+      // (3) ddt along the heads.
+      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
+        const int hh = i % BLOCK_H, j = i / BLOCK_H;
+        const long long ho = item.h0 + hh;
+        if (ho < p.nheads && l0 + j < valid)
+          store_from_float<T>(p.ddt.data, p.ddt.offset(item.b, item.c * Q + l0 + j, ho), s_ddt[hh][j]);
       }
       __syncthreads();
     }
     if (head_ok) {
-      if (Spec::kDeterministic) {
-        constexpr int P = Spec::kHasBias ? 2 : 1;
+      if (kDeterministic) {
+        constexpr int P = kHasBias ? 2 : 1;
         double* out = p.partials + ((item.b * p.nchunks + item.c) * p.nheads + h) * P;
         out[0] = part_A;
-        if (Spec::kHasBias) out[1] = part_bias;
+        if (kHasBias) out[1] = part_bias;
       } else {
         atomicAdd(p.dA.data + h * p.dA.stride[0], __double2float_rn(part_A));
-        if (Spec::kHasBias) atomicAdd(p.ddt_bias.data + h * p.ddt_bias.stride[0], __double2float_rn(part_bias));
+        if (kHasBias) atomicAdd(p.ddt_bias.data + h * p.ddt_bias.stride[0], __double2float_rn(part_bias));
       }
     }
-  });
+  }
 }
 
 }  // namespace ssd_kernels

@@ -18,6 +18,21 @@ struct ChunkCumsumFwdParams {
   float dt_limit_lo, dt_limit_hi;
 };
 
+// chunk_cumsum_fwd's tile: m = BLOCK_H heads per block, n = threads per block. Δ and the cumulative
+// sum of the block's heads are staged in shared memory, a whole chunk at a time. chunk_cumsum_bwd's:
+// m = BLOCK_H heads per block, n = positions per step.
+namespace cumsum_geom {
+SSD_HOST_DEVICE constexpr int fwd_smem_bytes(int q, int block_h) { return 2 * block_h * (q + 1) * 4; }
+SSD_HOST_DEVICE constexpr const char* fwd_tile_problem(int q, int block_h, int threads) {
+  return !(block_h == 8 || block_h == 16 || block_h == 32)              ? "m (heads per block) in 8, 16, 32"
+         : !(threads == 64 || threads == 128 || threads == 256)          ? "n (threads per block) in 64, 128, 256"
+         : fwd_smem_bytes(q, block_h) > 48 * 1024                        ? "m * (chunk_size + 1) * 8 bytes must fit in 48 KiB"
+                                                                         : nullptr;
+}
+// chunk_cumsum_bwd: 4 threads per head of the block (one of them runs the head's chain).
+SSD_HOST_DEVICE constexpr int bwd_threads(int block_h) { return 4 * block_h; }
+}  // namespace cumsum_geom
+
 // chunk_cumsum_bwd: adjoint of chunk_cumsum_fwd.
 struct ChunkCumsumBwdParams {
   TensorRef<const void, 3> dt;  // (b, L, h)

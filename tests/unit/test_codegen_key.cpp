@@ -36,9 +36,9 @@ TEST_CASE("generated unit includes the template and instantiates the tile consta
   auto u = generate_unit(c);
   REQUIRE(u.ok());
   CHECK(u->source.find("#include \"ssd/chunk_cumsum.cuh\"") != std::string::npos);
-  CHECK(u->source.find("constexpr int kBlockH = 64;") != std::string::npos);
+  CHECK(u->source.find("constexpr int kBlockH = 16;") != std::string::npos);
   CHECK(u->source.find("extern \"C\" __global__") != std::string::npos);
-  CHECK(u->block_threads == 64);
+  CHECK(u->block_threads == 256);
   std::set<std::string> headers(u->headers.begin(), u->headers.end());
   CHECK(headers.count("ssd/chunk_cumsum.cuh") == 1);
   CHECK(headers.count("ssd/primitives/dtype.cuh") == 1);  // transitive

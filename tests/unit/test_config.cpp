@@ -48,11 +48,11 @@ TEST_CASE("defaults validate and normalize to the default tile") {
 }
 
 TEST_CASE("default tile is a pure function of the specialization") {
-  ssd_kernel_config a = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  ssd_kernel_config a = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
   ssd_kernel_config b = a;
   CHECK(default_tile(a).m == default_tile(b).m);
   a.chunk_size = 16;
-  CHECK(default_tile(a).n == 16);  // never larger than the chunk
+  CHECK(default_tile(a).n == 16);  // positions per step: never larger than the chunk
   CHECK(validate_config(*normalize_config(a)).ok());
 }
 
@@ -66,9 +66,17 @@ TEST_CASE("every bad field is named with its legal values") {
   check_refused({
       {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.dtype = SSD_DTYPE_INT32; }, "dtype"},
       {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.flags = 1u << 7; }, "flags"},
-      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.m = 48; }, "tile.m"},
-      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.chunk_size = 16; k.tile.n = 32; }, "tile.n"},
-      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.m = 128; k.tile.n = 64; }, "m * n <= 4096"},
+      {SSD_KERNEL_CHUNK_CUMSUM_BWD, [](ssd_kernel_config& k) { k.tile.m = 48; }, "tile.m"},
+      {SSD_KERNEL_CHUNK_CUMSUM_BWD, [](ssd_kernel_config& k) { k.chunk_size = 16; k.tile.n = 32; }, "tile.n"},
+      {SSD_KERNEL_CHUNK_CUMSUM_BWD, [](ssd_kernel_config& k) { k.tile.m = 128; k.tile.n = 64; }, "m * n <= 2048"},
+      // chunk_cumsum_fwd: m heads per block, n threads (kernel_params.cuh, cumsum_geom).
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.m = 64; },
+       "tile: 64x256 is not legal for chunk_cumsum_fwd (legal: m (heads per block) in 8, 16, 32)"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.n = 96; },
+       "n (threads per block) in 64, 128, 256"},
+      // 32 * 257 * 8 bytes > 48 KiB at chunk 256 (legal at chunk 128: below).
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile = ssd_tile{32, 256, 0, 0, 0}; },
+       "must fit in 48 KiB"},
       {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.headdim = 64; }, "headdim"},
       {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.k = 16; }, "tile.k"},
       {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.mode = ssd_mode(7); }, "mode"},
@@ -77,6 +85,10 @@ TEST_CASE("every bad field is named with its legal values") {
       {SSD_KERNEL_REDUCE_HEAD_PARTIALS, [](ssd_kernel_config& k) { k.partials = 9; }, "partials"},
       {SSD_KERNEL_REDUCE_HEAD_PARTIALS, [](ssd_kernel_config& k) { k.dtype = SSD_DTYPE_BF16; }, "dtype"},
   });
+  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
+  c.tile = ssd_tile{32, 256, 0, 0, 0};
+  c.chunk_size = 128;
+  CHECK(validate_config(c).ok());
 }
 
 TEST_CASE("forward kernels: fields and tiles are checked against the templates' constraints") {
@@ -234,7 +246,7 @@ TEST_CASE("duplicate JSON keys are refused, naming the key") {
         "configs: configs[1].dtype: given twice");
   // The same key in different objects, or at different depths, is no duplicate.
   auto two = configs_from_json_text(
-      R"([{"kernel":"chunk_cumsum_fwd","chunk_size":64,"tile":{"m":64}},{"kernel":"chunk_cumsum_fwd","chunk_size":128}])");
+      R"([{"kernel":"chunk_cumsum_fwd","chunk_size":64,"tile":{"m":16}},{"kernel":"chunk_cumsum_fwd","chunk_size":128}])");
   REQUIRE(two.ok());
   CHECK(two->at(0).chunk_size == 64);
   CHECK(two->at(1).chunk_size == 128);

@@ -15,13 +15,8 @@ __device__ __forceinline__ float dt_activation(float u) {
 
 __device__ __forceinline__ float dt_clamp(float v, float lo, float hi) { return fminf(fmaxf(v, lo), hi); }
 
-// d(Δ)/du times dΔ: zero where the clamp is active (strictly outside [lo, hi]), times sigmoid(u)
-// for softplus with u <= 20.
-template <bool kSoftplus>
-__device__ __forceinline__ float dt_backward(float u, float v, float d_delta, float lo, float hi) {
-  float dv = (v < lo || v > hi) ? 0.f : d_delta;
-  if (kSoftplus && u <= 20.f) dv = __fmul_rn(dv, 1.f / (1.f + expf(-u)));
-  return dv;
-}
+// softplus'(u) = sigmoid(u). The backward's du = dΔ · [lo <= v <= hi] (0 where the clamp is active),
+// then times dt_sigmoid(u) for softplus with u <= 20 (chunk_cumsum_bwd applies the two in this order).
+__device__ __forceinline__ float dt_sigmoid(float u) { return 1.f / (1.f + expf(-u)); }
 
 }  // namespace ssd_kernels
