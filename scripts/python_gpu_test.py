@@ -380,29 +380,28 @@ def section_compile_and_graphs():
 
     out, fin = step(f)
     eager = snapshot(out, fin, leaves)
-    try:
-        torch._dynamo.reset()
-        compiled = torch.compile(f, fullgraph=True)
-        out, fin = step(compiled)
-        ok_compile = same_bits(eager, snapshot(out, fin, leaves))
-        record("torch.compile(fullgraph=True)", ok_compile, "outputs and gradients bitwise equal to eager"
-               if ok_compile else "differs from eager")
-    except Exception as e:  # noqa: BLE001
-        record("torch.compile(fullgraph=True)", False, f"{type(e).__name__}: {str(e)[:300]}")
-    try:
-        torch._dynamo.reset()
-        overhead = torch.compile(f, fullgraph=True, mode="reduce-overhead")  # CUDA graphs (cudagraph trees)
-        for _ in range(3):  # warm-up, record, replay
-            out, fin = step(overhead)
-        ok_ro = same_bits(eager, snapshot(out, fin, leaves))
-        record("torch.compile(mode=\"reduce-overhead\")", ok_ro, "replayed graph bitwise equal to eager"
-               if ok_ro else "differs from eager")
-    except Exception as e:  # noqa: BLE001
-        record("torch.compile(mode=\"reduce-overhead\")", False, f"{type(e).__name__}: {str(e)[:300]}")
+
+    def check_compiled(label, steps, equal_text, **compile_options):
+        """f under torch.compile(fullgraph=True, **compile_options), run `steps` times: are the last
+        run's outputs and gradients bitwise equal to eager's? Recorded under `label`."""
+        try:
+            torch._dynamo.reset()
+            compiled = torch.compile(f, fullgraph=True, **compile_options)
+            for _ in range(steps):
+                c_out, c_fin = step(compiled)
+            ok = same_bits(eager, snapshot(c_out, c_fin, leaves))
+            record(label, ok, equal_text if ok else "differs from eager")
+        except Exception as e:  # noqa: BLE001
+            record(label, False, f"{type(e).__name__}: {str(e)[:300]}")
+
+    check_compiled("torch.compile(fullgraph=True)", 1, "outputs and gradients bitwise equal to eager")
+    # CUDA graphs (cudagraph trees): warm-up, record, replay.
+    check_compiled("torch.compile(mode=\"reduce-overhead\")", 3, "replayed graph bitwise equal to eager",
+                   mode="reduce-overhead")
     # The earlier steps' outputs keep their autograd graphs, and with them AccumulateGrad nodes
     # bound to the default stream, which would join the capture below to that stream (PyTorch
     # warns; the capture is invalidated). Only bits were kept from them.
-    out = fin = compiled = overhead = None
+    out = fin = None
     torch._dynamo.reset()
     gc.collect()
     try:

@@ -338,6 +338,13 @@ def _require_shape(name, t, shape, text):
         raise ValueError(f"{name}: shape {tuple(t.shape)} does not match {text} = {tuple(shape)}")
 
 
+def _require_supported(what, value, supported):
+    """NotImplementedError "<what> <value> is not supported by ssdgen (supported: ...)" unless value is."""
+    if value not in supported:
+        raise NotImplementedError(f"{what}{value} is not supported by ssdgen (supported: "
+                                  f"{', '.join(map(str, supported))})")
+
+
 def _require_float(name, t):
     if not t.dtype.is_floating_point:
         raise TypeError(f"{name}: dtype {t.dtype} is not a floating-point dtype")
@@ -360,9 +367,7 @@ def _checked_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, s
         _require_tensor(name, t)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
         raise TypeError(f"chunk_size: expected an int, got {type(chunk_size).__name__}")
-    if chunk_size not in SUPPORTED_CHUNK_SIZES:
-        raise NotImplementedError(f"chunk_size: {chunk_size} is not supported by ssdgen (supported: "
-                                  f"{', '.join(map(str, SUPPORTED_CHUNK_SIZES))})")
+    _require_supported("chunk_size: ", chunk_size, SUPPORTED_CHUNK_SIZES)
     if x.dim() != 4:
         raise ValueError(f"x: expected 4 dimensions (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
     if x.dtype == torch.float32:
@@ -375,18 +380,14 @@ def _checked_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, s
     b, L, h, p = x.shape
     if min(b, L, h, p) < 1:
         raise ValueError(f"x: every dimension must be at least 1, got shape {tuple(x.shape)}")
-    if p not in SUPPORTED_HEADDIMS:
-        raise NotImplementedError(f"x: headdim {p} is not supported by ssdgen (supported: "
-                                  f"{', '.join(map(str, SUPPORTED_HEADDIMS))})")
+    _require_supported("x: headdim ", p, SUPPORTED_HEADDIMS)
     if B.dim() != 4:
         raise ValueError(f"B: expected 4 dimensions (batch, seqlen, ngroups, dstate), got shape {tuple(B.shape)}")
     g, n = B.shape[2], B.shape[3]
     _require_shape("B", B, (b, L, g, n), "(batch, seqlen, ngroups, dstate) of x")
     if g < 1 or n < 1 or h % g != 0:
         raise ValueError(f"B: ngroups {g} must divide nheads {h}")
-    if n not in SUPPORTED_DSTATES:
-        raise NotImplementedError(f"B: dstate {n} is not supported by ssdgen (supported: "
-                                  f"{', '.join(map(str, SUPPORTED_DSTATES))})")
+    _require_supported("B: dstate ", n, SUPPORTED_DSTATES)
     if h // g > MAX_HEADS_PER_GROUP:
         raise NotImplementedError(f"B: nheads / ngroups = {h // g} heads per group is not supported by ssdgen "
                                   f"(at most {MAX_HEADS_PER_GROUP})")

@@ -10,13 +10,10 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
-
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::bc_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n, c.tile.k,
                                                 c.flags & SSD_FLAG_SEQ_IDX);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile db_default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {64, std::min(128, c.dstate), 32, 0, 0}, {64, std::min(64, c.dstate), 32, 0, 0},
                          tile_problem);
@@ -25,14 +22,11 @@ ssd_tile dc_default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {std::min(128, c.chunk_size), std::min(64, c.dstate), 32, 0, 0},
                          {64, std::min(64, c.dstate), 32, 0, 0}, tile_problem);
 }
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec_of(const ssd_kernel_config& c, bool is_dc) {
-  SpecWriter s = shape_spec(c, kUses);
-  s.integer("kBlockM", c.tile.m, "positions")
-      .integer("kBlockN", c.tile.n, "dstate")
-      .integer("kBlockK", c.tile.k, "K step")
-      .boolean("kIsDC", is_dc)
+  SpecWriter s = tile_spec(c, kUses, "positions", "dstate", "K step");
+  s.boolean("kIsDC", is_dc)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
   return {s.members(), ssd_kernels::bwd_geom::bc_threads(c.tile.m, c.tile.n), 0};
 }
@@ -43,10 +37,10 @@ KernelSpec dc_spec(const ssd_kernel_config& c) { return spec_of(c, true); }
 
 extern const KernelFamily kChunkStateBwdDbFamily = {
     SSD_KERNEL_CHUNK_STATE_BWD_DB, "chunk_state_bwd_db", "ssd/bc_bwd.cuh", "BcBwdParams", "bc_bwd",
-    SSD_FLAG_SEQ_IDX, defaults, validate, db_default_tile, legal_tiles, db_spec};
+    SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, db_default_tile, Rules::legal_tiles, db_spec};
 
 extern const KernelFamily kChunkScanBwdDcFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DC, "chunk_scan_bwd_dc", "ssd/bc_bwd.cuh", "BcBwdParams", "bc_bwd",
-    SSD_FLAG_SEQ_IDX, defaults, validate, dc_default_tile, legal_tiles, dc_spec};
+    SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, dc_default_tile, Rules::legal_tiles, dc_spec};
 
 }  // namespace ssd

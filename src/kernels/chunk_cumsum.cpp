@@ -8,10 +8,7 @@
 namespace ssd {
 namespace {
 
-void cumsum_defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_BF16;
-  c.chunk_size = 256;
-}
+void cumsum_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_BF16); }
 
 // The fields both directions share: no shape fields, chunk size, dt's dtype.
 Status cumsum_common_validate(const ssd_kernel_config& c) {

@@ -10,22 +10,16 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
-
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::fwd_geom::chunk_scan_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
                                                         c.tile.k, c.flags & SSD_FLAG_SEQ_IDX);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0}; }
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s = shape_spec(c, kUses);
-  s.integer("kBlockM", c.tile.m, "positions")
-      .integer("kBlockN", c.tile.n, "headdim")
-      .integer("kBlockK", c.tile.k)
-      .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
+  SpecWriter s = tile_spec(c, kUses, "positions", "headdim", nullptr);
+  s.element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
       .boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
@@ -40,8 +34,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanFwdFamily = {
     SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd", "ssd/chunk_scan.cuh", "ChunkScanFwdParams", "chunk_scan_fwd",
-    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_STATES_IN_DTYPE, defaults, validate,
-    default_tile,
-    legal_tiles, spec};
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_STATES_IN_DTYPE, Rules::defaults,
+    Rules::validate, default_tile, Rules::legal_tiles, spec};
 
 }  // namespace ssd

@@ -8,24 +8,18 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, false, true};  // no dstate: the contraction runs over headdim
 
-void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
-
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::dcb_tile_problem(c.chunk_size, c.headdim, c.tile.m, c.tile.n, c.tile.k,
                                                  c.flags & SSD_FLAG_SEQ_IDX);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {32, 64, 64, 0, 0}, {64, 64, 32, 0, 0}, tile_problem);
 }
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s = shape_spec(c, kUses);
-  s.integer("kBlockM", c.tile.m, "positions l")
-      .integer("kBlockN", c.tile.n, "positions s")
-      .integer("kBlockK", c.tile.k, "headdim step")
-      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
+  SpecWriter s = tile_spec(c, kUses, "positions l", "positions s", "headdim step");
+  s.boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
   return {s.members(), ssd_kernels::bwd_geom::dcb_threads(c.tile.m, c.tile.n), 0};
 }
 
@@ -33,6 +27,6 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanBwdDcbFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DCB, "chunk_scan_bwd_dcb", "ssd/chunk_scan_bwd_dcb.cuh", "ChunkScanBwdDcbParams",
-    "chunk_scan_bwd_dcb", SSD_FLAG_SEQ_IDX, defaults, validate, default_tile, legal_tiles, spec};
+    "chunk_scan_bwd_dcb", SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, spec};
 
 }  // namespace ssd

@@ -6,10 +6,7 @@
 namespace ssd {
 namespace {
 
-void defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_FP32;
-  c.chunk_size = 256;
-}
+void defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_FP32); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::ddA_tile_problem(c.tile.m, c.tile.n, c.tile.k);
@@ -23,10 +20,8 @@ ssd_tile default_tile(const ssd_kernel_config&) { return ssd_tile{128, 0, 0, 0, 
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config&) { return tiles_m({64, 128, 256}); }
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kBlock", c.tile.m)
-      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
+  SpecWriter s = block_spec(c, nullptr);
+  s.boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
   return {s.members(), c.tile.m, 0};
 }

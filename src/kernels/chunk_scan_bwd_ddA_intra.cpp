@@ -8,23 +8,17 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, false, true};  // no dstate: the contraction runs over headdim
 
-void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
-
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::intra_tile_problem(c.chunk_size, c.headdim, c.tile.m, c.tile.n, c.tile.k);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {64, 32, 64, 0, 0}, {64, 32, 32, 0, 0}, tile_problem);
 }
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s = shape_spec(c, kUses);
-  s.integer("kBlockM", c.tile.m, "rows l")
-      .integer("kBlockN", c.tile.n, "columns s")
-      .integer("kBlockK", c.tile.k, "headdim step")
-      .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
+  SpecWriter s = tile_spec(c, kUses, "rows l", "columns s", "headdim step");
+  s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
   return {s.members(), ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n), 0};
 }
 
@@ -32,6 +26,6 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanBwdDdaIntraFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, "chunk_scan_bwd_ddA_intra", "ssd/chunk_scan_bwd_ddA_intra.cuh",
-    "ChunkScanBwdDdaIntraParams", "chunk_scan_bwd_ddA_intra", 0, defaults, validate, default_tile, legal_tiles, spec};
+    "ChunkScanBwdDdaIntraParams", "chunk_scan_bwd_ddA_intra", 0, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, spec};
 
 }  // namespace ssd

@@ -8,23 +8,18 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
-
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::bwd_geom::dx_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n, c.tile.k,
                                                 c.flags & SSD_FLAG_SEQ_IDX);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {128, 0, 32, 0, 0}, {64, 0, 32, 0, 0}, tile_problem);
 }
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, false, true, tile_problem); }
+using Rules = TensorCoreRules<kUses, tile_problem, false, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s = shape_spec(c, kUses);
-  s.integer("kBlockM", c.tile.m, "positions")
-      .integer("kBlockK", c.tile.k)
-      .boolean("kD", c.flags & SSD_FLAG_D)
+  SpecWriter s = tile_spec(c, kUses, "positions", nullptr, nullptr);
+  s.boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
   // Two blocks of 256 threads per SM cap registers at 128; left alone, ptxas keeps ~200 (hoisted
@@ -36,7 +31,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanBwdDxFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DX, "chunk_scan_bwd_dx", "ssd/chunk_scan_bwd_dx.cuh", "ChunkScanBwdDxParams",
-    "chunk_scan_bwd_dx", SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM, defaults, validate, default_tile,
-    legal_tiles, spec};
+    "chunk_scan_bwd_dx", SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM, Rules::defaults, Rules::validate, default_tile,
+    Rules::legal_tiles, spec};
 
 }  // namespace ssd

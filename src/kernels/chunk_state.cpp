@@ -11,25 +11,19 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
-
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::fwd_geom::chunk_state_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
                                                          c.tile.k);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 // 64 x 128 x 32 measured best of seven candidates at the nemotronh-56b shape (docs/perf.md).
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0};
 }
-std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec_of(const ssd_kernel_config& c, bool dstates) {
-  SpecWriter s = shape_spec(c, kUses);
-  s.integer("kBlockM", c.tile.m, "headdim")
-      .integer("kBlockN", c.tile.n, "dstate")
-      .integer("kBlockK", c.tile.k, "positions")
-      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
+  SpecWriter s = tile_spec(c, kUses, "headdim", "dstate", "positions");
+  s.boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kDstates", dstates);
   return {s.members(), ssd_kernels::fwd_geom::chunk_state_threads(c.tile.m, c.tile.n), 0};
 }
@@ -40,10 +34,10 @@ KernelSpec dstates_spec(const ssd_kernel_config& c) { return spec_of(c, true); }
 
 extern const KernelFamily kChunkStateFwdFamily = {
     SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd", "ssd/chunk_state.cuh", "ChunkStateFwdParams", "chunk_state_fwd",
-    SSD_FLAG_SEQ_IDX, defaults, validate, default_tile, legal_tiles, fwd_spec};
+    SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, fwd_spec};
 
 extern const KernelFamily kChunkScanBwdDstatesFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, "chunk_scan_bwd_dstates", "ssd/chunk_state.cuh", "ChunkStateFwdParams",
-    "chunk_state_fwd", SSD_FLAG_SEQ_IDX, defaults, validate, default_tile, legal_tiles, dstates_spec};
+    "chunk_state_fwd", SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, dstates_spec};
 
 }  // namespace ssd

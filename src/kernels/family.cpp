@@ -160,6 +160,26 @@ SpecWriter shape_spec(const ssd_kernel_config& c, SsdFieldUse uses) {
   return s;
 }
 
+SpecWriter tile_spec(const ssd_kernel_config& c, SsdFieldUse uses, const char* m_comment, const char* n_comment,
+                     const char* k_comment) {
+  SpecWriter s = shape_spec(c, uses);
+  s.integer("kBlockM", c.tile.m, m_comment);
+  if (c.tile.n) s.integer("kBlockN", c.tile.n, n_comment);
+  if (c.tile.k) s.integer("kBlockK", c.tile.k, k_comment);
+  return s;
+}
+
+void block_kernel_defaults(ssd_kernel_config& c, ssd_dtype dtype) {
+  c.dtype = dtype;
+  c.chunk_size = 256;
+}
+
+SpecWriter block_spec(const ssd_kernel_config& c, const char* comment) {
+  SpecWriter s;
+  s.integer("kChunk", c.chunk_size).integer("kBlock", c.tile.m, comment);
+  return s;
+}
+
 std::vector<ssd_tile> tiles_accepted(const ssd_kernel_config& c, bool with_n, bool with_k,
                                      const char* (*tile_problem)(const ssd_kernel_config&)) {
   std::vector<ssd_tile> tiles;

@@ -119,4 +119,29 @@ ssd_tile best_legal_tile(const ssd_kernel_config& c, ssd_tile best, ssd_tile fal
 // A one-dimensional tile: every m in `ms`.
 std::vector<ssd_tile> tiles_m(std::initializer_list<int> ms);
 
+// A tensor-core family's descriptor functions from its field use and tile check (tile_problem as
+// above; kWithN / kWithK: whether the family has that tile dimension):
+//   constexpr SsdFieldUse kUses{true, true, true};
+//   const char* tile_problem(const ssd_kernel_config& c) { return ...::xxx_tile_problem(...); }
+//   using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
+//   ... {id, name, ..., Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, spec}
+template <const SsdFieldUse& kUses, const char* (*kTileProblem)(const ssd_kernel_config&), bool kWithN, bool kWithK>
+struct TensorCoreRules {
+  static void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
+  static Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, kTileProblem); }
+  static std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) {
+    return tiles_accepted(c, kWithN, kWithK, kTileProblem);
+  }
+};
+// A tensor-core family's Spec up to its flags: shape_spec, then kBlockM, kBlockN and kBlockK with
+// the comments given (nullptr: none); a tile dimension the family does not have (0 in every
+// normalized config, validated) is not written.
+SpecWriter tile_spec(const ssd_kernel_config& c, SsdFieldUse uses, const char* m_comment, const char* n_comment,
+                     const char* k_comment);
+// The one-dimensional families' defaults (state_passing, chunk_scan_bwd_ddA, chunk_cumsum): the
+// dtype, chunk 256, every other field 0.
+void block_kernel_defaults(ssd_kernel_config& c, ssd_dtype dtype);
+// Their Spec's shape members: kChunk, and kBlock = tile.m (threads per block) with `comment`.
+SpecWriter block_spec(const ssd_kernel_config& c, const char* comment);
+
 }  // namespace ssd

@@ -7,14 +7,8 @@
 namespace ssd {
 namespace {
 
-void fwd_defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_FP32;
-  c.chunk_size = 256;
-}
-void bwd_defaults(ssd_kernel_config& c) {
-  c.dtype = SSD_DTYPE_BF16;
-  c.chunk_size = 256;
-}
+void fwd_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_FP32); }
+void bwd_defaults(ssd_kernel_config& c) { block_kernel_defaults(c, SSD_DTYPE_BF16); }
 
 const char* tile_problem(const ssd_kernel_config& c) {
   return ssd_kernels::fwd_geom::state_passing_tile_problem(c.tile.m, c.tile.n, c.tile.k);
@@ -35,19 +29,15 @@ ssd_tile bwd_default_tile(const ssd_kernel_config&) {
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config&) { return tiles_m({64, 128, 256, 512}); }
 
 KernelSpec fwd_spec(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kBlock", c.tile.m, "state elements per block")
-      .boolean("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES)
+  SpecWriter s = block_spec(c, "state elements per block");
+  s.boolean("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
   return {s.members(), c.tile.m, 0};
 }
 
 KernelSpec bwd_spec(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kBlock", c.tile.m, "state elements per block")
-      .element("Element", c.dtype)
+  SpecWriter s = block_spec(c, "state elements per block");
+  s.element("Element", c.dtype)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
   return {s.members(), c.tile.m, 0};

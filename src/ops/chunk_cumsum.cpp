@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/struct_io.h"
 #include "config/config.h"
+#include "ops/op_common.h"
 #include "ops/tensor_check.h"
 #include "ops/workspace.h"
 #include "ops/tensor_ref.h"
@@ -64,6 +65,15 @@ Result<ssd_launch_options> read_options(const ssd_launch_options* options) {
   return o;
 }
 
+// A call's arguments (read up to the caller's struct_size over `defaults`) and launch options.
+template <class Args>
+Status read_call(const Args* user_args, const Args& defaults, const ssd_launch_options* user_options, Args& args,
+                 ssd_launch_options& options) {
+  SSD_ASSIGN_OR_RETURN(args, read_sized_struct(user_args, defaults, "args", sizeof(Args)));
+  SSD_ASSIGN_OR_RETURN(options, read_options(user_options));
+  return Status::Ok();
+}
+
 ssd_kernel_config cumsum_config(ssd_kernel_id kernel, ssd_dtype dtype, int32_t chunk, bool bias, bool softplus,
                                 const ssd_tile& tile, ssd_mode mode, ssd_arch arch) {
   ssd_kernel_config c = default_config(kernel);
@@ -83,13 +93,17 @@ Result<ssd_kernel_config> make_config(ssd_runtime& rt, ssd_kernel_id kernel, con
   return cumsum_config(kernel, dtype, d.chunk, bias, softplus, o.tile, mode, arch.value());
 }
 
-unsigned grid_for(int64_t work, int32_t max_blocks) {
-  int64_t grid = max_blocks > 0 ? std::min<int64_t>(work, max_blocks) : work;
-  return unsigned(std::min<int64_t>(grid, 0x7fffffff));
-}
-
 int64_t cumsum_work(const Dims& d, int32_t block_h) {
   return d.batch * d.nchunks * ((d.nheads + block_h - 1) / block_h);
+}
+
+// Either direction's launch: a block per (batch, chunk, BLOCK_H heads) work item, grid-stride.
+template <class Params>
+Status launch_cumsum(const ssd_kernel& kernel, const Params& p, int32_t max_blocks, CUstream stream) {
+  const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
+  Params copy = p;
+  void* params[] = {&copy};
+  return launch_kernel(kernel, grid_x(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
 }
 
 constexpr size_t kWorkspaceAlign = 256;
@@ -126,57 +140,33 @@ ssd_launch_options default_launch_options() {
   return o;
 }
 
-ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args() {
-  ssd_chunk_cumsum_fwd_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
-  return a;
-}
+ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args() { return default_dt_args<ssd_chunk_cumsum_fwd_args>(); }
 
-ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args() {
-  ssd_chunk_cumsum_bwd_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
-  return a;
-}
+ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args() { return default_dt_args<ssd_chunk_cumsum_bwd_args>(); }
 
 Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_args,
                         const ssd_launch_options* user_options, CUstream stream) {
-  auto args = read_sized_struct(user_args, default_cumsum_fwd_args(), "args", sizeof(ssd_chunk_cumsum_fwd_args));
-  if (!args.ok()) return args.status();
-  auto options = read_options(user_options);
-  if (!options.ok()) return options.status();
-  const ssd_chunk_cumsum_fwd_args& a = args.value();
+  ssd_chunk_cumsum_fwd_args a;
+  ssd_launch_options options;
+  SSD_RETURN_IF_ERROR(read_call(user_args, default_cumsum_fwd_args(), user_options, a, options));
   Dims d{};
   SSD_RETURN_IF_ERROR(check_limits(a.dt_limit_lo, a.dt_limit_hi));
   SSD_RETURN_IF_ERROR(check_dt_inputs(a.dt, a.A, a.dt_bias, a.chunk_size, d));
   SSD_RETURN_IF_ERROR(check_chunked(a.dt_out, "dt_out", d, true));
   SSD_RETURN_IF_ERROR(check_chunked(a.dA_cumsum, "dA_cumsum", d, true));
 
-  ssd_mode mode = options->mode < 0 ? rt.mode : ssd_mode(options->mode);
+  ssd_mode mode = options.mode < 0 ? rt.mode : ssd_mode(options.mode);
   auto config = make_config(rt, SSD_KERNEL_CHUNK_CUMSUM_FWD, d, a.dt.dtype, a.dt_bias.data != nullptr,
-                            a.dt_softplus != 0, options.value(), mode);
+                            a.dt_softplus != 0, options, mode);
   if (!config.ok()) return config.status();
   auto kernel = get_kernel(rt, config.value());
   if (!kernel.ok()) return kernel.status();
 
   ssd_kernels::ChunkCumsumFwdParams p{};
-  p.dt = ref<const void, 3>(a.dt);
-  p.A = ref<const float, 1>(a.A);
-  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  bind_cumsum_inputs(p, a, d.batch, d.seqlen, d.nheads, d.nchunks);
   p.dt_out = ref<float, 3>(a.dt_out);
   p.dA_cumsum = ref<float, 3>(a.dA_cumsum);
-  p.batch = d.batch;
-  p.seqlen = d.seqlen;
-  p.nheads = d.nheads;
-  p.nchunks = d.nchunks;
-  p.dt_limit_lo = a.dt_limit_lo;
-  p.dt_limit_hi = a.dt_limit_hi;
-  return launch_chunk_cumsum_fwd(*kernel.value(), p, options->max_blocks, stream);
+  return launch_chunk_cumsum_fwd(*kernel.value(), p, options.max_blocks, stream);
 }
 
 ssd_kernel_config chunk_cumsum_fwd_config(ssd_dtype dt_dtype, int32_t chunk_size, bool dt_bias, bool dt_softplus,
@@ -203,10 +193,7 @@ ssd_kernel_config reduce_head_partials_config(int32_t partials, const ssd_tile& 
 
 Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumBwdParams& p,
                                int32_t max_blocks, CUstream stream) {
-  const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
-  ssd_kernels::ChunkCumsumBwdParams copy = p;
-  void* params[] = {&copy};
-  return launch_kernel(kernel, grid_for(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
+  return launch_cumsum(kernel, p, max_blocks, stream);
 }
 
 Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& p, CUstream stream) {
@@ -234,15 +221,12 @@ Status launch_head_sums_reduce(const ssd_kernel& reduce, const ssd_kernels::Chun
   r.nheads = p.nheads;
   void* rparams[] = {&r};
   const int block = reduce.built->config.tile.m;
-  return launch_kernel(reduce, grid_for((p.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
+  return launch_kernel(reduce, grid_x((p.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
 }
 
 Status launch_chunk_cumsum_fwd(const ssd_kernel& kernel, const ssd_kernels::ChunkCumsumFwdParams& p,
                                int32_t max_blocks, CUstream stream) {
-  const Dims d{p.batch, p.seqlen, p.nheads, p.nchunks, kernel.built->config.chunk_size};
-  ssd_kernels::ChunkCumsumFwdParams copy = p;
-  void* params[] = {&copy};
-  return launch_kernel(kernel, grid_for(cumsum_work(d, kernel.built->config.tile.m), max_blocks), 1, 1, params, stream);
+  return launch_cumsum(kernel, p, max_blocks, stream);
 }
 
 Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* user_args, ssd_mode mode) {
@@ -256,15 +240,13 @@ Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* 
 
 Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_args,
                         const ssd_launch_options* user_options, CUstream stream, bool ddA_increments) {
-  auto args = read_sized_struct(user_args, default_cumsum_bwd_args(), "args", sizeof(ssd_chunk_cumsum_bwd_args));
-  if (!args.ok()) return args.status();
-  auto options = read_options(user_options);
-  if (!options.ok()) return options.status();
-  const ssd_chunk_cumsum_bwd_args& a = args.value();
+  ssd_chunk_cumsum_bwd_args a;
+  ssd_launch_options options;
+  SSD_RETURN_IF_ERROR(read_call(user_args, default_cumsum_bwd_args(), user_options, a, options));
   Dims d{};
   SSD_RETURN_IF_ERROR(check_bwd(a, d));
   const bool bias = a.dt_bias.data != nullptr;
-  const ssd_mode mode = options->mode < 0 ? rt.mode : ssd_mode(options->mode);
+  const ssd_mode mode = options.mode < 0 ? rt.mode : ssd_mode(options.mode);
   const bool deterministic = mode == SSD_MODE_DETERMINISTIC;
   size_t need = 0;
   if (deterministic) {
@@ -282,11 +264,11 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
   auto kernel = get_kernel(rt, chunk_cumsum_bwd_config(a.dt.dtype, d.chunk, bias, a.dt_softplus != 0, ddA_increments,
-                                                       options->tile, mode, arch.value()));
+                                                       options.tile, mode, arch.value()));
   if (!kernel.ok()) return kernel.status();
   const ssd_kernel* reduce = nullptr;
   if (deterministic) {
-    auto r = get_kernel(rt, reduce_head_partials_config(bias ? 2 : 1, options->reduce_tile, mode, arch.value()));
+    auto r = get_kernel(rt, reduce_head_partials_config(bias ? 2 : 1, options.reduce_tile, mode, arch.value()));
     if (!r.ok()) return r.status();
     reduce = r.value();
   }
@@ -298,26 +280,18 @@ Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_a
   SSD_RETURN_IF_ERROR(ws.acquire(rt, a.workspace, need, stream, warning.c_str()));
 
   ssd_kernels::ChunkCumsumBwdParams p{};
-  p.dt = ref<const void, 3>(a.dt);
-  p.A = ref<const float, 1>(a.A);
-  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  bind_cumsum_inputs(p, a, d.batch, d.seqlen, d.nheads, d.nchunks);
   p.ddA_cumsum = ref<const float, 3>(a.ddA_cumsum);
   p.ddt_out = ref<const float, 3>(a.ddt_out);
   p.ddt = ref<void, 3>(a.ddt);
   p.partials = reinterpret_cast<double*>(ws.base());
   p.dA = ref<float, 1>(a.dA);
   p.ddt_bias = ref<float, 1>(a.ddt_bias);
-  p.batch = d.batch;
-  p.seqlen = d.seqlen;
-  p.nheads = d.nheads;
-  p.nchunks = d.nchunks;
-  p.dt_limit_lo = a.dt_limit_lo;
-  p.dt_limit_hi = a.dt_limit_hi;
 
   Status s;
   if (!deterministic) s = zero_head_sums(p, stream);  // atomics accumulate into zeroed outputs
-  if (s.ok()) s = launch_chunk_cumsum_bwd(*kernel.value(), p, options->max_blocks, stream);
-  if (s.ok() && reduce) s = launch_head_sums_reduce(*reduce, p, options->max_blocks, stream);
+  if (s.ok()) s = launch_chunk_cumsum_bwd(*kernel.value(), p, options.max_blocks, stream);
+  if (s.ok() && reduce) s = launch_head_sums_reduce(*reduce, p, options.max_blocks, stream);
   return ws.release(s);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "common/status.h"
+#include "ops/tensor_ref.h"
 #include "runtime/runtime.h"
 #include "ssd/kernel_params.cuh"
 
@@ -24,6 +25,22 @@ Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::Chun
 Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& params, CUstream stream);
 Status launch_head_sums_reduce(const ssd_kernel& reduce, const ssd_kernels::ChunkCumsumBwdParams& params,
                                int32_t max_blocks, CUstream stream);
+
+// The fields chunk_cumsum_fwd's and _bwd's parameter blocks share: dt, A, dt_bias and dt_limit
+// from `a` (any args struct with those fields: the cumsum ops', ssd_forward's, ssd_backward's) and
+// the sizes.
+template <class Params, class Args>
+void bind_cumsum_inputs(Params& p, const Args& a, int64_t batch, int64_t seqlen, int64_t nheads, int64_t nchunks) {
+  p.dt = ref<const void, 3>(a.dt);
+  p.A = ref<const float, 1>(a.A);
+  p.dt_bias = ref<const float, 1>(a.dt_bias);
+  p.batch = batch;
+  p.seqlen = seqlen;
+  p.nheads = nheads;
+  p.nchunks = nchunks;
+  p.dt_limit_lo = a.dt_limit_lo;
+  p.dt_limit_hi = a.dt_limit_hi;
+}
 
 ssd_launch_options default_launch_options();
 ssd_chunk_cumsum_fwd_args default_cumsum_fwd_args();

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/op_common.h"
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
@@ -69,11 +70,6 @@ Result<size_t> partial_bytes(const GateBwdTensors& t, const GateDims& d) {
   return bytes;
 }
 
-unsigned grid_for(int64_t work, int32_t max_blocks) {
-  const int64_t g = max_blocks > 0 ? std::min<int64_t>(work, max_blocks) : work;
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(g, 0x7fffffff)));
-}
-
 }  // namespace
 
 Result<size_t> gate_backward_workspace(const GateBwdTensors& t, ssd_mode mode) {
@@ -127,7 +123,7 @@ Status launch_gate(const ssd_kernel& k, const GateBwdTensors& t, const GateDims&
   p.nheads = d.h;
   p.nchunks = d.nc;
   void* params[] = {&p};
-  return launch_kernel(k, grid_for(d.b * d.nc * d.h, max_blocks), 1, 1, params, stream);
+  return launch_kernel(k, grid_x(d.b * d.nc * d.h, max_blocks), 1, 1, params, stream);
 }
 
 // Deterministic mode: dD = the ordered sum of the gate's fp64 partials.
@@ -143,7 +139,7 @@ Status launch_dD_reduce(const ssd_kernel& reduce, const GateBwdTensors& t, const
   r.nheads = per_p ? d.h * d.p : d.h;  // (h, p) flattened: one "head" per (h, p)
   void* rparams[] = {&r};
   const int block = reduce.built->config.tile.m;
-  return launch_kernel(reduce, grid_for((r.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
+  return launch_kernel(reduce, grid_x((r.nheads + block - 1) / block, max_blocks), 1, 1, rparams, stream);
 }
 
 }  // namespace
@@ -183,19 +179,11 @@ namespace {
 
 constexpr size_t kAlign = 256;
 
-unsigned cap_axis(int64_t v, int32_t max_blocks, int64_t limit) {
-  const int64_t cap = max_blocks > 0 ? std::min<int64_t>(max_blocks, limit) : limit;
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
-}
-unsigned grid_x(int64_t v, int32_t mb) { return cap_axis(v, mb, 0x7fffffff); }
-unsigned grid_yz(int64_t v, int32_t mb) { return cap_axis(v, mb, 65535); }
 
 ssd_forward_args forward_inputs(const ssd_backward_args& a) {
   ssd_forward_args f = default_forward_args();
   f.chunk_size = a.chunk_size;
-  f.dt_softplus = a.dt_softplus;
-  f.dt_limit_lo = a.dt_limit_lo;
-  f.dt_limit_hi = a.dt_limit_hi;
+  copy_dt_options(f, a);
   f.x = a.x;
   f.dt = a.dt;
   f.A = a.A;
@@ -257,9 +245,7 @@ ssd_chunk_cumsum_bwd_args cumsum_args(const ssd_backward_args& a, const ForwardD
                                       void* ws, size_t ws_bytes) {
   ssd_chunk_cumsum_bwd_args c = default_cumsum_bwd_args();
   c.chunk_size = d.Q;
-  c.dt_softplus = a.dt_softplus;
-  c.dt_limit_lo = a.dt_limit_lo;
-  c.dt_limit_hi = a.dt_limit_hi;
+  copy_dt_options(c, a);
   c.dt = a.dt;
   c.A = a.A;
   c.dt_bias = a.dt_bias;
@@ -397,18 +383,13 @@ struct BackwardCall {
   }
   ssd_kernels::ChunkCumsumBwdParams cumsum() const {
     ssd_kernels::ChunkCumsumBwdParams p{};
-    p.dt = ref<const void, 3>(a.dt);
-    p.A = ref<const float, 1>(a.A);
-    p.dt_bias = ref<const float, 1>(a.dt_bias);
+    bind_cumsum_inputs(p, a, d.b, d.L, d.h, d.nc);
     p.ddA_cumsum = chunked<const float, 3>(L.ddA);
     p.ddt_out = chunked<const float, 3>(L.ddt_x);
     p.ddt = ref<void, 3>(a.ddt);
     p.partials = reinterpret_cast<double*>(base + L.cumsum);
     p.dA = ref<float, 1>(a.dA);
     p.ddt_bias = ref<float, 1>(a.ddt_bias);
-    p.batch = d.b; p.seqlen = d.L; p.nheads = d.h; p.nchunks = d.nc;
-    p.dt_limit_lo = a.dt_limit_lo;
-    p.dt_limit_hi = a.dt_limit_hi;
     return p;
   }
 };
@@ -625,31 +606,25 @@ const char* backward_stage_name(int stage) {
 }
 
 ssd_backward_args default_backward_args() {
-  ssd_backward_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
+  ssd_backward_args a = default_dt_args<ssd_backward_args>();
   a.mode = -1;
   return a;
 }
 
 Result<BackwardLayout> backward_layout(const ssd_backward_args* user_args, int32_t mode) {
-  auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
-  if (!args.ok()) return args.status();
+  ssd_backward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_backward(args.value(), d));
-  if (mode < 0) mode = args->mode >= 0 ? args->mode : SSD_MODE_DETERMINISTIC;
-  return layout_for(args.value(), d, ssd_mode(mode));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
+  if (mode < 0) mode = a.mode >= 0 ? a.mode : SSD_MODE_DETERMINISTIC;
+  return layout_for(a, d, ssd_mode(mode));
 }
 
 Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backward_args* user_args, ssd_arch arch,
                                                               ssd_mode mode, const BackwardTuning* tuning) {
-  auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
-  if (!args.ok()) return args.status();
+  ssd_backward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_backward(args.value(), d));
-  return configs_for(args.value(), d, arch, mode, tuning ? *tuning : BackwardTuning{});
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
+  return configs_for(a, d, arch, mode, tuning ? *tuning : BackwardTuning{});
 }
 
 Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* workspace, size_t workspace_bytes,
@@ -657,11 +632,9 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   auto stage_done = [&](int stage) {
     if (after_stage) after_stage(stage);
   };
-  auto args = read_sized_struct(user_args, default_backward_args(), "args", sizeof(ssd_backward_args));
-  if (!args.ok()) return args.status();
-  const ssd_backward_args& a = args.value();
+  ssd_backward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_backward(a, d));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
   const ssd_mode mode = a.mode >= 0 ? ssd_mode(a.mode) : rt.mode;
   auto layout = layout_for(a, d, mode);

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
+#include "ops/op_common.h"
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
@@ -107,15 +108,6 @@ Result<ssd_forward_layout> layout_for(const ForwardDims& d, int64_t state_bytes)
   return l;
 }
 
-unsigned grid_x(int64_t v, int32_t max_blocks) {
-  const int64_t cap = max_blocks > 0 ? max_blocks : 0x7fffffff;
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
-}
-unsigned clamp_grid(int64_t v, int32_t max_blocks) {
-  const int64_t cap = max_blocks > 0 ? std::min<int64_t>(max_blocks, 65535) : 65535;
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(v, cap)));
-}
-
 // ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state_passing (or, staged,
 // chunk_state -> state_passing) -> chunk_scan (the last one only when the output is wanted: the
 // backward's recompute stops after the entering states). Each stage binds its parameter block from the call's validated arguments
@@ -148,7 +140,7 @@ TensorRef<T, N> states_ref(const F& c) {
   const long long shape[] = {c.d.b, c.d.nc, c.d.h, c.d.p, c.d.n};
   return contiguous_ref<T, N>(static_cast<T*>(c.buf.states), shape);
 }
-unsigned gy(const F& c) { return clamp_grid(c.d.b * c.d.nc, c.max_blocks); }
+unsigned gy(const F& c) { return grid_yz(c.d.b * c.d.nc, c.max_blocks); }
 // P in x's dtype: the forward's output path (chunk_scan_fwd rounds P to it before its mma, so out
 // keeps its bits). fp32 for the backward's recompute (its kernels read fp32 P) and on the staged
 // path (state_passing_fwd passes the states in place, in fp32).
@@ -161,14 +153,9 @@ ssd_kernel_config cumsum_config(const F& c) {
 }
 Status cumsum_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkCumsumFwdParams p{};
-  p.dt = ref<const void, 3>(c.a.dt);
-  p.A = ref<const float, 1>(c.a.A);
-  p.dt_bias = ref<const float, 1>(c.a.dt_bias);
+  bind_cumsum_inputs(p, c.a, c.d.b, c.d.L, c.d.h, c.d.nc);
   p.dt_out = chunked<float, 3>(c, c.buf.dt_out);
   p.dA_cumsum = chunked<float, 3>(c, c.buf.dA_cumsum);
-  p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc;
-  p.dt_limit_lo = c.a.dt_limit_lo;
-  p.dt_limit_hi = c.a.dt_limit_hi;
   return launch_chunk_cumsum_fwd(k, p, c.max_blocks, stream);
 }
 
@@ -184,7 +171,7 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   const ssd_tile& t = k.built->config.tile;
   void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::fwd_geom::bmm_chunk_tiles(c.d.Q, t.m, t.n), c.max_blocks), gy(c),
-                       clamp_grid(c.d.g, c.max_blocks), params, stream);
+                       grid_yz(c.d.g, c.max_blocks), params, stream);
 }
 
 // F2: chunk states (staged path).
@@ -203,7 +190,7 @@ Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks), gy(c),
-      clamp_grid(c.d.h, c.max_blocks), params, stream);
+      grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
 // F3: entering states (in place) and final states (staged path).
@@ -248,7 +235,7 @@ Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks),
-      clamp_grid(c.d.b, c.max_blocks), clamp_grid(c.d.h, c.max_blocks), params, stream);
+      grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
 // F5: the output.
@@ -276,7 +263,7 @@ Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_scan_tiles(c.d.Q, int(c.d.p), t.m, t.n), c.max_blocks), gy(c),
-      clamp_grid(c.d.h, c.max_blocks), params, stream);
+      grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
 const std::vector<Stage<F>>& forward_plan() {
@@ -319,40 +306,29 @@ Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, 
   return launch_plan(call, forward_plan(), kernels, stream, after_stage);
 }
 
-ssd_forward_args default_forward_args() {
-  ssd_forward_args a{};
-  a.struct_size = sizeof(a);
-  a.chunk_size = 256;
-  a.dt_limit_lo = 0.f;
-  a.dt_limit_hi = INFINITY;
-  return a;
-}
+ssd_forward_args default_forward_args() { return default_dt_args<ssd_forward_args>(); }
 
 Result<ssd_forward_layout> forward_layout(const ssd_forward_args* user_args, const ForwardTuning* tuning) {
-  auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
-  if (!args.ok()) return args.status();
+  ssd_forward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
   return layout_for(d, states_bytes(true, tuning ? *tuning : ForwardTuning{}));
 }
 
 Result<std::vector<ssd_kernel_config>> forward_kernel_configs(const ssd_forward_args* user_args, ssd_arch arch,
                                                              ssd_mode mode, const ForwardTuning* tiles) {
-  auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
-  if (!args.ok()) return args.status();
+  ssd_forward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_forward(args.value(), d));
-  const ForwardCall call{args.value(), d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTuning{}, true};
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
+  const ForwardCall call{a, d, mode, arch, ForwardBuffers{}, 0, tiles ? *tiles : ForwardTuning{}, true};
   return forward_plan_configs(call);
 }
 
 Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd_launch_options* options,
                    CUstream stream, const std::function<void(int)>& after_stage, const ForwardTuning* tiles) {
-  auto args = read_sized_struct(user_args, default_forward_args(), "args", sizeof(ssd_forward_args));
-  if (!args.ok()) return args.status();
-  const ssd_forward_args& a = args.value();
+  ssd_forward_args a;
   ForwardDims d{};
-  SSD_RETURN_IF_ERROR(check_forward(a, d));
+  SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_forward_args(), check_forward, a, d));
   const ForwardTuning tuning = tiles ? *tiles : ForwardTuning{};
   auto checked_layout = layout_for(d, states_bytes(true, tuning));
   if (!checked_layout.ok()) return checked_layout.status();

@@ -1,12 +1,19 @@
 #include "reference/ssd_reference.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ssd::ref {
 
 namespace {
+
+// Every vector in `vs` as `n` zeros.
+void zeros(size_t n, std::initializer_list<std::vector<double>*> vs) {
+  for (std::vector<double>* v : vs) v->assign(n, 0.0);
+}
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 double silu(double z) { return z * sigmoid(z); }
@@ -292,13 +299,11 @@ SsdForwardResult forward_chunked(const SsdProblem& pr) {
   validate(pr);
   const Ctx k(pr);
   SsdForwardResult res;
-  res.dt_out.assign(k.n_hq(), 0.0);
-  res.dA_cumsum.assign(k.n_hq(), 0.0);
-  res.states.assign(k.n_cs(), 0.0);
-  res.prev_states.assign(k.n_cs(), 0.0);
-  res.final_states.assign(k.n_st(), 0.0);
-  res.CB.assign(k.n_cb(), 0.0);
-  res.out.assign(k.n_x(), 0.0);
+  zeros(k.n_hq(), {&res.dt_out, &res.dA_cumsum});
+  zeros(k.n_cs(), {&res.states, &res.prev_states});
+  zeros(k.n_st(), {&res.final_states});
+  zeros(k.n_cb(), {&res.CB});
+  zeros(k.n_x(), {&res.out});
   if (pr.z) res.out_x.assign(k.n_x(), 0.0);
 
   chunk_cumsum_fwd(cumsum_shape(pr), dt_options(pr), pr.dt, pr.A, pr.dt_bias, res.dt_out.data(),
@@ -333,28 +338,20 @@ SsdGradients backward(const SsdProblem& pr, const double* dout, const double* df
 
   SsdGradients gr;
   SsdBackwardIntermediates& it = gr.inter;
-  gr.dx.assign(k.n_x(), 0.0);
-  gr.ddt.assign(k.n_dt(), 0.0);
-  gr.dA.assign(static_cast<size_t>(k.H), 0.0);
-  gr.dB.assign(k.n_bc(), 0.0);
-  gr.dC.assign(k.n_bc(), 0.0);
+  zeros(k.n_x(), {&gr.dx});
+  zeros(k.n_dt(), {&gr.ddt});
+  zeros(static_cast<size_t>(k.H), {&gr.dA});
+  zeros(k.n_bc(), {&gr.dB, &gr.dC});
   if (pr.D) gr.dD.assign(k.n_d(), 0.0);
   if (pr.D) gr.dD_abs.assign(k.n_d(), 0.0);
   if (pr.z) gr.dz.assign(k.n_x(), 0.0);
   if (pr.dt_bias) gr.ddt_bias.assign(static_cast<size_t>(k.H), 0.0);
   if (pr.initial_states) gr.dinitial_states.assign(k.n_st(), 0.0);
-  it.dy.assign(k.n_x(), 0.0);
-  it.dP.assign(k.n_cs(), 0.0);
-  it.ds.assign(k.n_cs(), 0.0);
-  it.rho.assign(static_cast<size_t>(k.b * k.H * k.Nc), 0.0);
-  it.ddt_x.assign(k.n_hq(), 0.0);
-  it.dCB.assign(k.n_cb(), 0.0);
-  it.ddA_intra.assign(k.n_hq(), 0.0);
-  it.ddA_next.assign(k.n_hq(), 0.0);
-  it.ddA_prev.assign(k.n_hq(), 0.0);
-  it.ddA.assign(k.n_hq(), 0.0);
-  it.ddA_unstable.assign(k.n_hq(), 0.0);
-  it.dt_delta.assign(k.n_hq(), 0.0);
+  zeros(k.n_x(), {&it.dy});
+  zeros(k.n_cs(), {&it.dP, &it.ds});
+  zeros(static_cast<size_t>(k.b * k.H * k.Nc), {&it.rho});
+  zeros(k.n_cb(), {&it.dCB});
+  zeros(k.n_hq(), {&it.ddt_x, &it.ddA_intra, &it.ddA_next, &it.ddA_prev, &it.ddA, &it.ddA_unstable, &it.dt_delta});
 
   // (B-a) gate and skip: dy = G ⊙ silu(z); dz = G ⊙ y ⊙ σ(z)(1 + z(1 − σ(z))); dD = Σ dy ⊙ x.
   for (size_t e = 0; e < k.n_x(); ++e) {

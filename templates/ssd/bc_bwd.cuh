@@ -49,25 +49,16 @@
 #include "ssd/backward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void bc_bwd(const BcBwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int N = Spec::kDstate;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool IS_DC = Spec::kIsDC;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  static_assert(bwd_geom::bc_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
+  static_assert(bwd_geom::bc_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
-  static_assert(is_16bit_float<T>::value, "bc_bwd: element type must be bf16 or fp16");
   static_assert(Q % BLOCK_M == 0 && N % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide Q, N, Q");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_K % 16 == 0 && P % 16 == 0,
                 "tiles and headdim must be multiples of 16");
@@ -85,19 +76,19 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   static_assert(P % BKP == 0, "BLOCK_K must divide headdim (or exceed it)");
   constexpr int KP = P / BKP;  // p steps per head
   constexpr int KH = R * KP;   // steps of the head phase
-  constexpr int STAGES = bc_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int STAGES = bc_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx);
   constexpr int STAGE = bc_stage_bytes(P, BLOCK_M, BLOCK_N, BLOCK_K);
   constexpr int LDXY = BKP + kPad;      // x|dy tile [pos][p]
   constexpr int LDST = BLOCK_N + kPad;  // ds|P tile [p][n]
   constexpr int LDO = BLOCK_N + kPad;   // C|B tile [pos][n]
   // dCB tile [l][s]: dC: BLOCK_M rows l x BLOCK_K columns s; dB: BLOCK_K rows l x BLOCK_M columns s.
-  constexpr int D_ROWS = IS_DC ? BLOCK_M : BLOCK_K;
-  constexpr int LDD = (IS_DC ? BLOCK_K : BLOCK_M) + kPad;
+  constexpr int D_ROWS = Spec::kIsDC ? BLOCK_M : BLOCK_K;
+  constexpr int LDD = (Spec::kIsDC ? BLOCK_K : BLOCK_M) + kPad;
   constexpr int TILES_N = N / BLOCK_N;
   constexpr int TILES_M = Q / BLOCK_M;
   constexpr int TILES = bc_tiles(Q, N, BLOCK_M, BLOCK_N);
   constexpr int KR = (BLOCK_M + NT - 1) / NT;  // scale rows per thread
-  static_assert(bc_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+  static_assert(bc_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or the tile");
   static_assert(BLOCK_M * LDXY * 2 + BKP * LDST * 2 <= STAGE && D_ROWS * LDD * 2 + BLOCK_K * LDO * 2 <= STAGE,
                 "stage layout exceeds bc_stage_bytes");
@@ -107,16 +98,13 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   __shared__ __align__(16) unsigned char s_stage[STAGES * STAGE];
   __shared__ __align__(16) float s_scale[2][BLOCK_M];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xyg = static_cast<const T*>(p.xy.data);
   const T* dcbg = static_cast<const T*>(p.dCB.data);
   const T* og = static_cast<const T*>(p.other.data);
   const T* st_t = static_cast<const T*>(p.state.data);  // dB: ds, dC: P (both T)
-  const bool vec_xy = aligned16(xyg) && p.xy.stride[3] == 1 && ((p.xy.stride[0] | p.xy.stride[1] | p.xy.stride[2]) & 7) == 0;
+  const bool vec_xy = vec16_rows(xyg, p.xy);
   const bool vec_st = aligned16(p.state.data) &&
                       ((p.state.stride[0] | p.state.stride[1] | p.state.stride[2] | p.state.stride[3]) & 7) == 0;
   const bool vec_dcb = aligned16(dcbg) && ((p.dCB.stride[0] | p.dCB.stride[1] | p.dCB.stride[2] | p.dCB.stride[3]) & 7) == 0;
@@ -130,14 +118,11 @@ __device__ void bc_bwd(const BcBwdParams& p) {
 
   for (int g = blockIdx.z; g < ngroups; g += gridDim.z) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ = valid - 1
       int q_ref = 0;  // dB: seq_idx(cQ + λ); dC: seq_idx(cQ - 1), 0 for the first chunk
-      if (HAS_SEQ_IDX) {
+      if (Spec::kSeqIdx) {
         const int* sq = p.seq_idx.data + b * p.seq_idx.stride[0];
-        if (IS_DC) {
+        if (Spec::kIsDC) {
           q_ref = c > 0 ? sq[(t0 - 1) * p.seq_idx.stride[1]] : 0;
         } else {
           q_ref = sq[(t0 + valid - 1) * p.seq_idx.stride[1]];
@@ -150,11 +135,11 @@ __device__ void bc_bwd(const BcBwdParams& p) {
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // Longest dCB chains first: dB rows near the chunk start, dC rows near its end.
-        const int mt = IS_DC ? TILES_M - 1 - tile / TILES_N : tile / TILES_N;
+        const int mt = Spec::kIsDC ? TILES_M - 1 - tile / TILES_N : tile / TILES_N;
         const int m0 = mt * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
         if (m0 >= valid) continue;  // rows all padding (uniform over the block; no shared memory touched)
         // dCB K steps: dB over l in [m0, valid), dC over s in [0, min(m0 + BLOCK_M, valid)).
-        const int kd = IS_DC ? ((m0 + BLOCK_M < valid ? m0 + BLOCK_M : valid) + BLOCK_K - 1) / BLOCK_K
+        const int kd = Spec::kIsDC ? ((m0 + BLOCK_M < valid ? m0 + BLOCK_M : valid) + BLOCK_K - 1) / BLOCK_K
                              : (valid - m0 + BLOCK_K - 1) / BLOCK_K;
         const int ksteps = KH + kd;
         const T* ot = safe_o + t0 * p.other.stride[1] + n0 * p.other.stride[3];
@@ -165,14 +150,14 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         for (int rr = 0; rr < KR; ++rr) {
           const int r = tid + rr * NT;
           bool k = r < BLOCK_M && m0 + r < valid;
-          if (HAS_SEQ_IDX && k) k = p.seq_idx(b, t0 + m0 + r) == q_ref;
+          if (Spec::kSeqIdx && k) k = p.seq_idx(b, t0 + m0 + r) == q_ref;
           keep[rr] = k;
         }
         float sc_a[KR], sc_d[KR], sc_last = 0.f;
         auto scale_fetch = [&](int i) {
           const long long off = chunk_bc + (long long)(g * R + i) * p.dA_cumsum.stride[1];
           const float* dA = p.dA_cumsum.data + off;
-          if (!IS_DC) sc_last = dA[Q - 1];
+          if (!Spec::kIsDC) sc_last = dA[Q - 1];
 #pragma unroll
           for (int rr = 0; rr < KR; ++rr) {
             sc_a[rr] = 0.f;
@@ -180,7 +165,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             if (keep[rr]) {
               const int pos = m0 + tid + rr * NT;
               sc_a[rr] = dA[pos];
-              if (!IS_DC) sc_d[rr] = p.dt[off + pos];
+              if (!Spec::kIsDC) sc_d[rr] = p.dt[off + pos];
             }
           }
         };
@@ -191,7 +176,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             if (KR * NT == BLOCK_M || r < BLOCK_M) {
               float v = 0.f;
               if (keep[rr]) {
-                v = IS_DC ? __expf(sc_a[rr]) : __fmul_rn(__expf(fminf(__fsub_rn(sc_last, sc_a[rr]), 0.f)), sc_d[rr]);
+                v = Spec::kIsDC ? __expf(sc_a[rr]) : __fmul_rn(__expf(fminf(__fsub_rn(sc_last, sc_a[rr]), 0.f)), sc_d[rr]);
               }
               s_scale[buf][r] = v;
             }
@@ -216,8 +201,8 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         };
         auto dcb_load = [&](int buf, int j) {
           // k0: first position of the K step (l for dB, s for dC); 16-aligned.
-          const int k0 = IS_DC ? j * BLOCK_K : m0 + j * BLOCK_K;
-          if constexpr (IS_DC) {
+          const int k0 = Spec::kIsDC ? j * BLOCK_K : m0 + j * BLOCK_K;
+          if constexpr (Spec::kIsDC) {
             // rows l = m0 + r, columns s = k0 + cc
             block::load_tile<NT, BLOCK_M, BLOCK_K, LDD>(
                 sD(buf), dcb + (long long)m0 * p.dCB.stride[3] + k0, p.dCB.stride[3], 1, vec_dcb, dcb,
@@ -274,16 +259,8 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             const T* ss = sST(k % STAGES);
 #pragma unroll
             for (int kk = 0; kk < BKP; kk += 16) {
-              FragA a[MI];
-              FragB bf[NJ];
-#pragma unroll
-              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sx + (wm0 + 16 * i) * LDXY + kk, LDXY);
-#pragma unroll
-              for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], ss + kk * LDST + wn0 + 8 * j, LDST);
-#pragma unroll
-              for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) warp::mma<T>(chain[i][j], a[i], bf[j]);
+              SSD_WARP_MMA_K16(T, chain, warp::load_a(a[i], sx + (wm0 + 16 * i) * LDXY + kk, LDXY),
+                               warp::load_b2_trans(bf[j], bf[j + 1], ss + kk * LDST + wn0 + 8 * j, LDST));
             }
             if (next_scale) scale_store((hi + 1) & 1);
           }
@@ -312,22 +289,11 @@ __device__ void bc_bwd(const BcBwdParams& p) {
           const T* so = sO(k % STAGES);
 #pragma unroll
           for (int kk = 0; kk < BLOCK_K; kk += 16) {
-            FragA a[MI];
-            FragB bf[NJ];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-              if constexpr (IS_DC) {
-                warp::load_a(a[i], sd + (wm0 + 16 * i) * LDD + kk, LDD);  // [l][s] row-major
-              } else {
-                warp::load_a_trans(a[i], sd + kk * LDD + wm0 + 16 * i, LDD);  // [l][s] = [k][m]: dCBᵀ
-              }
-            }
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], so + kk * LDO + wn0 + 8 * j, LDO);
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+            // A: dCB as [l][s] row-major (dC), or transposed, [l][s] = [k][m] (dB: dCBᵀ).
+            SSD_WARP_MMA_K16(T, acc,
+                             if constexpr (Spec::kIsDC) warp::load_a(a[i], sd + (wm0 + 16 * i) * LDD + kk, LDD);
+                             else warp::load_a_trans(a[i], sd + kk * LDD + wm0 + 16 * i, LDD),
+                             warp::load_b2_trans(bf[j], bf[j + 1], so + kk * LDO + wn0 + 8 * j, LDO));
           }
         }
         ring.drain();

@@ -28,21 +28,16 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int N = Spec::kDstate;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  using T = typename Spec::Element;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(fwd_geom::bmm_chunk_tile_problem(Q, N, BLOCK_M, BLOCK_N, 0) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
-  static_assert(is_16bit_float<T>::value, "bmm_chunk_fwd: element type must be bf16 or fp16");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0, "tiles must be multiples of 16");
   static_assert(N % 16 == 0, "dstate must be a multiple of 16");
@@ -61,49 +56,30 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
   static_assert(bmm_chunk_smem_bytes(N, BLOCK_M, BLOCK_N) <= kMaxStaticSmem, "shared memory over 48 KiB");
 
   __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
-  __shared__ int s_seq[HAS_SEQ_IDX ? BLOCK_M + BLOCK_N : 1];
+  __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* Cg = static_cast<const T*>(p.C.data);
   const T* Bg = static_cast<const T*>(p.B.data);
   const bool vec = aligned16(Cg) && aligned16(Bg) && p.C.stride[3] == 1 && p.B.stride[3] == 1 &&
                    ((p.C.stride[0] | p.C.stride[1] | p.C.stride[2]) & 7) == 0 &&
                    ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.CB.data) & 7ull) == 0 &&
-                       ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 1) == 0;
+  const bool vec_out = vec8_floats(p.CB);
   // Work indices are 32-bit (batch * nchunks and ngroups < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), ngroups = int(p.ngroups);
   const int nbc = int(p.batch * p.nchunks);
 
   for (int grp = blockIdx.z; grp < ngroups; grp += gridDim.z) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // positions l < valid are real tokens
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: positions l < valid are real tokens
       const T* safe_c = Cg + p.C.offset(b, 0, grp);
       const T* safe_b = Bg + p.B.offset(b, 0, grp);
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
-        // Linear tile index -> (row tile mi, column tile ni) of the lower triangle.
-        int mi = 0, ni = tile;
-        while (true) {
-          const int cnt = imin(Q / BLOCK_N, (mi * BLOCK_M + BLOCK_M - 1) / BLOCK_N + 1);
-          if (ni < cnt) break;
-          ni -= cnt;
-          ++mi;
-        }
+        SSD_LOWER_TRIANGLE_TILE(tile, Q, BLOCK_M, BLOCK_N);  // mi, ni
         const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
 
-        if (HAS_SEQ_IDX) {
-          for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
-            const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-            s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
-          }
-        }
+        if (Spec::kSeqIdx) SSD_STAGE_TILE_SEQ_IDS(s_seq, p.seq_idx, b, t0, m0, n0, valid);
 
         const T* Ct = safe_c + (t0 + m0) * p.C.stride[1];
         const T* Bt = safe_b + (t0 + n0) * p.B.stride[1];
@@ -118,10 +94,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
         };
 
         FragC acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
 
         // cp.async pipeline, STAGES buffers: stage ks lives in buffer ks % STAGES.
         const block::CpAsyncPipeline<STAGES> ring{KSTEPS};
@@ -132,16 +105,8 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
           const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
           for (int kk = 0; kk < BK; kk += 16) {
-            FragA a[MI];
-            FragB bf[NJ];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) warp::load_b2(bf[j], bf[j + 1], sb + (wn0 + 8 * j) * LD + kk, LD);
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+            SSD_WARP_MMA_K16(T, acc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
+                             warp::load_b2(bf[j], bf[j + 1], sb + (wn0 + 8 * j) * LD + kk, LD));
           }
         }
         ring.drain();
@@ -160,7 +125,7 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
             for (int j = 0; j < NJ; ++j) {
               const int cl = wn0 + 8 * j + 2 * lt;  // column inside the tile
               float v0 = acc[i][j].x[2 * half], v1 = acc[i][j].x[2 * half + 1];
-              if (HAS_SEQ_IDX) {
+              if (Spec::kSeqIdx) {
                 const int q = s_seq[rl];
                 v0 = q == s_seq[BLOCK_M + cl] ? v0 : 0.f;
                 v1 = q == s_seq[BLOCK_M + cl + 1] ? v1 : 0.f;

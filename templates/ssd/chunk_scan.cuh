@@ -37,6 +37,7 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
@@ -79,23 +80,11 @@ __device__ __forceinline__ bool vec16_bhlp(const void* ptr, long long sb, long l
 
 template <class Spec>
 __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int N = Spec::kDstate;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   using S = typename Spec::State;
-  constexpr bool HAS_D = Spec::kD;
-  constexpr bool D_PER_HEADDIM = Spec::kDPerHeaddim;
-  constexpr bool HAS_Z = Spec::kZ;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  static_assert(fwd_geom::chunk_scan_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+  static_assert(fwd_geom::chunk_scan_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_scan_fwd: element type must be bf16 or fp16");
   static_assert(same_type<S, float>::value || same_type<S, T>::value, "state type must be float or the element type");
   static_assert(Q % BLOCK_M == 0 && P % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide Q, P");
   static_assert(BLOCK_M % 64 == 0 && BLOCK_M <= 128, "BLOCK_M must be 64 or 128 (4 warps of 16 or 32 rows)");
@@ -106,7 +95,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread: lower BLOCK_M or BLOCK_N");
   constexpr int BKN = chunk_scan_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
-  constexpr int STAGES = chunk_scan_stages(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int STAGES = chunk_scan_stages(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx);
   constexpr int LDA = BKN + kPad;      // C tile [l][n] and P tile [p][n], type T
   constexpr int LDCB = BLOCK_K + kPad;  // CB tile [l][s], fp32 (row stride = 8 mod 32 words)
   constexpr int LDX = BLOCK_N + kPad;   // x tile [s][p], type T
@@ -118,14 +107,14 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   constexpr int TILES_M = Q / BLOCK_M;
   constexpr int TILES = chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N);
   constexpr int KA = N / BKN;
-  static_assert(chunk_scan_smem_bytes(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+  static_assert(chunk_scan_smem_bytes(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K");
   static_assert(STAGE_A % 16 == 0 && STAGE_B % 16 == 0 && (BLOCK_M * LDCB * 4) % 16 == 0, "stage alignment");
 
   __shared__ __align__(16) unsigned char s_body[BODY];
   __shared__ __align__(16) float s_dA[Q];
   __shared__ __align__(16) float s_dt[Q];
-  __shared__ int s_seq[HAS_SEQ_IDX ? Q : 1];
+  __shared__ int s_seq[Spec::kSeqIdx ? Q : 1];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -143,7 +132,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   const bool vec_cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
   const bool vec_out = detail::vec16_bhlp(p.out.data, p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]);
   bool vec_z = true, vec_ox = true;
-  if (HAS_Z) {
+  if (Spec::kZ) {
     vec_z = detail::vec16_bhlp(p.z.data, p.z.stride[0], p.z.stride[1], p.z.stride[2], p.z.stride[3]);
     vec_ox = detail::vec16_bhlp(p.out_x.data, p.out_x.stride[0], p.out_x.stride[1], p.out_x.stride[2], p.out_x.stride[3]);
   }
@@ -154,19 +143,16 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     float d_head = 0.f;
-    if (HAS_D && !D_PER_HEADDIM) d_head = p.D.data[h * p.D.stride[0]];
+    if (Spec::kD && !Spec::kDPerHeaddim) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const float* dA = p.dA_cumsum.ptr(b, h, c);
       const float* dt = p.dt.ptr(b, h, c);
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_c = Cg + p.C.offset(b, 0, g);
       const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
-      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx(b, t0 - 1);
+      if (Spec::kSeqIdx && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int m0 = (TILES_M - 1 - tile / TILES_N) * BLOCK_M;  // longest rows first
@@ -178,14 +164,11 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         for (int l = tid; l < Q; l += NT) {
           s_dA[l] = dA[l];
           s_dt[l] = dt[l];
-          if (HAS_SEQ_IDX) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
+          if (Spec::kSeqIdx) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
 
         FragC acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
 
         // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n) ----------------
         {
@@ -259,16 +242,8 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             const T* sp = sP(ks % STAGES);
 #pragma unroll
             for (int kk = 0; kk < BKN; kk += 16) {
-              FragA a[MI];
-              FragB bf[NJ];
-#pragma unroll
-              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sc + (wm0 + 16 * i) * LDA + kk, LDA);
-#pragma unroll
-              for (int j = 0; j < NJ; j += 2) warp::load_b2(bf[j], bf[j + 1], sp + (8 * j) * LDA + kk, LDA);
-#pragma unroll
-              for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+              SSD_WARP_MMA_K16(T, acc, warp::load_a(a[i], sc + (wm0 + 16 * i) * LDA + kk, LDA),
+                               warp::load_b2(bf[j], bf[j + 1], sp + (8 * j) * LDA + kk, LDA));
             }
             if (kn < KA) p_store(kn % STAGES);  // buffer kn % STAGES is not read in this step
           }
@@ -286,7 +261,7 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
             const float al = s_dA[l];
             a_row[i][half] = al;
             bool keep = l < valid;
-            if (HAS_SEQ_IDX) keep = keep && s_seq[l] == q_prev;
+            if (Spec::kSeqIdx) keep = keep && s_seq[l] == q_prev;
             const float e = keep ? __expf(al) : 0.f;
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
@@ -386,17 +361,17 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
               y[0] = y0.x, y[1] = y0.y, y[2] = y0.z, y[3] = y0.w;
               y[4] = y1.x, y[5] = y1.y, y[6] = y1.z, y[7] = y1.w;
             }
-            if (HAS_D) {
+            if (Spec::kD) {
               float xv[8];
               detail::load8<T>(xg, p.x.offset(b, t, h, pp),
                                p.x.stride[3], vec_x, xv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
-                const float d = D_PER_HEADDIM ? p.D(h, pp + v) : d_head;
+                const float d = Spec::kDPerHeaddim ? p.D(h, pp + v) : d_head;
                 y[v] = __fmaf_rn(xv[v], d, y[v]);
               }
             }
-            if (HAS_Z) {
+            if (Spec::kZ) {
               detail::store8<T>(static_cast<T*>(p.out_x.data),
                                 p.out_x.offset(b, t, h, pp),
                                 p.out_x.stride[3], vec_ox, y);

@@ -37,6 +37,7 @@
 #include "ssd/backward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
@@ -52,18 +53,10 @@ __device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s
 
 template <class Spec>
 __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  static_assert(bwd_geom::dcb_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
+  static_assert(bwd_geom::dcb_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dcb: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_N == 0, "tiles must divide the chunk");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_M <= 128 && BLOCK_N <= 128,
@@ -76,7 +69,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   constexpr int BKP = dcb_block_kp(P, BLOCK_K);  // p-step
   constexpr int KP = P / BKP;                     // p-steps per head
   constexpr int STEPS = HEADS_PER_GROUP * KP;
-  constexpr int STAGES = dcb_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int STAGES = dcb_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx);
   constexpr int LD = BKP + kPad;  // dy tile [l][p] and x tile [s][p], type T
   constexpr int MI = WM / 16, NJ = WN / 8;
   constexpr int TILES = dcb_tiles(Q, BLOCK_M, BLOCK_N);
@@ -84,27 +77,23 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   static_assert(P % BKP == 0, "min(BLOCK_K, headdim) must divide headdim");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   static_assert(2 * MI * NJ * 4 <= 128, "two fp32 warp tiles (head + group) over 128 registers per thread");
-  static_assert(dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+  static_assert(dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or the tile");
   static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * STAGES * SIDE +
-                        (HAS_SEQ_IDX ? 4 * (BLOCK_M + BLOCK_N) : 0) ==
-                    dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, HAS_SEQ_IDX),
+                        (Spec::kSeqIdx ? 4 * (BLOCK_M + BLOCK_N) : 0) ==
+                    dcb_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx),
                 "shared layout out of sync with bwd_geom::dcb_smem_bytes");
 
   __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
   __shared__ __align__(16) float s_side[STAGES][SIDE];
-  __shared__ int s_seq[HAS_SEQ_IDX ? BLOCK_M + BLOCK_N : 1];
+  __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_dy =
-      aligned16(dyg) && p.dy.stride[3] == 1 && ((p.dy.stride[0] | p.dy.stride[1] | p.dy.stride[2]) & 7) == 0;
+  const bool vec_x = vec16_rows(xg, p.x);
+  const bool vec_dy = vec16_rows(dyg, p.dy);
   // A, Δ rows are unit-stride; tile offsets m0, n0 are multiples of 16 floats.
   const bool vec_f = aligned16(p.dt) && aligned16(p.dA_cumsum.data) &&
                      ((p.dA_cumsum.stride[0] | p.dA_cumsum.stride[1] | p.dA_cumsum.stride[2]) & 3) == 0;
@@ -117,10 +106,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   for (int grp = blockIdx.z; grp < ngroups; grp += gridDim.z) {
     const int h0 = grp * HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const T* safe_x = xg + b * p.x.stride[0];
       const T* safe_dy = dyg + b * p.dy.stride[0];
       const long long chunk_off = p.dA_cumsum.offset(b, 0, c);
@@ -128,31 +114,17 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
       T* out = static_cast<T*>(p.dCB.data) + b * p.dCB.stride[0] + c * p.dCB.stride[1] + grp * p.dCB.stride[2];
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
-        // Linear tile index -> (row tile mi, column tile ni) of the lower triangle (as bmm_chunk_fwd).
-        int mi = 0, ni = tile;
-        while (true) {
-          const int cnt = imin(Q / BLOCK_N, (mi * BLOCK_M + BLOCK_M - 1) / BLOCK_N + 1);
-          if (ni < cnt) break;
-          ni -= cnt;
-          ++mi;
-        }
+        SSD_LOWER_TRIANGLE_TILE(tile, Q, BLOCK_M, BLOCK_N);  // mi, ni
         const int m0 = mi * BLOCK_M, n0 = ni * BLOCK_N;
         // Some (l, s) with s <= l <= λ in the tile iff m0 <= λ and n0 <= λ (n0 <= m0 + BM - 1 always).
         const bool live = m0 < valid && n0 < valid;  // uniform over the block
 
         FragC gacc[MI][NJ];  // group accumulator: Σ_i d^(i), from +0.0
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(gacc[i][j]);
+        warp::zero_tile(gacc);
 
         if (live) {
-          if (HAS_SEQ_IDX) {  // visible after the first barrier of the loop below
-            for (int i = tid; i < BLOCK_M + BLOCK_N; i += NT) {
-              const int l = i < BLOCK_M ? m0 + i : n0 + (i - BLOCK_M);
-              s_seq[i] = l < valid ? p.seq_idx(b, t0 + l) : -1;
-            }
-          }
+          // Visible after the first barrier of the loop below.
+          if (Spec::kSeqIdx) SSD_STAGE_TILE_SEQ_IDS(s_seq, p.seq_idx, b, t0, m0, n0, valid);
 
           const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
           const T* xt = safe_x + (t0 + n0) * p.x.stride[1];
@@ -182,10 +154,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           };
 
           FragC hacc[MI][NJ];  // M^(i) of the current head, from 0
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) warp::zero(hacc[i][j]);
+          warp::zero_tile(hacc);
 
           // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
           const block::CpAsyncPipeline<STAGES> ring{STEPS};
@@ -198,19 +167,9 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
             const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
             for (int kk = 0; kk < BKP; kk += 16) {
-              FragA a[MI];
-#pragma unroll
-              for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
-#pragma unroll
-              for (int j = 0; j < NJ; j += 2) {  // B fragments one pair at a time (register pressure)
-                FragB b0, b1;
-                warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD);
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                  warp::mma<T>(hacc[i][j], a[i], b0);
-                  warp::mma<T>(hacc[i][j + 1], a[i], b1);
-                }
-              }
+              // B fragments one pair at a time (register pressure).
+              SSD_WARP_MMA_K16_PAIRS(T, hacc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
+                                     warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD));
             }
             if (step % KP == KP - 1) {
               // Head epilogue: gacc += d^(i) (select, then one rounded add), and restart M from 0.
@@ -223,14 +182,14 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
                   const int l = m0 + rl;
                   const float al = sd[rl];
                   const bool row_ok = l < valid;
-                  const int q = HAS_SEQ_IDX ? s_seq[rl] : 0;
+                  const int q = Spec::kSeqIdx ? s_seq[rl] : 0;
 #pragma unroll
                   for (int j = 0; j < NJ; ++j) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                       const int cl = wn0 + 8 * j + 2 * lt + e;  // column inside the tile
                       bool keep = row_ok && n0 + cl <= l;
-                      if (HAS_SEQ_IDX) keep = keep && q == s_seq[BLOCK_M + cl];
+                      if (Spec::kSeqIdx) keep = keep && q == s_seq[BLOCK_M + cl];
                       float& m = hacc[i][j].x[2 * half + e];
                       const float d = keep ? detail::bwd_decay_product(m, al, sd[BLOCK_M + cl],
                                                                        sd[BLOCK_M + BLOCK_N + cl])

@@ -20,17 +20,13 @@
 #pragma once
 
 #include "ssd/backward_params.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int BLOCK = Spec::kBlock;
-  constexpr bool kHasSeqIdx = Spec::kSeqIdx;
-  constexpr bool kDeterministic = Spec::kDeterministic;
-  static_assert(bwd_geom::ddA_tile_problem(BLOCK, 0, 0) == nullptr,
-                "illegal tile: the host's check (src/kernels) refuses it");
+  SSD_BLOCK_SPEC_NAMES(Spec, bwd_geom::ddA_tile_problem);  // Q, BLOCK
   static_assert(BLOCK % 64 == 0, "BLOCK must hold at least two warps");
   constexpr int R = (Q + kIntraRowGroup - 1) / kIntraRowGroup;
   __shared__ float s_w[Q], s_v[Q];
@@ -64,7 +60,7 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
       }
     } else if (tid == BLOCK - 1) {  // ρ_c
       double acc;
-      if (kDeterministic) {
+      if (Spec::kDeterministic) {
         acc = 0.0;
         const double* slots = p.rho_slots + row * p.rho_slots_per_chunk;
         for (long long j = 0; j < p.rho_slots_per_chunk; ++j) acc = __dadd_rn(acc, slots[j]);
@@ -72,7 +68,7 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
         acc = double(p.rho[row]);
       }
       float carry = expf(p.dA_cumsum.data[base + valid - 1]);
-      if (kHasSeqIdx) {
+      if (Spec::kSeqIdx) {
         const int id_last = p.seq_idx(b, t0 + valid - 1);
         const int id_prev = c > 0 ? p.seq_idx(b, t0 - 1) : 0;
         if (id_last != id_prev) carry = 0.f;
@@ -85,7 +81,7 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
       float out = 0.f;
       if (k < valid) {
         double intra;
-        if (kDeterministic) {
+        if (Spec::kDeterministic) {
           intra = 0.0;
           const float* parts = p.intra + row * (long long)(R * Q) + k;
           for (int r = k / kIntraRowGroup; r * kIntraRowGroup < valid; ++r) intra = __dadd_rn(intra, double(parts[r * Q]));

@@ -44,23 +44,16 @@
 #include "ssd/chunk_scan_bwd_dcb.cuh"  // detail::bwd_decay_product: the one definition of d
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool DETERMINISTIC = Spec::kDeterministic;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(bwd_geom::intra_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_ddA_intra: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
   static_assert(BLOCK_M % kIntraRowGroup == 0 && BLOCK_M <= 128 && Q % BLOCK_M == 0,
                 "BLOCK_M must be 64 or 128 and divide the chunk");
@@ -93,18 +86,13 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   __shared__ float s_A[Q];
   __shared__ float s_dt[Q];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_dy =
-      aligned16(dyg) && p.dy.stride[3] == 1 && ((p.dy.stride[0] | p.dy.stride[1] | p.dy.stride[2]) & 7) == 0;
-  const bool vec_cb = (reinterpret_cast<unsigned long long>(p.CB.data) & 7ull) == 0 &&
-                      ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 1) == 0;
+  const bool vec_x = vec16_rows(xg, p.x);
+  const bool vec_dy = vec16_rows(dyg, p.dy);
+  const bool vec_cb = vec8_floats(p.CB);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
   const int nbc = int(p.batch * p.nchunks);
@@ -112,10 +100,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_dy = dyg + p.dy.offset(b, 0, h);
@@ -153,10 +138,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
         };
 
         FragC acc[MI][NJ];  // M of the current column tile, from 0
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
         float2 cbv[MI][2][NJ];  // CB(l, s..s+1) of this thread's fragment positions (0 where not read)
 
         // cp.async pipeline, STAGES buffers: step s lives in buffer s % STAGES.
@@ -197,19 +179,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
           const T* sb = sa + BLOCK_M * LD;
 #pragma unroll
           for (int kk = 0; kk < BKP; kk += 16) {
-            FragA a[MI];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD);
-#pragma unroll
-            for (int j = 0; j < NJ; j += 2) {
-              FragB b0, b1;
-              warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD);
-#pragma unroll
-              for (int i = 0; i < MI; ++i) {
-                warp::mma<T>(acc[i][j], a[i], b0);
-                warp::mma<T>(acc[i][j + 1], a[i], b1);
-              }
-            }
+            SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
+                                   warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD));
           }
           if (kp != KP - 1) continue;
 
@@ -266,7 +237,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
             float t = 0.f;
             for (int l = kg > lo ? kg : lo; l < hi; ++l) t = __fadd_rn(t, s_w[(l - m0) * LDW + k]);
             const int rglob = lo / kIntraRowGroup;
-            if (DETERMINISTIC) {
+            if (Spec::kDeterministic) {
               p.intra[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
             } else {
               atomicAdd(p.intra + row_bhc * Q + kg, t);

@@ -55,6 +55,7 @@
 #include "ssd/chunk_scan.cuh"  // detail::load8 / store8 / vec16_bhlp
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
@@ -77,19 +78,8 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s
     const T* sk = sr + BLOCK_M * LDA;
 #pragma unroll
     for (int kk = 0; kk < BKN; kk += 16) {
-      FragA a[MI];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) warp::load_a(a[i], sr + (wm0 + 16 * i) * LDA + kk, LDA);
-#pragma unroll
-      for (int j = 0; j < NJ; j += 2) {
-        FragB b0, b1;
-        warp::load_b2(b0, b1, sk + (wn0 + 8 * j) * LDA + kk, LDA);
-#pragma unroll
-        for (int i = 0; i < MI; ++i) {
-          warp::mma<T>(acc[i][j], a[i], b0);
-          warp::mma<T>(acc[i][j + 1], a[i], b1);
-        }
-      }
+      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a(a[i], sr + (wm0 + 16 * i) * LDA + kk, LDA),
+                             warp::load_b2(b0, b1, sk + (wn0 + 8 * j) * LDA + kk, LDA));
     }
   }
   ring.drain();
@@ -136,20 +126,10 @@ __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, 
 
 template <class Spec>
 __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int N = Spec::kDstate;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool HAS_D = Spec::kD;
-  constexpr bool D_PER_HEADDIM = Spec::kDPerHeaddim;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  static_assert(bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, HAS_SEQ_IDX) == nullptr,
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
+  static_assert(bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_scan_bwd_dx: element type must be bf16 or fp16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128 (4 row warps of 16 or 32 rows)");
   static_assert(BLOCK_K == 16 || BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 16, 32 or 64");
@@ -166,7 +146,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
   constexpr int BKN = dx_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
-  constexpr int STAGES = dx_stages(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX);
+  constexpr int STAGES = dx_stages(Q, P, N, BLOCK_M, BLOCK_K, Spec::kSeqIdx);
   constexpr int LDA = BKN + kPad;     // row tile (C | B) [l][n] and K tile (P | ds) [p][n], type T
   constexpr int LDCB = BLOCK_M + 4;   // CB tile [m][l], fp32 (row stride = 4 mod 32 words: the
                                       // (m = 2t.., l = g) reads of a warp hit 32 distinct banks)
@@ -181,14 +161,14 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   static_assert(STAGE_A == (BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
                     dx_epilogue_bytes(P, BLOCK_M) == BLOCK_M * LDO * 4,
                 "bwd_geom::dx_* must describe this layout");
-  static_assert(dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX) <= kMaxStaticSmem,
+  static_assert(dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or BLOCK_M");
   static_assert(STAGE_A % 16 == 0 && STAGE_B % 16 == 0 && (BLOCK_K * LDCB * 4) % 16 == 0, "stage alignment");
 
   __shared__ __align__(16) unsigned char s_body[BODY];
   __shared__ __align__(16) float s_dA[Q];
   __shared__ __align__(16) float s_dt[Q];
-  __shared__ int s_seq[HAS_SEQ_IDX ? Q : 1];
+  __shared__ int s_seq[Spec::kSeqIdx ? Q : 1];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -217,12 +197,9 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     float d_head = 0.f;
-    if (HAS_D && !D_PER_HEADDIM) d_head = p.D.data[h * p.D.stride[0]];
+    if (Spec::kD && !Spec::kDPerHeaddim) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const long long chunk_off = p.dA_cumsum.offset(b, h, c);
       const float* dA = p.dA_cumsum.data + chunk_off;
       const float* dt = p.dt + chunk_off;
@@ -237,7 +214,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
       const T* P_c = p.states.ptr_as<T>(b, c, h);
       const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
-      if (HAS_SEQ_IDX && c > 0) q_prev = p.seq_idx(b, t0 - 1);
+      if (Spec::kSeqIdx && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         const int m0 = tile * BLOCK_M;  // smallest m0 first: its m-range (m0 .. λ) is the longest
@@ -256,16 +233,13 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         for (int l = tid; l < Q; l += NT) {
           s_dA[l] = dA[l];
           s_dt[l] = dt[l];
-          if (HAS_SEQ_IDX)
+          if (Spec::kSeqIdx)
             s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
 
         FragC acc[MI][NJ];
         auto zero_acc = [&]() {
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+          warp::zero_tile(acc);
         };
 
         // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n].
@@ -304,7 +278,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
           bool keep = true;
-          if (HAS_SEQ_IDX) keep = s_seq[l] == q_prev;
+          if (Spec::kSeqIdx) keep = s_seq[l] == q_prev;
           const float e = keep ? __expf(s_dA[l]) : 0.f;
           return __fmul_rn(e, dot);
         };
@@ -329,7 +303,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         float a_row[MI][2];
         {
           const float a_last = s_dA[Q - 1];
-          const int q_last = HAS_SEQ_IDX ? s_seq[valid - 1] : 0;
+          const int q_last = Spec::kSeqIdx ? s_seq[valid - 1] : 0;
 #pragma unroll
           for (int i = 0; i < MI; ++i) {
 #pragma unroll
@@ -338,7 +312,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
               const float al = s_dA[l];
               a_row[i][half] = al;
               bool keep = l < valid;
-              if (HAS_SEQ_IDX) keep = keep && s_seq[l] == q_last;
+              if (Spec::kSeqIdx) keep = keep && s_seq[l] == q_last;
               const float eend = keep ? __expf(fminf(a_last - al, 0.f)) : 0.f;
 #pragma unroll
               for (int j = 0; j < NJ; ++j) {
@@ -445,12 +419,12 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
               y[3] = __fmul_rn(dl, y0.w), y[4] = __fmul_rn(dl, y1.x), y[5] = __fmul_rn(dl, y1.y);
               y[6] = __fmul_rn(dl, y1.z), y[7] = __fmul_rn(dl, y1.w);
             }
-            if (HAS_D) {
+            if (Spec::kD) {
               float dyv[8];
               detail::load8<T>(safe_dy, p.dy.offset(0, t, 0, cc), p.dy.stride[3], vec_dy, dyv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
-                const float d = D_PER_HEADDIM ? p.D(h, cc + v) : d_head;
+                const float d = Spec::kDPerHeaddim ? p.D(h, cc + v) : d_head;
                 y[v] = __fmaf_rn(dyv[v], d, y[v]);
               }
             }

@@ -30,6 +30,7 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 namespace detail {
@@ -45,19 +46,10 @@ __device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* 
     const float* w = w_step + kk + 2 * lt;
     const float2 w01 = *reinterpret_cast<const float2*>(w);
     const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
-    FragA a[MI];
-    FragB bf[NJ];
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
-      warp::scale_a_cols<T>(a[i], w01, w89);
-    }
-#pragma unroll
-    for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB);
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a[i], bf[j]);
+    SSD_WARP_MMA_K16(T, acc,
+                     warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
+                     warp::scale_a_cols<T>(a[i], w01, w89),
+                     warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
   }
 }
 
@@ -65,20 +57,10 @@ __device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* 
 
 template <class Spec>
 __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int N = Spec::kDstate;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
-  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
-  constexpr bool DSTATES = Spec::kDstates;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(fwd_geom::chunk_state_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
-  static_assert(is_16bit_float<T>::value, "chunk_state_fwd: element type must be bf16 or fp16");
   static_assert(P % BLOCK_M == 0 && N % BLOCK_N == 0 && Q % BLOCK_K == 0, "tiles must divide P, N, Q");
   static_assert(BLOCK_M % 16 == 0 && BLOCK_N % 16 == 0 && BLOCK_K % 16 == 0, "tiles must be multiples of 16");
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
@@ -99,17 +81,13 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
   __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
   __shared__ __align__(16) float s_w[Q];
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lg = lane >> 2, lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Bg = static_cast<const T*>(p.B.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_b = aligned16(Bg) && p.B.stride[3] == 1 && ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
-  const bool vec_out = (reinterpret_cast<unsigned long long>(p.states.data) & 7ull) == 0 &&
-                       ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 1) == 0;
+  const bool vec_x = vec16_rows(xg, p.x);
+  const bool vec_b = vec16_rows(Bg, p.B);
+  const bool vec_out = vec8_floats(p.states);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);
@@ -117,10 +95,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
-      const int b = bc % batch, c = bc / batch;
-      const long long t0 = (long long)c * Q;
-      const long long rem_len = p.seqlen - t0;
-      const int valid = rem_len < Q ? int(rem_len) : Q;  // λ_c = valid - 1
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
       const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_b = Bg + p.B.offset(b, 0, g);
@@ -134,16 +109,16 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         {
           const float a_last = dA[Q - 1];
           int q_last = 0;  // the id tokens must match: seq_idx(cQ+λ) (ξ), or seq_idx(cQ-1) (η, DSTATES)
-          if (HAS_SEQ_IDX) {
-            if (!DSTATES) q_last = p.seq_idx(b, t0 + valid - 1);
+          if (Spec::kSeqIdx) {
+            if (!Spec::kDstates) q_last = p.seq_idx(b, t0 + valid - 1);
             else if (c > 0) q_last = p.seq_idx(b, t0 - 1);
           }
           for (int l = tid; l < Q; l += NT) {
             float w = 0.f;
             if (l < valid) {
-              const float e = DSTATES ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
+              const float e = Spec::kDstates ? __expf(dA[l]) : __expf(fminf(a_last - dA[l], 0.f)) * dt[l];
               bool keep = true;
-              if (HAS_SEQ_IDX) keep = p.seq_idx(b, t0 + l) == q_last;
+              if (Spec::kSeqIdx) keep = p.seq_idx(b, t0 + l) == q_last;
               w = keep ? e : 0.f;
             }
             s_w[l] = w;
@@ -161,10 +136,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         };
 
         FragC acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) warp::zero(acc[i][j]);
+        warp::zero_tile(acc);
 
         const block::CpAsyncPipeline<STAGES> ring{ksteps};
         ring.prologue(load_stage);

@@ -99,22 +99,16 @@ SSD_HOST_DEVICE constexpr int imax(int a, int b) { return a > b ? a : b; }
 // Warp tile of a BM x BN block tile split over a 2-D warp grid (bmm_chunk, chunk_state):
 // start at 32 x 64 (capped by the block tile), halve the larger side (not below 16) until there
 // are at least 4 warps or the warp tile is 16 x 16.
-SSD_HOST_DEVICE constexpr int warp_tile_m(int bm, int bn) {
+SSD_HOST_DEVICE constexpr int warp_tile_side(int bm, int bn, bool n_side) {
   int wm = imin(bm, 32), wn = imin(bn, 64);
   while ((bm / wm) * (bn / wn) < 4 && (wm > 16 || wn > 16)) {
     if (wn >= wm && wn > 16) wn /= 2;
     else wm /= 2;
   }
-  return wm;
+  return n_side ? wn : wm;
 }
-SSD_HOST_DEVICE constexpr int warp_tile_n(int bm, int bn) {
-  int wm = imin(bm, 32), wn = imin(bn, 64);
-  while ((bm / wm) * (bn / wn) < 4 && (wm > 16 || wn > 16)) {
-    if (wn >= wm && wn > 16) wn /= 2;
-    else wm /= 2;
-  }
-  return wn;
-}
+SSD_HOST_DEVICE constexpr int warp_tile_m(int bm, int bn) { return warp_tile_side(bm, bn, false); }
+SSD_HOST_DEVICE constexpr int warp_tile_n(int bm, int bn) { return warp_tile_side(bm, bn, true); }
 SSD_HOST_DEVICE constexpr int warp_grid_threads(int bm, int bn) {
   return 32 * (bm / warp_tile_m(bm, bn)) * (bn / warp_tile_n(bm, bn));
 }
@@ -191,17 +185,26 @@ SSD_HOST_DEVICE constexpr int chunk_scan_stage_b_bytes(int bm, int bn, int bk) {
   return bm * (bk + kPad) * 4 + bk * (bn + kPad) * 2;  // CB tile (fp32) + x tile
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
-SSD_HOST_DEVICE constexpr int chunk_scan_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
+// The two-phase pipelined kernels (chunk_scan_fwd, chunk_scan_bwd_dx): one body buffer holds
+// `stages` phase-A buffers, or `stages` phase-B buffers, or the fp32 epilogue tile, whichever is
+// largest; next to it the chunk's fp32 A and Δ rows (and its seq_idx row). 3 stages when body3
+// (the body with 3 stages) and those rows fit in static shared memory, else 2.
+SSD_HOST_DEVICE constexpr int two_phase_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
+SSD_HOST_DEVICE constexpr int two_phase_body_bytes(int stages, int stage_a, int stage_b, int epilogue) {
+  return imax(imax(stages * stage_a, stages * stage_b), epilogue);
+}
+SSD_HOST_DEVICE constexpr int two_phase_stages(int body3, int q, bool seq) {
+  return body3 + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+}
 SSD_HOST_DEVICE constexpr int chunk_scan_body_bytes(int stages, int n, int bm, int bn, int bk) {
-  return imax(imax(stages * chunk_scan_stage_a_bytes(n, bm, bn, bk), stages * chunk_scan_stage_b_bytes(bm, bn, bk)),
-              chunk_scan_epilogue_bytes(bm, bn));
+  return two_phase_body_bytes(stages, chunk_scan_stage_a_bytes(n, bm, bn, bk), chunk_scan_stage_b_bytes(bm, bn, bk),
+                              chunk_scan_epilogue_bytes(bm, bn));
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_stages(int q, int n, int bm, int bn, int bk, bool seq) {
-  return chunk_scan_body_bytes(3, n, bm, bn, bk) + chunk_scan_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+  return two_phase_stages(chunk_scan_body_bytes(3, n, bm, bn, bk), q, seq);
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_smem_bytes(int q, int n, int bm, int bn, int bk, bool seq) {
-  return chunk_scan_body_bytes(chunk_scan_stages(q, n, bm, bn, bk, seq), n, bm, bn, bk) +
-         chunk_scan_fixed_bytes(q, seq);
+  return chunk_scan_body_bytes(chunk_scan_stages(q, n, bm, bn, bk, seq), n, bm, bn, bk) + two_phase_fixed_bytes(q, seq);
 }
 
 // ---- Tile legality, one function per kernel: nullptr when the tile is legal, else what is wrong.

@@ -20,13 +20,8 @@ namespace ssd_kernels {
 
 template <class Spec>
 __device__ void gate_bwd(const GateBwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
+  constexpr int Q = Spec::kChunk, P = Spec::kHeaddim;  // one thread per headdim element
   using T = typename Spec::Element;
-  constexpr bool kZ = Spec::kZ;
-  constexpr bool kD = Spec::kD;
-  constexpr bool kDPerHeaddim = Spec::kDPerHeaddim;
-  constexpr bool kDeterministic = Spec::kDeterministic;
   __shared__ double s_col[P];
   const int e = threadIdx.x;
   const long long work = p.batch * p.nchunks * p.nheads;
@@ -39,7 +34,7 @@ __device__ void gate_bwd(const GateBwdParams& p) {
       const long long t = c * Q + l;
       const float g = load_as_float<T>(p.dout.data, p.dout.offset(b, t, h, e));
       float dy = g;
-      if (kZ) {
+      if (Spec::kZ) {
         const float z = load_as_float<T>(p.z.data, p.z.offset(b, t, h, e));
         const float y = load_as_float<T>(p.out_x.data, p.out_x.offset(b, t, h, e));
         const float sig = 1.f / (1.f + expf(-z));
@@ -48,14 +43,14 @@ __device__ void gate_bwd(const GateBwdParams& p) {
         store_from_float<T>(p.dy.data, p.dy.offset(b, t, h, e), dy);
         store_from_float<T>(p.dz.data, p.dz.offset(b, t, h, e), dz);
       }
-      if (kD) {
+      if (Spec::kD) {
         const float x = load_as_float<T>(p.x.data, p.x.offset(b, t, h, e));
         acc = __fma_rn(double(dy), double(x), acc);
       }
     }
-    if (kD) {
-      if (kDPerHeaddim) {
-        if (kDeterministic) p.partials[((b * p.nchunks + c) * p.nheads + h) * P + e] = acc;
+    if (Spec::kD) {
+      if (Spec::kDPerHeaddim) {
+        if (Spec::kDeterministic) p.partials[((b * p.nchunks + c) * p.nheads + h) * P + e] = acc;
         else atomicAdd(p.dD + h * P + e, __double2float_rn(acc));
       } else {
         s_col[e] = acc;
@@ -63,7 +58,7 @@ __device__ void gate_bwd(const GateBwdParams& p) {
         if (e == 0) {
           double sum = 0.0;
           for (int q = 0; q < P; ++q) sum = __dadd_rn(sum, s_col[q]);
-          if (kDeterministic) p.partials[(b * p.nchunks + c) * p.nheads + h] = sum;
+          if (Spec::kDeterministic) p.partials[(b * p.nchunks + c) * p.nheads + h] = sum;
           else atomicAdd(p.dD + h, __double2float_rn(sum));
         }
         __syncthreads();

@@ -16,8 +16,7 @@ namespace ssd_kernels {
 
 template <class Spec>
 __device__ void reduce_head_partials(const ReduceHeadPartialsParams& p) {
-  constexpr int BLOCK = Spec::kBlock;
-  constexpr int P = Spec::kPartials;
+  constexpr int BLOCK = Spec::kBlock, P = Spec::kPartials;  // heads per block, values per record
   for (long long h = (long long)blockIdx.x * BLOCK + threadIdx.x; h < p.nheads; h += (long long)gridDim.x * BLOCK) {
     float total[P];
 #pragma unroll

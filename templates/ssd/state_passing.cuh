@@ -12,17 +12,13 @@
 
 #include "ssd/forward_params.cuh"  // fwd_geom::state_passing_tile_problem
 #include "ssd/kernel_params.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int BLOCK = Spec::kBlock;
-  constexpr bool kHasInit = Spec::kInitialStates;
-  constexpr bool kHasSeqIdx = Spec::kSeqIdx;
-  static_assert(fwd_geom::state_passing_tile_problem(BLOCK, 0, 0) == nullptr,
-                "illegal tile: the host's check (src/kernels) refuses it");
+  SSD_BLOCK_SPEC_NAMES(Spec, fwd_geom::state_passing_tile_problem);  // Q, BLOCK
   const long long blocks_e = (p.state_size + BLOCK - 1) / BLOCK;
   const long long work = blocks_e * p.batch * p.nheads;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {
@@ -31,7 +27,7 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
     const long long h = bh % p.nheads, b = bh / p.nheads;
     const long long e = eb * BLOCK + threadIdx.x;
     if (e >= p.state_size) continue;
-    float S = kHasInit ? p.initial_states.data[p.initial_states.offset(b, h) + e] : 0.f;
+    float S = Spec::kInitialStates ? p.initial_states.data[p.initial_states.offset(b, h) + e] : 0.f;
     int prev_id = 0;  // seq_idx(cQ - 1), with seq_idx(-1) := 0
     // Sum spelled out: through ptr() the compiler orders the adds differently (same address, other cubin).
     float* base = p.states.data + b * p.states.stride[0] + h * p.states.stride[2] + e;
@@ -49,7 +45,7 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
           const long long last = (c * Q + Q <= p.seqlen ? Q : p.seqlen - c * Q) - 1;  // λ_c
           s_in[j] = base[c * p.states.stride[1]];
           log_carry[j] = cs[c * p.dA_cumsum.stride[2] + last];
-          last_id[j] = kHasSeqIdx ? p.seq_idx(b, c * Q + last) : 0;
+          last_id[j] = Spec::kSeqIdx ? p.seq_idx(b, c * Q + last) : 0;
         }
       }
 #pragma unroll
@@ -57,7 +53,7 @@ __device__ void state_passing_fwd(const StatePassingFwdParams& p) {
         const long long c = c0 + j;
         if (c < p.nchunks) {
           float carry = expf(log_carry[j]);
-          if (kHasSeqIdx) {
+          if (Spec::kSeqIdx) {
             if (last_id[j] != prev_id) carry = 0.f;
             prev_id = last_id[j];
           }

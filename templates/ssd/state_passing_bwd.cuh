@@ -26,18 +26,14 @@
 
 #include "ssd/backward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int BLOCK = Spec::kBlock;
+  SSD_BLOCK_SPEC_NAMES(Spec, fwd_geom::state_passing_tile_problem);  // Q, BLOCK
   using T = typename Spec::Element;
-  constexpr bool kHasSeqIdx = Spec::kSeqIdx;
-  constexpr bool kDeterministic = Spec::kDeterministic;
-  static_assert(fwd_geom::state_passing_tile_problem(BLOCK, 0, 0) == nullptr,
-                "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(BLOCK % 32 == 0, "BLOCK must be a multiple of the warp");
   const long long blocks_e = (p.state_size + BLOCK - 1) / BLOCK;
   const long long work = blocks_e * p.batch * p.nheads;
@@ -67,7 +63,7 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
           P_in[j] = Pb[c * p.states.stride[1]];
           dP_in[j] = dPb[c * p.dstates.stride[1]];
           float k = expf(cs[c * p.dA_cumsum.stride[2] + last]);
-          if (kHasSeqIdx) {
+          if (Spec::kSeqIdx) {
             const int id_last = p.seq_idx(b, c * Q + last);
             const int id_prev = c > 0 ? p.seq_idx(b, c * Q - 1) : 0;
             if (id_last != id_prev) k = 0.f;
@@ -81,7 +77,7 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
         if (c >= 0) {
           dsb[c * p.ds.stride[1]] = from_float<T>(dS);
           ptb[c * p.ds.stride[1]] = from_float<T>(P_in[j]);
-          if (kDeterministic) {
+          if (Spec::kDeterministic) {
             double part = __dmul_rn(double(P_in[j]), double(dS));  // exact: 24 + 24 mantissa bits
 #pragma unroll
             for (int off = 16; off >= 1; off >>= 1) part = __dadd_rn(part, __shfl_xor_sync(0xffffffffu, part, off));

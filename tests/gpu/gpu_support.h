@@ -4,11 +4,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/float16.h"
+#include "config/config.h"  // dtype_name
+#include "reference/ssd_reference.h"
 #include "runtime/driver.h"
 #include "ssd/ssd.h"
 
@@ -85,8 +88,103 @@ std::mt19937_64& rng();
 std::vector<double> uniform(size_t n, double lo, double hi);
 std::vector<double> normal(size_t n);
 
+// "b=.. L=.. h=.. p=.. g=.. n=.. Q=.. <dtype>" and the options that are on, for a forward or
+// backward test case (fields b, L, h, p, g, n, Q, dtype, D, D_per_headdim, z, bias, softplus, init,
+// seq_idx).
+template <class Case>
+std::string describe_ssd_case(const Case& c) {
+  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
+                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
+                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
+  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
+  if (c.z) s += " z";
+  if (c.bias) s += " bias";
+  if (c.softplus) s += " softplus";
+  if (c.init) s += " init";
+  if (c.seq_idx) s += " seq_idx";
+  return s;
+}
+
+// The float64 oracle's view of a forward or backward test problem: its case `c` and host inputs
+// x, dt, A, B, C, D, z, bias, init (HostArray) and seq (int32 values).
+template <class Problem>
+ssd::ref::SsdProblem oracle_problem_of(const Problem& pr) {
+  ssd::ref::SsdProblem q;
+  q.sz = {pr.c.b, pr.c.L, pr.c.h, pr.c.p, pr.c.g, pr.c.n, pr.c.Q};
+  q.x = pr.x.values.data(); q.dt = pr.dt.values.data(); q.A = pr.A.values.data();
+  q.B = pr.B.values.data(); q.C = pr.C.values.data();
+  if (pr.c.D) { q.D = pr.D.values.data(); q.D_per_headdim = pr.c.D_per_headdim; }
+  if (pr.c.z) q.z = pr.z.values.data();
+  if (pr.c.bias) q.dt_bias = pr.bias.values.data();
+  if (pr.c.init) q.initial_states = pr.init.values.data();
+  if (pr.c.seq_idx) q.seq_idx = pr.seq.data();
+  q.dt_softplus = pr.c.softplus;
+  return q;
+}
+
+// The random inputs a forward or backward test problem draws after x, z (and dout), in this order
+// (the same draws give the same inputs): B, C, dt, A, D, dt_bias, the initial states; and the
+// seq_idx pattern: boundaries inside chunks and at a chunk edge, odd rows start at id 1 (no init).
+template <class Problem>
+void draw_ssd_inputs(Problem& pr) {
+  const auto& c = pr.c;
+  const size_t nbc = size_t(c.b * c.L * c.g * c.n);
+  pr.B = make_array(c.dtype, normal(nbc));
+  pr.C = make_array(c.dtype, normal(nbc));
+  pr.dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
+                                         : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
+  pr.A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
+  pr.D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
+  pr.bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
+  pr.init = make_array(SSD_DTYPE_FP32, normal(size_t(c.b * c.h * c.p * c.n)));
+  pr.seq.assign(size_t(c.b * c.L), 0);
+  if (!c.seq_idx) return;
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    int id = int(bi % 2);
+    for (int64_t t = 0; t < c.L; ++t) {
+      if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
+      pr.seq[size_t(bi * c.L + t)] = id;
+    }
+  }
+}
+
+// The shape matrix of the forward and backward sweeps: every (headdim, dstate, chunk, dtype) with
+// 8 heads; ngroups (1, 2, 8), the length (1 to 3 chunks, + 37 every other case) and the options
+// (D, D per headdim, z, dt_bias, softplus, initial states, seq_idx) rotate with the case index i so
+// each is seen on and off. Case: FwdCase or BwdCase (its fields in that order); extra(i, case)
+// sets the fields past seq_idx.
+template <class Case>
+std::vector<Case> shape_matrix(void (*extra)(int i, Case& c) = nullptr) {
+  std::vector<Case> cases;
+  int i = 0;
+  for (int64_t p : {32, 64, 128})
+    for (int64_t n : {16, 64, 128, 256})
+      for (int32_t Q : {64, 128, 256})
+        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
+          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
+          Case c{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt,
+                 i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2};
+          if (extra) extra(i, c);
+          cases.push_back(c);
+          ++i;
+        }
+  return cases;
+}
+
 bool all_finite(const std::vector<double>& v);
 bool same_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 std::vector<uint8_t> download_bytes(const DeviceBuffer& buf);
+// The bytes of every buffer in `bufs`, one after the other.
+inline std::vector<uint8_t> download_all(std::initializer_list<const DeviceBuffer*> bufs) {
+  std::vector<uint8_t> out;
+  for (const DeviceBuffer* b : bufs) {
+    const std::vector<uint8_t> part = download_bytes(*b);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+inline void poison_all(std::initializer_list<DeviceBuffer*> bufs) {
+  for (DeviceBuffer* b : bufs) b->poison();
+}
 
 }  // namespace gputest

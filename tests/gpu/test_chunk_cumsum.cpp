@@ -110,9 +110,9 @@ struct CumsumProblem {
     return o;
   }
 
-  ssd_chunk_cumsum_fwd_args fwd_args() const {
-    ssd_chunk_cumsum_fwd_args a;
-    ssd_chunk_cumsum_fwd_args_init(&a);
+  // The inputs both directions take: chunk, dt options, dt (strided), A and dt_bias.
+  template <class Args>
+  void set_inputs(Args& a) const {
     a.chunk_size = c.Q;
     a.dt_softplus = c.softplus;
     a.dt_limit_lo = c.lo;
@@ -120,6 +120,12 @@ struct CumsumProblem {
     a.dt = tensor(d_dt, c.dtype, {c.b, c.L, c.h}, {c.L * W, W, 1});
     a.A = tensor(d_A, SSD_DTYPE_FP32, {c.h});
     if (c.bias) a.dt_bias = tensor(d_bias, SSD_DTYPE_FP32, {c.h});
+  }
+
+  ssd_chunk_cumsum_fwd_args fwd_args() const {
+    ssd_chunk_cumsum_fwd_args a;
+    ssd_chunk_cumsum_fwd_args_init(&a);
+    set_inputs(a);
     a.dt_out = tensor(d_dt_out, SSD_DTYPE_FP32, {c.b, c.h, nc, c.Q});
     a.dA_cumsum = tensor(d_cs, SSD_DTYPE_FP32, {c.b, c.h, nc, c.Q});
     return a;
@@ -128,16 +134,8 @@ struct CumsumProblem {
   ssd_chunk_cumsum_bwd_args bwd_args() const {
     ssd_chunk_cumsum_bwd_args a;
     ssd_chunk_cumsum_bwd_args_init(&a);
-    a.chunk_size = c.Q;
-    a.dt_softplus = c.softplus;
-    a.dt_limit_lo = c.lo;
-    a.dt_limit_hi = c.hi;
-    a.dt = tensor(d_dt, c.dtype, {c.b, c.L, c.h}, {c.L * W, W, 1});
-    a.A = tensor(d_A, SSD_DTYPE_FP32, {c.h});
-    if (c.bias) {
-      a.dt_bias = tensor(d_bias, SSD_DTYPE_FP32, {c.h});
-      a.ddt_bias = tensor(d_dbias, SSD_DTYPE_FP32, {c.h});
-    }
+    set_inputs(a);
+    if (c.bias) a.ddt_bias = tensor(d_dbias, SSD_DTYPE_FP32, {c.h});
     a.ddA_cumsum = tensor(d_ddA, SSD_DTYPE_FP32, {c.b, c.h, nc, c.Q});
     a.ddt_out = tensor(d_ddt_out, SSD_DTYPE_FP32, {c.b, c.h, nc, c.Q});
     a.ddt = tensor(d_ddt, c.dtype, {c.b, c.L, c.h}, {c.L * W, W, 1});
@@ -149,30 +147,18 @@ struct CumsumProblem {
 
   // Runs the forward with outputs poisoned; returns the raw output bytes (dt_out ++ dA_cumsum).
   std::vector<uint8_t> run_fwd(ssd_runtime* rt, const ssd_launch_options* o = nullptr) {
-    d_dt_out.poison();
-    d_cs.poison();
+    poison_all({&d_dt_out, &d_cs});
     ssd_chunk_cumsum_fwd_args a = fwd_args();
     GPU_CHECK_SSD(ssd_chunk_cumsum_fwd(rt, &a, o, nullptr));
-    std::vector<uint8_t> out = download_bytes(d_dt_out), cs = download_bytes(d_cs);
-    out.insert(out.end(), cs.begin(), cs.end());
-    return out;
+    return download_all({&d_dt_out, &d_cs});
   }
 
   // Runs the backward with outputs and workspace poisoned; returns ddt ++ dA ++ ddt_bias bytes.
   std::vector<uint8_t> run_bwd(ssd_runtime* rt, const ssd_launch_options* o = nullptr) {
-    d_ddt.poison();
-    d_dA.poison();
-    d_dbias.poison();
-    d_ws.poison();
+    poison_all({&d_ddt, &d_dA, &d_dbias, &d_ws});
     ssd_chunk_cumsum_bwd_args a = bwd_args();
     GPU_CHECK_SSD(ssd_chunk_cumsum_bwd(rt, &a, o, nullptr));
-    std::vector<uint8_t> out = download_bytes(d_ddt), dA = download_bytes(d_dA);
-    out.insert(out.end(), dA.begin(), dA.end());
-    if (c.bias) {
-      std::vector<uint8_t> db = download_bytes(d_dbias);
-      out.insert(out.end(), db.begin(), db.end());
-    }
-    return out;
+    return c.bias ? download_all({&d_ddt, &d_dA, &d_dbias}) : download_all({&d_ddt, &d_dA});
   }
 
   // ddt values at the logical (b, t, h) positions; the pad columns are checked untouched.

@@ -30,19 +30,7 @@ struct BwdCase {
   bool D, D_per_headdim, z, bias, softplus, init, seq_idx, dfinal;
 };
 
-std::string describe(const BwdCase& c) {
-  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
-                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
-                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
-  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
-  if (c.z) s += " z";
-  if (c.bias) s += " bias";
-  if (c.softplus) s += " softplus";
-  if (c.init) s += " init";
-  if (c.seq_idx) s += " seq_idx";
-  if (c.dfinal) s += " dfinal";
-  return s;
-}
+std::string describe(const BwdCase& c) { return describe_ssd_case(c) + (c.dfinal ? " dfinal" : ""); }
 
 // An output buffer with kGuard poisoned bytes on both sides: a kernel writing outside its tensor
 // changes them.
@@ -114,25 +102,8 @@ struct BwdProblem {
       x = make_array(c.dtype, normal(nx));
       z = make_array(c.dtype, normal(nx));
       dout = make_array(c.dtype, normal(nx));
-      B = make_array(c.dtype, normal(nbc));
-      C = make_array(c.dtype, normal(nbc));
-      dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
-                                          : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
-      A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
-      D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
-      bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
-      init = make_array(SSD_DTYPE_FP32, normal(nst));
+      draw_ssd_inputs(*this);
       dfinal = make_array(SSD_DTYPE_FP32, normal(nst));
-      seq.assign(size_t(c.b * c.L), 0);
-      if (c.seq_idx) {  // boundaries inside chunks and at a chunk edge; odd rows start at id 1 (no init)
-        for (int64_t bi = 0; bi < c.b; ++bi) {
-          int id = int(bi % 2);
-          for (int64_t t = 0; t < c.L; ++t) {
-            if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
-            seq[size_t(bi * c.L + t)] = id;
-          }
-        }
-      }
       // out_x: the forward's y (float64 oracle, rounded like the forward would store it).
       out_x = make_array(c.dtype, c.z ? ssd::ref::forward_chunked(oracle_problem()).out_x : std::vector<double>(nx, 0.0));
     }
@@ -153,19 +124,7 @@ struct BwdProblem {
     d_ws = DeviceBuffer(ws_bytes);
   }
 
-  ssd::ref::SsdProblem oracle_problem() const {
-    ssd::ref::SsdProblem q;
-    q.sz = {c.b, c.L, c.h, c.p, c.g, c.n, c.Q};
-    q.x = x.values.data(); q.dt = dt.values.data(); q.A = A.values.data();
-    q.B = B.values.data(); q.C = C.values.data();
-    if (c.D) { q.D = D.values.data(); q.D_per_headdim = c.D_per_headdim; }
-    if (c.z) q.z = z.values.data();
-    if (c.bias) q.dt_bias = bias.values.data();
-    if (c.init) q.initial_states = init.values.data();
-    if (c.seq_idx) q.seq_idx = seq.data();
-    q.dt_softplus = c.softplus;
-    return q;
-  }
+  ssd::ref::SsdProblem oracle_problem() const { return oracle_problem_of(*this); }
 
   ssd_backward_args args(int32_t mode) const {
     ssd_backward_args a;
@@ -297,6 +256,17 @@ GradErrors compare_with_oracle(const BwdProblem& prob) {
 // the measured values are printed and recorded in docs/perf.md.
 double tolerance(ssd_dtype dt) { return dt == SSD_DTYPE_BF16 ? 1e-2 : 2e-3; }
 
+// Runs prob (deterministic) and checks every gradient's error against the oracle within the tolerance.
+GradErrors run_within_tolerance(ssd_runtime* rt, BwdProblem& prob) {
+  prob.run(rt);
+  const GradErrors e = compare_with_oracle(prob);
+  for (auto& [name, v, plain] : e.e) {
+    CAPTURE(name);
+    CHECK(v < tolerance(prob.c.dtype));
+  }
+  return e;
+}
+
 const BwdCase kBwdCases[] = {
     // b, L, h, p, g, n, Q, dtype, D, D(h,p), z, bias, softplus, init, seq, dfinal
     {2, 600, 8, 64, 2, 64, 256, SSD_DTYPE_BF16, true, false, true, true, true, true, false, true},
@@ -348,15 +318,10 @@ TEST_CASE("ssd_backward at the issue's reference shape (b=2 L=1024 h=32 p=64 n=6
   // mamba_ssm on the same kind of inputs: dx 2.3e-3, ddt 1.6e-3, dA 3.1e-4, dB 2.4e-3, dC 2.4e-3,
   // dD 1e-7, ddt_bias 1.9e-3 (issue 4); scripts/peer_bench.py measures both on identical inputs.
   RuntimeHolder rt;
-  const BwdCase c{2, 1024, 32, 64, 4, 64, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false};
-  BwdProblem prob(c);
-  prob.run(rt.rt);
-  const GradErrors e = compare_with_oracle(prob);
-  MESSAGE("bwd reference shape " << describe(c) << ": rel_l2" << e.text());
-  for (auto& [name, v, plain] : e.e) {
-    CAPTURE(name);
-    CHECK(v < tolerance(c.dtype));
-  }
+  BwdProblem prob(
+      BwdCase{2, 1024, 32, 64, 4, 64, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false});
+  const GradErrors e = run_within_tolerance(rt.rt, prob);
+  MESSAGE("bwd reference shape " << describe(prob.c) << ": rel_l2" << e.text());
 }
 
 TEST_CASE("ssd_backward D1: twenty repeats give identical bits, caller or library workspace" *
@@ -601,16 +566,10 @@ TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, bo
           doctest::skip(!gpu_available())) {
   // The case scripts/gpu-test.sh --sanitize runs under compute-sanitizer memcheck and racecheck.
   RuntimeHolder rt;
-  const BwdCase c{2, 150, 4, 32, 2, 16, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
-  BwdProblem prob(c);
-  prob.run(rt.rt);
-  const GradErrors e = compare_with_oracle(prob);
-  for (auto& [name, v, plain] : e.e) {
-    CAPTURE(name);
-    CHECK(v < tolerance(c.dtype));
-  }
+  BwdProblem prob(BwdCase{2, 150, 4, 32, 2, 16, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true});
+  const GradErrors e = run_within_tolerance(rt.rt, prob);
   prob.run(rt.rt, SSD_MODE_FAST);
-  MESSAGE("bwd sanitizer shape " << describe(c) << ": rel_l2" << e.text());
+  MESSAGE("bwd sanitizer shape " << describe(prob.c) << ": rel_l2" << e.text());
 }
 
 TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype, options on and off)" *
@@ -618,17 +577,7 @@ TEST_CASE("ssd_backward over the shape matrix (headdim x dstate x chunk x dtype,
   RuntimeHolder rt;
   // Every (p, n, Q, dtype), as the forward's matrix; ngroups and the options rotate so each is seen
   // on and off; lengths are not multiples of the chunk half of the time.
-  std::vector<BwdCase> cases;
-  int i = 0;
-  for (int64_t p : {32, 64, 128})
-    for (int64_t n : {16, 64, 128, 256})
-      for (int32_t Q : {64, 128, 256})
-        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
-          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
-          cases.push_back(BwdCase{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt, i % 4 != 3,
-                                  i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2, i % 3 == 1});
-          ++i;
-        }
+  const std::vector<BwdCase> cases = shape_matrix<BwdCase>([](int i, BwdCase& c) { c.dfinal = i % 3 == 1; });
   {  // compile everything the sweep needs in parallel first
     std::vector<ssd_kernel_config> configs;
     for (const BwdCase& c : cases) {

@@ -22,18 +22,7 @@ struct FwdCase {
   bool D, D_per_headdim, z, bias, softplus, init, seq_idx;
 };
 
-std::string describe(const FwdCase& c) {
-  std::string s = "b=" + std::to_string(c.b) + " L=" + std::to_string(c.L) + " h=" + std::to_string(c.h) +
-                  " p=" + std::to_string(c.p) + " g=" + std::to_string(c.g) + " n=" + std::to_string(c.n) +
-                  " Q=" + std::to_string(c.Q) + " " + ssd::dtype_name(c.dtype);
-  if (c.D) s += c.D_per_headdim ? " D(h,p)" : " D(h)";
-  if (c.z) s += " z";
-  if (c.bias) s += " bias";
-  if (c.softplus) s += " softplus";
-  if (c.init) s += " init";
-  if (c.seq_idx) s += " seq_idx";
-  return s;
-}
+std::string describe(const FwdCase& c) { return describe_ssd_case(c); }
 
 struct FwdProblem {
   FwdCase c;
@@ -44,27 +33,10 @@ struct FwdProblem {
   ssd_forward_layout layout{};
 
   explicit FwdProblem(const FwdCase& cc) : c(cc), nc((cc.L + cc.Q - 1) / cc.Q) {
-    const size_t nx = size_t(c.b * c.L * c.h * c.p), nbc = size_t(c.b * c.L * c.g * c.n);
+    const size_t nx = size_t(c.b * c.L * c.h * c.p);
     x = make_array(c.dtype, normal(nx));
     z = make_array(c.dtype, normal(nx));
-    B = make_array(c.dtype, normal(nbc));
-    C = make_array(c.dtype, normal(nbc));
-    dt = make_array(c.dtype, c.softplus ? uniform(size_t(c.b * c.L * c.h), -3.0, 0.5)
-                                        : uniform(size_t(c.b * c.L * c.h), -0.01, 0.2));
-    A = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -4.0, -0.5));
-    D = make_array(SSD_DTYPE_FP32, uniform(size_t(c.D_per_headdim ? c.h * c.p : c.h), 0.5, 1.5));
-    bias = make_array(SSD_DTYPE_FP32, uniform(size_t(c.h), -3.0, -1.0));
-    init = make_array(SSD_DTYPE_FP32, normal(size_t(c.b * c.h * c.p * c.n)));
-    seq.assign(size_t(c.b * c.L), 0);
-    if (c.seq_idx) {  // boundaries inside chunks and at a chunk edge; row 1 starts at id 1 (no init)
-      for (int64_t bi = 0; bi < c.b; ++bi) {
-        int id = int(bi % 2);
-        for (int64_t t = 0; t < c.L; ++t) {
-          if (t == c.Q / 3 || t == c.Q || t == c.L - 5) ++id;
-          seq[size_t(bi * c.L + t)] = id;
-        }
-      }
-    }
+    draw_ssd_inputs(*this);
     d_x = upload_array(x); d_dt = upload_array(dt); d_A = upload_array(A); d_B = upload_array(B); d_C = upload_array(C);
     d_D = upload_array(D); d_z = upload_array(z); d_bias = upload_array(bias); d_init = upload_array(init);
     d_seq = DeviceBuffer(seq.size() * 4);
@@ -103,29 +75,14 @@ struct FwdProblem {
     return a;
   }
 
-  ssd::ref::SsdProblem oracle_problem() const {
-    ssd::ref::SsdProblem q;
-    q.sz = {c.b, c.L, c.h, c.p, c.g, c.n, c.Q};
-    q.x = x.values.data(); q.dt = dt.values.data(); q.A = A.values.data();
-    q.B = B.values.data(); q.C = C.values.data();
-    if (c.D) { q.D = D.values.data(); q.D_per_headdim = c.D_per_headdim; }
-    if (c.z) q.z = z.values.data();
-    if (c.bias) q.dt_bias = bias.values.data();
-    if (c.init) q.initial_states = init.values.data();
-    if (c.seq_idx) q.seq_idx = seq.data();
-    q.dt_softplus = c.softplus;
-    return q;
-  }
+  ssd::ref::SsdProblem oracle_problem() const { return oracle_problem_of(*this); }
 
   // Poisons outputs and workspace, runs, returns out ++ out_x ++ final_states bytes.
   std::vector<uint8_t> run(ssd_runtime* rt) {
-    d_out.poison(); d_out_x.poison(); d_final.poison(); d_ws.poison();
+    poison_all({&d_out, &d_out_x, &d_final, &d_ws});
     ssd_forward_args a = args();
     GPU_CHECK_SSD(ssd_forward(rt, &a, nullptr, nullptr));
-    std::vector<uint8_t> r = download_bytes(d_out), ox = download_bytes(d_out_x), f = download_bytes(d_final);
-    if (c.z) r.insert(r.end(), ox.begin(), ox.end());
-    r.insert(r.end(), f.begin(), f.end());
-    return r;
+    return c.z ? download_all({&d_out, &d_out_x, &d_final}) : download_all({&d_out, &d_final});
   }
 };
 
@@ -235,18 +192,7 @@ TEST_CASE("ssd_forward over the shape matrix (headdim x dstate x chunk x dtype, 
           doctest::skip(!gpu_available())) {
   RuntimeHolder rt;
   // Every (p, n, Q, dtype); ngroups and the options rotate so each is seen on and off.
-  std::vector<FwdCase> cases;
-  int i = 0;
-  for (int64_t p : {32, 64, 128})
-    for (int64_t n : {16, 64, 128, 256})
-      for (int32_t Q : {64, 128, 256})
-        for (ssd_dtype dt : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
-          const int64_t g = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 2 : 8;
-          FwdCase c{1 + (i % 2), int64_t(Q) * (1 + i % 3) + 37 * (i % 2), 8, p, g, n, Q, dt,
-                    i % 4 != 3, i % 4 == 1, i % 3 == 0, i % 2 == 0, i % 2 == 0, i % 5 == 0, i % 4 == 2};
-          cases.push_back(c);
-          ++i;
-        }
+  const std::vector<FwdCase> cases = shape_matrix<FwdCase>();
   // Compile everything the sweep needs in parallel first (the kernels are the point, not NVRTC time).
   auto arch = ssd::runtime_arch(*rt.rt);
   REQUIRE(arch.ok());

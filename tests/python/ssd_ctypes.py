@@ -115,30 +115,22 @@ def shape_args(lib, b, L, h, p, g, n, chunk_size=64, dtype="bf16", dt_dtype="fp3
     lib.ssd_forward_args_init(ctypes.byref(fwd))
     bwd = BackwardArgs()
     lib.ssd_backward_args_init(ctypes.byref(bwd))
+    def put(a, rows):  # rows: (name, shape, dtype[, optional, given])
+        for name, shape, dt, *option in rows:
+            setattr(a, name, t(name, shape, dt, *option))
+
+    x_shape, bc_shape, state_shape = (b, L, h, p), (b, L, g, n), (b, h, p, n)
     for a in (fwd, bwd):
         a.chunk_size = chunk_size
         a.dt_softplus = int(dt_softplus)
-        a.x = t("x", (b, L, h, p), dtype)
-        a.dt = t("dt", (b, L, h), dt_dtype)
-        a.A = t("A", (h,), "fp32")
-        a.B = t("B", (b, L, g, n), dtype)
-        a.C = t("C", (b, L, g, n), dtype)
-        a.D = t("D", (h,), "fp32", True, D)
-        a.z = t("z", (b, L, h, p), dtype, True, z)
-        a.dt_bias = t("dt_bias", (h,), "fp32", True, dt_bias)
-        a.initial_states = t("initial_states", (b, h, p, n), "fp32", True, initial_states)
-        a.seq_idx = t("seq_idx", (b, L), "int32", True, seq_idx)
-        a.out_x = t("out_x", (b, L, h, p), dtype, False, z)
-    fwd.out = t("out", (b, L, h, p), dtype)
-    fwd.final_states = t("final_states", (b, h, p, n), "fp32", True, initial_states)
-    bwd.dout = t("dout", (b, L, h, p), dtype)
-    bwd.dx = t("dx", (b, L, h, p), dtype)
-    bwd.ddt = t("ddt", (b, L, h), dt_dtype)
-    bwd.dA = t("dA", (h,), "fp32")
-    bwd.dB = t("dB", (b, L, g, n), dtype)
-    bwd.dC = t("dC", (b, L, g, n), dtype)
-    bwd.dD = t("dD", (h,), "fp32", False, D)
-    bwd.dz = t("dz", (b, L, h, p), dtype, False, z)
-    bwd.ddt_bias = t("ddt_bias", (h,), "fp32", False, dt_bias)
-    bwd.dinitial_states = t("dinitial_states", (b, h, p, n), "fp32", False, initial_states)
+        put(a, [("x", x_shape, dtype), ("dt", (b, L, h), dt_dtype), ("A", (h,), "fp32"), ("B", bc_shape, dtype),
+                ("C", bc_shape, dtype), ("D", (h,), "fp32", True, D), ("z", x_shape, dtype, True, z),
+                ("dt_bias", (h,), "fp32", True, dt_bias),
+                ("initial_states", state_shape, "fp32", True, initial_states),
+                ("seq_idx", (b, L), "int32", True, seq_idx), ("out_x", x_shape, dtype, False, z)])
+    put(fwd, [("out", x_shape, dtype), ("final_states", state_shape, "fp32", True, initial_states)])
+    put(bwd, [("dout", x_shape, dtype), ("dx", x_shape, dtype), ("ddt", (b, L, h), dt_dtype), ("dA", (h,), "fp32"),
+              ("dB", bc_shape, dtype), ("dC", bc_shape, dtype), ("dD", (h,), "fp32", False, D),
+              ("dz", x_shape, dtype, False, z), ("ddt_bias", (h,), "fp32", False, dt_bias),
+              ("dinitial_states", state_shape, "fp32", False, initial_states)])
     return fwd, bwd

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,34 +29,16 @@
 #include "cache_test_entries.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ssd::cache;
 using cache_test::header_len_of;
 using cache_test::key_of;
 using cache_test::make_entry;
+using unittest::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/ssd_cache_test.XXXXXX";
-    char* p = ::mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    // Undo permission experiments so the tree can be removed (also as a non-root user).
-    for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      if (it->is_directory(ec) && !it->is_symlink(ec)) ::chmod(it->path().c_str(), 0700);
-    ::chmod(path.c_str(), 0700);
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 // Captures warnings (and only warnings) for the lifetime of the object.
 struct Warnings {
@@ -107,6 +90,12 @@ Options opts(const std::string& root, Mode mode = Mode::ReadWrite) {
   o.mode = mode;
   o.lock_timeout_ms = 5000;
   return o;
+}
+
+// Stores the sample entries of `records` through a read-write cache over `root` (closed again).
+void store_entries(const std::string& root, std::initializer_list<std::string> records) {
+  DiskCache writer(opts(root));
+  for (const std::string& r : records) REQUIRE(writer.store(make_entry(r)).ok());
 }
 
 // A compile function that counts its calls.
@@ -489,10 +478,7 @@ TEST_CASE("cache: mode off never touches the disk") {
 TEST_CASE("cache: readonly mode loads but never writes") {
   TempDir tmp;
   const std::string have = "record-ro-have", missing = "record-ro-missing";
-  {
-    DiskCache writer(opts(tmp.path));
-    REQUIRE(writer.store(make_entry(have)).ok());
-  }
+  store_entries(tmp.path, {have});
   fs::remove(tmp / "index.json");
   fs::remove_all(tmp / "locks");
   fs::remove_all(tmp / "tmp");
@@ -538,10 +524,7 @@ TEST_CASE("cache: readonly mode loads but never writes") {
 TEST_CASE("cache: require-cached mode") {
   TempDir tmp;
   const std::string have = "record-rc-have", missing = "record-rc-missing";
-  {
-    DiskCache writer(opts(tmp.path));
-    REQUIRE(writer.store(make_entry(have)).ok());
-  }
+  store_entries(tmp.path, {have});
   Warnings warnings;
   DiskCache cache(opts(tmp.path, Mode::RequireCached));
   FakeCompiler cc;
@@ -752,6 +735,17 @@ TEST_CASE("cache: root permission policy") {
     CHECK(!fs::exists(root + "/v1"));
     CHECK(!fs::exists(root + "/locks"));
   };
+  // A cache over `o.root` keeps off the disk with one warning naming each of `named`, and works
+  // in memory without warning again.
+  auto refused = [&](const Options& o, std::initializer_list<std::string> named) {
+    Warnings warnings;
+    DiskCache cache(o);
+    CHECK(!cache.disk_enabled());
+    REQUIRE(warnings.count() == 1);
+    for (const std::string& part : named) CHECK(warnings.all().find(part) != std::string::npos);
+    works_memory_only(cache);
+    CHECK(warnings.count() == 1);
+  };
 
   SUBCASE("foreign owner") {
     std::string foreign = root;
@@ -774,14 +768,7 @@ TEST_CASE("cache: root permission policy") {
   SUBCASE("world-writable") {
     REQUIRE(::mkdir(root.c_str(), 0700) == 0);
     REQUIRE(::chmod(root.c_str(), 0777) == 0);
-    Warnings warnings;
-    DiskCache cache(opts(root));
-    CHECK(!cache.disk_enabled());
-    REQUIRE(warnings.count() == 1);
-    CHECK(warnings.all().find(root) != std::string::npos);
-    CHECK(warnings.all().find("world-writable") != std::string::npos);
-    works_memory_only(cache);
-    CHECK(warnings.count() == 1);
+    refused(opts(root), {root, "world-writable"});
     // group_shared does not make a world-writable root acceptable.
     Options o = opts(root);
     o.group_shared = true;
@@ -791,25 +778,13 @@ TEST_CASE("cache: root permission policy") {
   SUBCASE("symlink") {
     REQUIRE(::mkdir((tmp / "real").c_str(), 0700) == 0);
     REQUIRE(::symlink((tmp / "real").c_str(), root.c_str()) == 0);
-    Warnings warnings;
-    DiskCache cache(opts(root));
-    CHECK(!cache.disk_enabled());
-    REQUIRE(warnings.count() == 1);
-    CHECK(warnings.all().find("symbolic link") != std::string::npos);
-    works_memory_only(cache);
+    refused(opts(root), {"symbolic link"});
     CHECK(!fs::exists(tmp / "real/v1"));
   }
   SUBCASE("group-writable: refused by default, accepted with group_shared") {
     REQUIRE(::mkdir(root.c_str(), 0700) == 0);
     REQUIRE(::chmod(root.c_str(), 0770) == 0);
-    {
-      Warnings warnings;
-      DiskCache cache(opts(root));
-      CHECK(!cache.disk_enabled());
-      REQUIRE(warnings.count() == 1);
-      CHECK(warnings.all().find("group-writable") != std::string::npos);
-      works_memory_only(cache);
-    }
+    refused(opts(root), {"group-writable"});
     Warnings warnings;
     Options o = opts(root);
     o.group_shared = true;
@@ -982,10 +957,7 @@ TEST_CASE("cache: shard directories store() would refuse are refused on load and
   const std::string root = tmp / "root";
   const std::string key = key_of("planted");
   const std::string shard = root + "/v1/entries/" + key.substr(0, 2);
-  {
-    DiskCache writer(opts(root));
-    REQUIRE(writer.store(make_entry("planted")).ok());
-  }
+  store_entries(root, {"planted"});
   // Another user's directory (world-writable, or owned by someone else) holding an entry whose
   // checksums are all right: it must not be loaded through the shard.
   const std::string elsewhere = tmp / "elsewhere";
@@ -1003,10 +975,7 @@ TEST_CASE("cache: shard directories store() would refuse are refused on load and
     std::error_code ec;
     fs::remove_all(elsewhere, ec);
     fs::remove_all(root, ec);
-    {
-      DiskCache writer(opts(root));
-      REQUIRE(writer.store(make_entry("planted")).ok());
-    }
+    store_entries(root, {"planted"});
     plant(as_symlink);
     const std::string why = as_symlink ? "is a symbolic link" : "is world-writable";
     {
@@ -1058,10 +1027,7 @@ TEST_CASE("cache: shard directories store() would refuse are refused on load and
   SUBCASE("a group-writable shard is accepted with group_shared only") {
     std::error_code ec;
     fs::remove_all(root, ec);
-    {
-      DiskCache writer(opts(root));
-      REQUIRE(writer.store(make_entry("planted")).ok());
-    }
+    store_entries(root, {"planted"});
     REQUIRE(::chmod(shard.c_str(), 0770) == 0);
     REQUIRE(::chmod(root.c_str(), 0770) == 0);
     REQUIRE(::chmod((root + "/v1").c_str(), 0770) == 0);
@@ -1090,11 +1056,7 @@ TEST_CASE("cache: an entry's sizes are checked before its cubin is read (huge sp
 #else
   TempDir tmp;
   const std::string r_load = "sparse-load", r_verify = "sparse-verify";
-  {
-    DiskCache writer(opts(tmp.path));
-    REQUIRE(writer.store(make_entry(r_load)).ok());
-    REQUIRE(writer.store(make_entry(r_verify)).ok());
-  }
+  store_entries(tmp.path, {r_load, r_verify});
   // 1.5 GiB of holes after a 1000-byte cubin: the header's cubin_size disagrees with the file size.
   const off_t huge = off_t(3) << 29;
   for (const char* r : {r_load.c_str(), r_verify.c_str()})

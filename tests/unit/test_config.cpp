@@ -18,6 +18,21 @@ std::string error_of(const ssd_kernel_config& c) {
   return s.detail;
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// One refused config: the kernel's defaults with one change, and what the error must name.
+struct BadConfig {
+  ssd_kernel_id kernel;
+  void (*change)(ssd_kernel_config& c);
+  const char* error;
+};
+void check_refused(std::initializer_list<BadConfig> cases) {
+  for (const BadConfig& b : cases) {
+    ssd_kernel_config c = default_config(b.kernel);
+    b.change(c);
+    CAPTURE(b.error);
+    CHECK(contains(error_of(c), b.error));
+  }
+}
 }  // namespace
 
 TEST_CASE("defaults validate and normalize to the default tile") {
@@ -48,79 +63,45 @@ TEST_CASE("every bad field is named with its legal values") {
   CHECK(contains(e, "chunk_size"));
   CHECK(contains(e, "16, 32, 64, 128, 256"));
 
+  check_refused({
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.dtype = SSD_DTYPE_INT32; }, "dtype"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.flags = 1u << 7; }, "flags"},
+      {SSD_KERNEL_CHUNK_CUMSUM_BWD, [](ssd_kernel_config& k) { k.tile.m = 48; }, "tile.m"},
+      {SSD_KERNEL_CHUNK_CUMSUM_BWD, [](ssd_kernel_config& k) { k.chunk_size = 16; k.tile.n = 32; }, "tile.n"},
+      {SSD_KERNEL_CHUNK_CUMSUM_BWD, [](ssd_kernel_config& k) { k.tile.m = 128; k.tile.n = 64; }, "m * n <= 2048"},
+      // chunk_cumsum_fwd: m heads per block, n threads (kernel_params.cuh, cumsum_geom).
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.m = 64; },
+       "tile: 64x256 is not legal for chunk_cumsum_fwd (legal: m (heads per block) in 8, 16, 32)"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.n = 96; },
+       "n (threads per block) in 64, 128, 256"},
+      // 32 * 257 * 8 bytes > 48 KiB at chunk 256 (legal at chunk 128: below).
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile = ssd_tile{32, 256, 0, 0, 0}; },
+       "must fit in 48 KiB"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.headdim = 64; }, "headdim"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.tile.k = 16; }, "tile.k"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.mode = ssd_mode(7); }, "mode"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.arch = ssd_arch(75); }, "arch"},
+      {SSD_KERNEL_CHUNK_CUMSUM_FWD, [](ssd_kernel_config& k) { k.kernel = ssd_kernel_id(99); }, "kernel"},
+      {SSD_KERNEL_REDUCE_HEAD_PARTIALS, [](ssd_kernel_config& k) { k.partials = 9; }, "partials"},
+      {SSD_KERNEL_REDUCE_HEAD_PARTIALS, [](ssd_kernel_config& k) { k.dtype = SSD_DTYPE_BF16; }, "dtype"},
+  });
   c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.dtype = SSD_DTYPE_INT32;
-  CHECK(contains(error_of(c), "dtype"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.flags = 1u << 7;
-  CHECK(contains(error_of(c), "flags"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
-  c.tile.m = 48;
-  CHECK(contains(error_of(c), "tile.m"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
-  c.chunk_size = 16;
-  c.tile.n = 32;
-  CHECK(contains(error_of(c), "tile.n"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_BWD);
-  c.tile.m = 128;
-  c.tile.n = 64;
-  CHECK(contains(error_of(c), "m * n <= 2048"));
-  // chunk_cumsum_fwd: m heads per block, n threads (kernel_params.cuh, cumsum_geom).
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.tile.m = 64;
-  CHECK(contains(error_of(c), "tile: 64x256 is not legal for chunk_cumsum_fwd (legal: m (heads per block) in 8, 16, 32)"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.tile.n = 96;
-  CHECK(contains(error_of(c), "n (threads per block) in 64, 128, 256"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.tile = ssd_tile{32, 256, 0, 0, 0};  // 32 * 257 * 8 bytes > 48 KiB at chunk 256
-  CHECK(contains(error_of(c), "must fit in 48 KiB"));
+  c.tile = ssd_tile{32, 256, 0, 0, 0};
   c.chunk_size = 128;
   CHECK(validate_config(c).ok());
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.headdim = 64;
-  CHECK(contains(error_of(c), "headdim"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.tile.k = 16;
-  CHECK(contains(error_of(c), "tile.k"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.mode = ssd_mode(7);
-  CHECK(contains(error_of(c), "mode"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.arch = ssd_arch(75);
-  CHECK(contains(error_of(c), "arch"));
-  c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-  c.kernel = ssd_kernel_id(99);
-  CHECK(contains(error_of(c), "kernel"));
-  c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-  c.partials = 9;
-  CHECK(contains(error_of(c), "partials"));
-  c = default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
-  c.dtype = SSD_DTYPE_BF16;
-  CHECK(contains(error_of(c), "dtype"));
 }
 
 TEST_CASE("forward kernels: fields and tiles are checked against the templates' constraints") {
   ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_FWD);
   CHECK(validate_config(c).ok());
-  c.headdim = 48;
-  CHECK(contains(error_of(c), "headdim"));
-  c = default_config(SSD_KERNEL_BMM_CHUNK_FWD);
-  c.flags = SSD_FLAG_Z;
-  CHECK(contains(error_of(c), "flags"));
-  c = default_config(SSD_KERNEL_CHUNK_SCAN_FWD);
-  c.flags = SSD_FLAG_D_PER_HEADDIM;
-  CHECK(contains(error_of(c), "D_per_headdim"));
-  c = default_config(SSD_KERNEL_CHUNK_SCAN_FWD);
-  c.dstate = 256;
-  c.tile = {128, 64, 32, 0, 0};
-  CHECK(contains(error_of(c), "48 KiB"));
-  c = default_config(SSD_KERNEL_CHUNK_STATE_FWD);
-  c.dtype = SSD_DTYPE_FP32;
-  CHECK(contains(error_of(c), "dtype"));
-  c = default_config(SSD_KERNEL_STATE_PASSING_FWD);
-  c.headdim = 64;
-  CHECK(contains(error_of(c), "headdim"));
+  check_refused({
+      {SSD_KERNEL_CHUNK_SCAN_FWD, [](ssd_kernel_config& k) { k.headdim = 48; }, "headdim"},
+      {SSD_KERNEL_BMM_CHUNK_FWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_Z; }, "flags"},
+      {SSD_KERNEL_CHUNK_SCAN_FWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_D_PER_HEADDIM; }, "D_per_headdim"},
+      {SSD_KERNEL_CHUNK_SCAN_FWD, [](ssd_kernel_config& k) { k.dstate = 256; k.tile = {128, 64, 32, 0, 0}; }, "48 KiB"},
+      {SSD_KERNEL_CHUNK_STATE_FWD, [](ssd_kernel_config& k) { k.dtype = SSD_DTYPE_FP32; }, "dtype"},
+      {SSD_KERNEL_STATE_PASSING_FWD, [](ssd_kernel_config& k) { k.headdim = 64; }, "headdim"},
+  });
   for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
                           SSD_KERNEL_CHUNK_SCAN_FWD}) {
     ssd_kernel_config d = default_config(k);
@@ -137,20 +118,14 @@ TEST_CASE("forward kernels: fields and tiles are checked against the templates' 
 TEST_CASE("gate_bwd: needs z or D, takes no tile") {
   ssd_kernel_config c = default_config(SSD_KERNEL_GATE_BWD);
   CHECK(validate_config(c).ok());
-  c.flags = 0;
-  CHECK(contains(error_of(c), "nothing to compute"));
-  c = default_config(SSD_KERNEL_GATE_BWD);
-  c.flags = SSD_FLAG_Z | SSD_FLAG_D_PER_HEADDIM;
-  CHECK(contains(error_of(c), "D_per_headdim only together with D"));
-  c = default_config(SSD_KERNEL_GATE_BWD);
-  c.tile.m = 64;
-  CHECK(contains(error_of(c), "tile.m"));
-  c = default_config(SSD_KERNEL_GATE_BWD);
-  c.flags = SSD_FLAG_SEQ_IDX | SSD_FLAG_D;
-  CHECK(contains(error_of(c), "flags"));
-  c = default_config(SSD_KERNEL_GATE_BWD);
-  c.headdim = 48;
-  CHECK(contains(error_of(c), "headdim"));
+  check_refused({
+      {SSD_KERNEL_GATE_BWD, [](ssd_kernel_config& k) { k.flags = 0; }, "nothing to compute"},
+      {SSD_KERNEL_GATE_BWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_Z | SSD_FLAG_D_PER_HEADDIM; },
+        "D_per_headdim only together with D"},
+      {SSD_KERNEL_GATE_BWD, [](ssd_kernel_config& k) { k.tile.m = 64; }, "tile.m"},
+      {SSD_KERNEL_GATE_BWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_SEQ_IDX | SSD_FLAG_D; }, "flags"},
+      {SSD_KERNEL_GATE_BWD, [](ssd_kernel_config& k) { k.headdim = 48; }, "headdim"},
+  });
   auto n = normalize_config(default_config(SSD_KERNEL_GATE_BWD));
   REQUIRE(n.ok());
   CHECK(n->tile.m == 0);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "call_args_support.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/ssd_backward.h"
 #include "ops/ssd_forward.h"
@@ -73,20 +74,13 @@ ssd_tensor dense(ssd_dtype dtype, std::initializer_list<int64_t> shape) {
   return contiguous_tensor(fake_pointer(), dtype, shape);
 }
 
-struct Shape {
-  int64_t b, L, h, p, g, n;
-  int32_t Q;
-};
+using Shape = calltest::CallShape;
 
-// The inputs both directions take: every one broadcast (inputs may overlap themselves).
+// The inputs both directions take: every one broadcast (inputs may overlap themselves) but A.
 template <class Args>
 Args with_inputs(Args a, const Shape& s) {
-  a.chunk_size = s.Q;
-  a.x = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
-  a.dt = broadcast(SSD_DTYPE_FP32, {s.b, s.L, s.h});
+  a = calltest::with_inputs(a, s, broadcast);
   a.A = dense(SSD_DTYPE_FP32, {s.h});
-  a.B = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
-  a.C = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
   return a;
 }
 
@@ -97,14 +91,11 @@ ssd_forward_args forward_args(const Shape& s) {
   return a;
 }
 
+// Backward arguments: the gradients dense, dout (an input) broadcast.
 ssd_backward_args backward_args(const Shape& s) {
   ssd_backward_args a = with_inputs(default_backward_args(), s);
+  calltest::set_gradients(a, s, dense);
   a.dout = broadcast(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
-  a.dx = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
-  a.ddt = dense(SSD_DTYPE_FP32, {s.b, s.L, s.h});
-  a.dA = dense(SSD_DTYPE_FP32, {s.h});
-  a.dB = dense(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
-  a.dC = dense(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
   return a;
 }
 

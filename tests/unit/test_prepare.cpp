@@ -11,63 +11,33 @@
 #include <string>
 #include <vector>
 
+#include "call_args_support.h"
 #include "config/config.h"
 #include "ops/prepare.h"
 #include "ops/ssd_backward.h"
 #include "ops/ssd_forward.h"
 #include "ops/tensor_check.h"
+#include "temp_dir.h"
 
 using namespace ssd;
 
 namespace {
 
-struct TempCacheDir {
-  std::string path;
-  TempCacheDir() {
-    char tmpl[] = "/tmp/ssd_prepare_test.XXXXXX";
-    char* p = ::mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempCacheDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 // Shapes only: every pointer NULL (what prepare accepts for required tensors).
-struct Shape {
-  int64_t b = 1, L = 96, h = 4, p = 32, g = 1, n = 16;
-  int32_t Q = 64;
-  ssd_dtype T = SSD_DTYPE_BF16, dt = SSD_DTYPE_FP32;
-};
+using Shape = calltest::CallShape;
 
-// The inputs both directions take, described without memory (prepare needs only the shapes).
-template <class Args>
-Args with_inputs(Args a, const Shape& s) {
-  a.chunk_size = s.Q;
-  a.x = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
-  a.dt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
-  a.A = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
-  a.B = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
-  a.C = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
-  return a;
-}
+// A tensor described without memory (prepare needs only the shapes).
+ssd_tensor no_memory(ssd_dtype dtype, calltest::Dims shape) { return contiguous_tensor(nullptr, dtype, shape); }
 
 ssd_forward_args forward_shape(const Shape& s) {
-  ssd_forward_args a = with_inputs(default_forward_args(), s);
-  a.out = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
+  ssd_forward_args a = calltest::with_inputs(default_forward_args(), s, no_memory);
+  a.out = no_memory(s.T, {s.b, s.L, s.h, s.p});
   return a;
 }
 
 ssd_backward_args backward_shape(const Shape& s) {
-  ssd_backward_args a = with_inputs(default_backward_args(), s);
-  a.dout = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
-  a.dx = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.h, s.p});
-  a.ddt = contiguous_tensor(nullptr, s.dt, {s.b, s.L, s.h});
-  a.dA = contiguous_tensor(nullptr, SSD_DTYPE_FP32, {s.h});
-  a.dB = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
-  a.dC = contiguous_tensor(nullptr, s.T, {s.b, s.L, s.g, s.n});
+  ssd_backward_args a = calltest::with_inputs(default_backward_args(), s, no_memory);
+  calltest::set_gradients(a, s, no_memory);
   return a;
 }
 
@@ -243,7 +213,7 @@ TEST_CASE("prepare: the backward's mode follows args.mode unless options.mode is
   CHECK(fast->size() + 1 == det->size());  // deterministic mode adds the dA reduction
   // A deterministic runtime that may only read its (empty) cache: prepare compiles nothing, and its
   // error names the first kernel it needed, mode included ("... det sm_90a" / "... fast sm_90a").
-  TempCacheDir dir;
+  unittest::TempDir dir("ssd_prepare_test");
   ssd_runtime_options ro{};
   ro.struct_size = sizeof(ro);
   ro.mode = SSD_MODE_DETERMINISTIC;
@@ -273,7 +243,7 @@ TEST_CASE("prepare: the backward's mode follows args.mode unless options.mode is
 }
 
 TEST_CASE("prepare: kernels land in memory and on disk; a second prepare compiles nothing (NVRTC)") {
-  TempCacheDir dir;
+  unittest::TempDir dir("ssd_prepare_test");
   Shape s;
   ssd_forward_args a = forward_shape(s);
   const ssd_prepare_options o = options_for(SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, 2);

@@ -409,6 +409,15 @@ Cfg main_case() {  // per-head D, z, dt_bias, softplus, init, seq_idx (boundarie
   c.seed = 11;
   return c;
 }
+// The main case with one variation and a seed of its own.
+template <class Change>
+Cfg main_case_with(unsigned seed, Change change) {
+  Cfg c = main_case();
+  change(c);
+  c.seed = seed;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("reference ssd backward FD: main case (§9)") { check_backward(main_case()); }
@@ -418,25 +427,17 @@ TEST_CASE("reference ssd backward FD: main case, FD of the naive recurrence") {
 }
 
 TEST_CASE("reference ssd backward FD: D of shape (h, p)") {
-  Cfg c = main_case();
-  c.D = DMode::PerHeadDim;
-  c.seed = 12;
-  check_backward(c);
+  check_backward(main_case_with(12, [](Cfg& c) { c.D = DMode::PerHeadDim; }));
 }
 
 TEST_CASE("reference ssd backward FD: no seq_idx") {
-  Cfg c = main_case();
-  c.seq = Seq::None;
-  c.seed = 13;
+  const Cfg c = main_case_with(13, [](Cfg& v) { v.seq = Seq::None; });
   check_backward(c);
   check_backward(c, 1, true);
 }
 
 TEST_CASE("reference ssd backward FD: ids not starting at 0 (init unused)") {
-  Cfg c = main_case();
-  c.seq = Seq::NonZero;
-  c.seed = 14;
-  check_backward(c);
+  check_backward(main_case_with(14, [](Cfg& c) { c.seq = Seq::NonZero; }));
 }
 
 TEST_CASE("reference ssd backward FD: no options, default clamp zeroes negative dt, no dfinal") {
@@ -468,12 +469,7 @@ TEST_CASE("reference ssd backward FD: finite dt_limit (0.3, 1.2)") {
   check_backward(c);
 }
 
-TEST_CASE("reference ssd backward FD: Q = 8") {
-  Cfg c = main_case();
-  c.Q = 8;
-  c.seed = 17;
-  check_backward(c);
-}
+TEST_CASE("reference ssd backward FD: Q = 8") { check_backward(main_case_with(17, [](Cfg& c) { c.Q = 8; })); }
 
 TEST_CASE("reference ssd backward FD: dense seq_idx, finite limit without softplus") {
   Cfg c = main_case();

@@ -182,29 +182,38 @@ int cache_prune(Context& ctx, const std::optional<std::string>& max_text) {
   return kExitOk;
 }
 
-int cache_clear(Context& ctx) {
+// A maintenance action that changes the cache: action(opened) on the opened cache, then
+// report(opened) when it succeeded.
+template <class Action, class Report>
+int run_maintenance(Context& ctx, Action action, Report report) {
   auto opened = open_for_maintenance();
   if (!opened.ok()) return fail(ctx, opened.status());
-  ssd::Status s = opened.value().cache->clear();
-  if (!s.ok()) return fail(ctx, s);
-  if (ctx.json)
-    print_json({{"root", opened.value().options.root}, {"cleared", true}});
-  else
-    write_stdout(fmt::format("cleared {}\n", opened.value().options.root));
+  if (ssd::Status s = action(opened.value()); !s.ok()) return fail(ctx, s);
+  report(opened.value());
   return kExitOk;
 }
 
+int cache_clear(Context& ctx) {
+  return run_maintenance(
+      ctx, [](Opened& o) { return o.cache->clear(); },
+      [&](const Opened& o) {
+        if (ctx.json)
+          print_json({{"root", o.options.root}, {"cleared", true}});
+        else
+          write_stdout(fmt::format("cleared {}\n", o.options.root));
+      });
+}
+
 int cache_index_rebuild(Context& ctx) {
-  auto opened = open_for_maintenance();
-  if (!opened.ok()) return fail(ctx, opened.status());
-  ssd::Status s = opened.value().cache->rebuild_index();
-  if (!s.ok()) return fail(ctx, s);
-  const size_t n = opened.value().cache->list().size();
-  if (ctx.json)
-    print_json({{"root", opened.value().options.root}, {"rebuilt", true}, {"entries", n}});
-  else
-    write_stdout(fmt::format("rebuilt {}/index.json ({} entries)\n", opened.value().options.root, n));
-  return kExitOk;
+  return run_maintenance(
+      ctx, [](Opened& o) { return o.cache->rebuild_index(); },
+      [&](const Opened& o) {
+        const size_t n = o.cache->list().size();
+        if (ctx.json)
+          print_json({{"root", o.options.root}, {"rebuilt", true}, {"entries", n}});
+        else
+          write_stdout(fmt::format("rebuilt {}/index.json ({} entries)\n", o.options.root, n));
+      });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -257,6 +258,34 @@ double median(std::vector<float> v) {
 }
 
 // `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
+// Event timing of one operation with `stages` stages: `call(after_stage)` runs it once on `stream`
+// (after_stage(i) once stage i is enqueued); warm-up calls first, then `iters` timed ones, each
+// waited for. ev: stages + 1 events.
+struct StageTimes {
+  std::vector<float> total;               // ms of each timed call
+  std::vector<std::vector<float>> stage;  // [stage] ms of each timed call
+};
+ssd::Status time_stages(const Driver& drv, CUstream stream, const std::vector<CUevent>& ev, int warmup, int iters,
+                        const std::function<ssd::Status(const std::function<void(int)>&)>& call, StageTimes& out) {
+  const int stages = int(ev.size()) - 1;
+  out.total.clear();
+  out.stage.assign(stages, {});
+  for (int it = 0; it < warmup + iters; ++it) {
+    drv.cuEventRecord(ev[0], stream);
+    SSD_RETURN_IF_ERROR(call([&](int i) { drv.cuEventRecord(ev[i + 1], stream); }));
+    SSD_RETURN_IF_ERROR(ssd::cuda::check(drv.cuEventSynchronize(ev[stages]), "cuEventSynchronize"));
+    if (it < warmup) continue;
+    float ms = 0;
+    drv.cuEventElapsedTime(&ms, ev[0], ev[stages]);
+    out.total.push_back(ms);
+    for (int i = 0; i < stages; ++i) {
+      drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
+      out.stage[i].push_back(ms);
+    }
+  }
+  return ssd::Status::Ok();
+}
+
 int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const ssd::BackwardTuning& tuning) {
   const Driver& drv = *session.drv;
   const ModelPreset& m = session.preset;
@@ -305,24 +334,13 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
     a.mode = mode;
     auto l = ssd::backward_layout(&a, mode);
     if (!l.ok()) return fail(ctx, l.status());
-    std::vector<float> total;
-    std::vector<std::vector<float>> stage(kStages);
-    for (int it = 0; it < ga.warmup + ga.iters; ++it) {
-      drv.cuEventRecord(ev[0], stream);
-      ssd::Status s = ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tuning,
-                                        [&](int i) { drv.cuEventRecord(ev[i + 1], stream); });
-      if (!s.ok()) return fail(ctx, s);
-      if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
-        return fail(ctx, sync);
-      if (it < ga.warmup) continue;
-      float ms = 0;
-      drv.cuEventElapsedTime(&ms, ev[0], ev[kStages]);
-      total.push_back(ms);
-      for (int i = 0; i < kStages; ++i) {
-        drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
-        stage[i].push_back(ms);
-      }
-    }
+    StageTimes times;
+    ssd::Status s = time_stages(drv, stream, ev, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
+      return ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tuning, after_stage);
+    }, times);
+    if (!s.ok()) return fail(ctx, s);
+    const std::vector<float>& total = times.total;
+    const std::vector<std::vector<float>>& stage = times.stage;
     const char* mname = mode == SSD_MODE_DETERMINISTIC ? "deterministic" : "fast";
     if (ctx.json) {
       nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total}};
@@ -351,23 +369,16 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (ga.what != "fwd" && ga.what != "bwd")
     return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward) or 'bwd' (the SSD backward)");
   if (ga.what == "bwd") {
-    ssd::BackwardTuning tuning;
-    if (!ga.tiles.empty()) {
-      auto t = parse_bwd_tiles(ga.tiles);
-      if (!t.ok()) return fail(ctx, t.status());
-      tuning = t.value();
-    }
-    tuning.forward.staged_states = ga.staged;  // the recompute's states
+    auto tuning = parse_bwd_tiles(ga.tiles);  // no --tiles: the defaults
+    if (!tuning.ok()) return fail(ctx, tuning.status());
+    tuning->forward.staged_states = ga.staged;  // the recompute's states
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
-    return bench_backward(ctx, ga, session, tuning);
+    return bench_backward(ctx, ga, session, tuning.value());
   }
-  ssd::ForwardTuning tiles;
-  if (!ga.tiles.empty()) {
-    auto t = parse_tiles(ga.tiles);
-    if (!t.ok()) return fail(ctx, t.status());
-    tiles = t.value();
-  }
+  auto parsed_tiles = parse_tiles(ga.tiles);
+  if (!parsed_tiles.ok()) return fail(ctx, parsed_tiles.status());
+  ssd::ForwardTuning tiles = parsed_tiles.value();
   tiles.staged_states = ga.staged;
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
@@ -393,24 +404,13 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   constexpr int kStages = ssd::kForwardStages;
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
-  std::vector<float> total;
-  std::vector<std::vector<float>> stage(kStages);
-  for (int it = 0; it < ga.warmup + ga.iters; ++it) {
-    drv.cuEventRecord(ev[0], stream);
-    ssd::Status s = ssd::ssd_forward(*session.rt, &a, nullptr, stream, [&](int i) { drv.cuEventRecord(ev[i + 1], stream); },
-                                     &tiles);
-    if (!s.ok()) return fail(ctx, s);
-    if (ssd::Status sync = ssd::cuda::check(drv.cuEventSynchronize(ev[kStages]), "cuEventSynchronize"); !sync.ok())
-      return fail(ctx, sync);
-    if (it < ga.warmup) continue;
-    float ms = 0;
-    drv.cuEventElapsedTime(&ms, ev[0], ev[kStages]);
-    total.push_back(ms);
-    for (int i = 0; i < kStages; ++i) {
-      drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
-      stage[i].push_back(ms);
-    }
-  }
+  StageTimes times;
+  ssd::Status timed = time_stages(drv, stream, ev, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
+    return ssd::ssd_forward(*session.rt, &a, nullptr, stream, after_stage, &tiles);
+  }, times);
+  if (!timed.ok()) return fail(ctx, timed);
+  const std::vector<float>& total = times.total;
+  const std::vector<std::vector<float>>& stage = times.stage;
   // The host path (issue 9: <= 20 us of CPU per call with the kernels loaded): back-to-back calls
   // through the C API with the workspace given, the thread's CPU time per call. Nothing is waited
   // for between calls; 100 calls (400 launches) stay below the launch queue's depth.

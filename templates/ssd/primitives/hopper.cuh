@@ -300,7 +300,7 @@ __device__ __forceinline__ void fence_operand(WgAcc<N>& acc) {
 }
 
 // The asm operand lists of wgmma.mma_async: the fp32 accumulators are asm operands %0..%(N/2-1),
-// built from blocks of 16 (SSD_WGMMA_Rk: the operand names, SSD_WGMMA_Ok: the constraints of
+// built from blocks of 16 (SSD_WGMMA_Rk: the operand names, SSD_WGMMA_O16(k): the constraints of
 // d[16k..16k+15]).
 #define SSD_WGMMA_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define SSD_WGMMA_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -310,38 +310,19 @@ __device__ __forceinline__ void fence_operand(WgAcc<N>& acc) {
 #define SSD_WGMMA_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define SSD_WGMMA_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
 #define SSD_WGMMA_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define SSD_WGMMA_O0 \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#define SSD_WGMMA_O1 \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define SSD_WGMMA_O2 \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-#define SSD_WGMMA_O3 \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define SSD_WGMMA_O4 \
-  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
-#define SSD_WGMMA_O5 \
-  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-#define SSD_WGMMA_O6 \
-  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
-#define SSD_WGMMA_O7 \
-  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define SSD_WGMMA_O16(k)                                                                                    \
+  "+f"(d[16 * (k) + 0]), "+f"(d[16 * (k) + 1]), "+f"(d[16 * (k) + 2]), "+f"(d[16 * (k) + 3]),     \
+  "+f"(d[16 * (k) + 4]), "+f"(d[16 * (k) + 5]), "+f"(d[16 * (k) + 6]), "+f"(d[16 * (k) + 7]),     \
+  "+f"(d[16 * (k) + 8]), "+f"(d[16 * (k) + 9]), "+f"(d[16 * (k) + 10]), "+f"(d[16 * (k) + 11]),   \
+  "+f"(d[16 * (k) + 12]), "+f"(d[16 * (k) + 13]), "+f"(d[16 * (k) + 14]), "+f"(d[16 * (k) + 15])
 #define SSD_WGMMA_D32 "{" SSD_WGMMA_R0 "}"
-#define SSD_WGMMA_D32_OUT SSD_WGMMA_O0
+#define SSD_WGMMA_D32_OUT SSD_WGMMA_O16(0)
 #define SSD_WGMMA_D64 "{" SSD_WGMMA_R0 ", " SSD_WGMMA_R1 "}"
-#define SSD_WGMMA_D64_OUT SSD_WGMMA_O0, SSD_WGMMA_O1
+#define SSD_WGMMA_D64_OUT SSD_WGMMA_O16(0), SSD_WGMMA_O16(1)
 #define SSD_WGMMA_D128 "{" SSD_WGMMA_R0 ", " SSD_WGMMA_R1 ", " SSD_WGMMA_R2 ", " SSD_WGMMA_R3 "}"
-#define SSD_WGMMA_D128_OUT SSD_WGMMA_O0, SSD_WGMMA_O1, SSD_WGMMA_O2, SSD_WGMMA_O3
+#define SSD_WGMMA_D128_OUT SSD_WGMMA_O16(0), SSD_WGMMA_O16(1), SSD_WGMMA_O16(2), SSD_WGMMA_O16(3)
 #define SSD_WGMMA_D256 "{" SSD_WGMMA_R0 ", " SSD_WGMMA_R1 ", " SSD_WGMMA_R2 ", " SSD_WGMMA_R3 ", " SSD_WGMMA_R4 ", " SSD_WGMMA_R5 ", " SSD_WGMMA_R6 ", " SSD_WGMMA_R7 "}"
-#define SSD_WGMMA_D256_OUT SSD_WGMMA_O0, SSD_WGMMA_O1, SSD_WGMMA_O2, SSD_WGMMA_O3, SSD_WGMMA_O4, SSD_WGMMA_O5, SSD_WGMMA_O6, SSD_WGMMA_O7
+#define SSD_WGMMA_D256_OUT SSD_WGMMA_O16(0), SSD_WGMMA_O16(1), SSD_WGMMA_O16(2), SSD_WGMMA_O16(3), SSD_WGMMA_O16(4), SSD_WGMMA_O16(5), SSD_WGMMA_O16(6), SSD_WGMMA_O16(7)
 
 #define SSD_WGMMA_STR2(x) #x
 #define SSD_WGMMA_STR(x) SSD_WGMMA_STR2(x)
@@ -440,21 +421,14 @@ __device__ __forceinline__ void mma_rs(WgAcc<N>& acc, const FragA& a_frag, unsig
 #undef SSD_WGMMA_SS
 #undef SSD_WGMMA_RS
 #undef SSD_WGMMA_R0
-#undef SSD_WGMMA_O0
+#undef SSD_WGMMA_O16
 #undef SSD_WGMMA_R1
-#undef SSD_WGMMA_O1
 #undef SSD_WGMMA_R2
-#undef SSD_WGMMA_O2
 #undef SSD_WGMMA_R3
-#undef SSD_WGMMA_O3
 #undef SSD_WGMMA_R4
-#undef SSD_WGMMA_O4
 #undef SSD_WGMMA_R5
-#undef SSD_WGMMA_O5
 #undef SSD_WGMMA_R6
-#undef SSD_WGMMA_O6
 #undef SSD_WGMMA_R7
-#undef SSD_WGMMA_O7
 #undef SSD_WGMMA_D32
 #undef SSD_WGMMA_D32_OUT
 #undef SSD_WGMMA_D64

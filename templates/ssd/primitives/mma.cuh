@@ -118,20 +118,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
 
 // D = A * B + D, m16n8k16, fp32 accumulate, operands bf16 or fp16 (layouts in the header comment).
 template <class T> __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
-template <>
-__device__ __forceinline__ void mma_16816<bf16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ __forceinline__ void mma_16816<fp16>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// The two specializations differ only in the operand type's PTX name (the same instruction text).
+#define SSD_MMA_16816(T, ptx_type)                                                                          \
+  template <>                                                                                               \
+  __device__ __forceinline__ void mma_16816<T>(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) { \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." ptx_type "." ptx_type ".f32 {%0, %1, %2, %3}, "              \
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                                                     \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                    \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                               \
+  }
+SSD_MMA_16816(bf16, "bf16")
+SSD_MMA_16816(fp16, "f16")
+#undef SSD_MMA_16816
 
 }  // namespace ptx
 
@@ -195,6 +193,47 @@ template <class T>
 __device__ __forceinline__ void mma(FragC& c, const FragA& a, const FragB& b) {
   ptx::mma_16816<T>(c.x, a.x, b.x);
 }
+
+// Every accumulator of a warp's MI x NJ tile to +0.0.
+template <int MI, int NJ>
+__device__ __forceinline__ void zero_tile(FragC (&acc)[MI][NJ]) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) zero(acc[i][j]);
+}
+
+// One 16-wide K step of a warp's MI x NJ tile of fp32 accumulators ACC (element type T): the MI
+// A fragments a[i] filled by the statement LOAD_A (for i = 0 .. MI-1), the NJ B fragments in
+// pairs bf[j], bf[j + 1] by LOAD_B2 (for j = 0, 2, ..), then ACC[i][j] += a[i] · bf[j] in order
+// (i, j). A macro, not a function taking the loaders: the templates' code stays token for token
+// what they spelled out before (same machine code).
+#define SSD_WARP_MMA_K16(T, ACC, LOAD_A, LOAD_B2)                                 \
+  {                                                                              \
+    FragA a[MI];                                                                 \
+    FragB bf[NJ];                                                                \
+    _Pragma("unroll") for (int i = 0; i < MI; ++i) { LOAD_A; }                   \
+    _Pragma("unroll") for (int j = 0; j < NJ; j += 2) { LOAD_B2; }               \
+    _Pragma("unroll") for (int i = 0; i < MI; ++i)                               \
+        _Pragma("unroll") for (int j = 0; j < NJ; ++j) warp::mma<T>(ACC[i][j], a[i], bf[j]); \
+  }
+
+// The same K step with the B fragments one pair at a time (fewer live registers): LOAD_B2 fills
+// b0, b1 for columns j, j + 1, then ACC[i][j] += a[i] · b0 and ACC[i][j + 1] += a[i] · b1 for
+// every i, pair after pair.
+#define SSD_WARP_MMA_K16_PAIRS(T, ACC, LOAD_A, LOAD_B2)                           \
+  {                                                                              \
+    FragA a[MI];                                                                 \
+    _Pragma("unroll") for (int i = 0; i < MI; ++i) { LOAD_A; }                   \
+    _Pragma("unroll") for (int j = 0; j < NJ; j += 2) {                          \
+      FragB b0, b1;                                                              \
+      LOAD_B2;                                                                   \
+      _Pragma("unroll") for (int i = 0; i < MI; ++i) {                           \
+        warp::mma<T>(ACC[i][j], a[i], b0);                                       \
+        warp::mma<T>(ACC[i][j + 1], a[i], b1);                                   \
+      }                                                                          \
+    }                                                                            \
+  }
 
 // Multiplies the A fragment column-wise (k) by fp32 factors and rounds back to T: element (m, k)
 // becomes rn(float(A[m][k]) * f[k]). f01 = factors of columns 2t, 2t+1; f89 = of 2t+8, 2t+9.
