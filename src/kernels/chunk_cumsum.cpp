@@ -43,15 +43,23 @@ std::vector<ssd_tile> fwd_legal_tiles(const ssd_kernel_config& c) {
   return tiles;
 }
 
-KernelSpec fwd_spec(const ssd_kernel_config& c) {
+// The Spec members both directions share: the tile's m is kBlockH; its n is the forward's
+// kThreads and the backward's kBlockL.
+SpecWriter cumsum_members(const ssd_kernel_config& c, const char* m_comment, const char* n_name,
+                          const char* n_comment) {
   SpecWriter s;
   s.integer("kChunk", c.chunk_size)
-      .integer("kBlockH", c.tile.m, "heads per block, one scanning thread each")
-      .integer("kThreads", c.tile.n, "threads per block")
+      .integer("kBlockH", c.tile.m, m_comment)
+      .integer(n_name, c.tile.n, n_comment)
       .element("Element", c.dtype)
       .boolean("kHasBias", c.flags & SSD_FLAG_DT_BIAS)
       .boolean("kSoftplus", c.flags & SSD_FLAG_DT_SOFTPLUS);
-  return {s.members(), c.tile.n, 0};
+  return s;
+}
+
+KernelSpec fwd_spec(const ssd_kernel_config& c) {
+  return {cumsum_members(c, "heads per block, one scanning thread each", "kThreads", "threads per block").members(),
+          c.tile.n, 0};
 }
 
 // ---- chunk_cumsum_bwd: m heads per block (one thread each), n positions staged per step.
@@ -79,19 +87,8 @@ std::vector<ssd_tile> cumsum_legal_tiles(const ssd_kernel_config& c) {
   return tiles;
 }
 
-SpecWriter cumsum_members(const ssd_kernel_config& c) {
-  SpecWriter s;
-  s.integer("kChunk", c.chunk_size)
-      .integer("kBlockH", c.tile.m, "heads per block, one thread each")
-      .integer("kBlockL", c.tile.n, "positions staged per step")
-      .element("Element", c.dtype)
-      .boolean("kHasBias", c.flags & SSD_FLAG_DT_BIAS)
-      .boolean("kSoftplus", c.flags & SSD_FLAG_DT_SOFTPLUS);
-  return s;
-}
-
 KernelSpec bwd_spec(const ssd_kernel_config& c) {
-  SpecWriter s = cumsum_members(c);
+  SpecWriter s = cumsum_members(c, "heads per block, one thread each", "kBlockL", "positions staged per step");
   s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC)
       .boolean("kIncrements", c.flags & SSD_FLAG_DDA_INCREMENTS);  // ddA is w.r.t. the increments a_l
   return {s.members(), ssd_kernels::cumsum_geom::bwd_threads(c.tile.m), 0};

@@ -174,18 +174,24 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
                        grid_yz(c.d.g, c.max_blocks), params, stream);
 }
 
-// F2: chunk states (staged path).
-bool staged(const F& c) { return c.tiles.staged_states; }
-ssd_kernel_config state_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state); }
-Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
-  ssd_kernels::ChunkStateFwdParams p{};
+// The inputs of the chunk states (F2), shared by chunk_state_fwd and chunk_state_passing_fwd.
+template <class Params>
+void bind_chunk_state_inputs(const F& c, Params& p) {
   p.x = ref<const void, 4>(c.a.x);
   p.B = ref<const void, 4>(c.a.B);
   p.dt = chunked<const float, 3>(c, c.buf.dt_out);
   p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
-  p.states = states_ref<float, 4>(c);
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+}
+
+// F2: chunk states (staged path).
+bool staged(const F& c) { return c.tiles.staged_states; }
+ssd_kernel_config state_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state); }
+Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkStateFwdParams p{};
+  bind_chunk_state_inputs(c, p);
+  p.states = states_ref<float, 4>(c);
   const ssd_tile& t = k.built->config.tile;
   void* params[] = {&p};
   return launch_kernel(
@@ -223,16 +229,11 @@ Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunks for "
                                                            "chunk_state_passing_fwd ({})", c.d.L, dims_text(c.d)));
   ssd_kernels::ChunkStatePassingFwdParams p{};
-  p.x = ref<const void, 4>(c.a.x);
-  p.B = ref<const void, 4>(c.a.B);
-  p.dt = chunked<const float, 3>(c, c.buf.dt_out);
-  p.dA_cumsum = chunked<const float, 3>(c, c.buf.dA_cumsum);
-  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  bind_chunk_state_inputs(c, p);
   p.initial_states = ref<const float, 2>(c.a.initial_states);
   p.states = states_ref<void, 4>(c);
   p.final_states = ref<float, 2>(c.a.final_states);
-  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
-  void* params[] = {&p};
+    void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks),
       grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h, c.max_blocks), params, stream);

@@ -32,25 +32,18 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 
 template <class Spec>
 __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
-  constexpr int Q = Spec::kChunk;
-  constexpr int P = Spec::kHeaddim;
-  constexpr int N = Spec::kDstate;
-  constexpr int HEADS_PER_GROUP = Spec::kHeadsPerGroup;
-  constexpr int BLOCK_M = Spec::kBlockM;
-  constexpr int BLOCK_N = Spec::kBlockN;
-  constexpr int BLOCK_K = Spec::kBlockK;
-  using T = typename Spec::Element;
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   using S = typename Spec::State;  // P's type in memory: float, or T (SSD_FLAG_STATES_IN_DTYPE)
   constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
   constexpr bool HAS_INIT = Spec::kInitialStates;
   static_assert(fwd_geom::chunk_state_passing_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
-  static_assert(is_16bit_float<T>::value, "chunk_state_passing_fwd: element type must be bf16 or fp16");
   static_assert(same_type<S, float>::value || same_type<S, T>::value, "the state type is fp32 or the element type");
   using namespace fwd_geom;
   constexpr int WM = state_pass_warp_m(BLOCK_M);
@@ -69,15 +62,11 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
   __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
   __shared__ __align__(16) float s_w[2][Q];  // weights of chunk c in s_w[c % 2]
 
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-  const int lt = lane & 3;
+  SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Bg = static_cast<const T*>(p.B.data);
-  const bool vec_x = aligned16(xg) && p.x.stride[3] == 1 && ((p.x.stride[0] | p.x.stride[1] | p.x.stride[2]) & 7) == 0;
-  const bool vec_b = aligned16(Bg) && p.B.stride[3] == 1 && ((p.B.stride[0] | p.B.stride[1] | p.B.stride[2]) & 7) == 0;
+  const bool vec_x = vec16_rows(xg, p.x), vec_b = vec16_rows(Bg, p.B);
   S* const Pg = static_cast<S*>(p.states.data);
   // Pairs of P elements as one 8-byte (fp32) or 4-byte (16-bit) store.
   const bool vec_out = (reinterpret_cast<unsigned long long>(Pg) & (2 * sizeof(S) - 1)) == 0 &&
