@@ -265,26 +265,31 @@ TEST_CASE("D2 + D4: every legal tile and grid size gives identical bits" * docte
     CAPTURE(describe(c));
     CumsumProblem p(c);
     const std::vector<uint8_t> fwd0 = p.run_fwd(rt.rt), bwd0 = p.run_bwd(rt.rt);
-    ssd_kernel_config probe = ssd::default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
-    probe.chunk_size = c.Q;
     ssd_kernel_config reduce_probe = ssd::default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
     const auto reduce_tiles = ssd::legal_tiles(reduce_probe);
     int variants = 0;
     size_t r = 0;
-    for (const ssd_tile& tile : ssd::legal_tiles(probe)) {
-      for (int grid : {0, 1, 7, 64}) {
-        ssd_launch_options o;
-        ssd_launch_options_init(&o);
-        o.tile = tile;
-        o.reduce_tile = reduce_tiles[r++ % reduce_tiles.size()];
-        o.max_blocks = grid;
-        CAPTURE(tile.m);
-        CAPTURE(tile.n);
-        CAPTURE(o.reduce_tile.m);
-        CAPTURE(grid);
-        CHECK(same_bytes(p.run_fwd(rt.rt, &o), fwd0));
-        CHECK(same_bytes(p.run_bwd(rt.rt, &o), bwd0));
-        ++variants;
+    // The two directions' tiles mean different things (forward: heads x threads per block;
+    // backward: heads per block x positions per step), so each runs its own legal tiles.
+    for (ssd_kernel_id kernel : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_CHUNK_CUMSUM_BWD}) {
+      ssd_kernel_config probe = ssd::default_config(kernel);
+      probe.chunk_size = c.Q;
+      for (const ssd_tile& tile : ssd::legal_tiles(probe)) {
+        for (int grid : {0, 1, 7, 64}) {
+          ssd_launch_options o;
+          ssd_launch_options_init(&o);
+          o.tile = tile;
+          o.reduce_tile = reduce_tiles[r++ % reduce_tiles.size()];
+          o.max_blocks = grid;
+          CAPTURE(ssd::kernel_name(kernel));
+          CAPTURE(tile.m);
+          CAPTURE(tile.n);
+          CAPTURE(o.reduce_tile.m);
+          CAPTURE(grid);
+          if (kernel == SSD_KERNEL_CHUNK_CUMSUM_FWD) CHECK(same_bytes(p.run_fwd(rt.rt, &o), fwd0));
+          else CHECK(same_bytes(p.run_bwd(rt.rt, &o), bwd0));
+          ++variants;
+        }
       }
     }
     MESSAGE("D2/D4 " << describe(c) << ": " << variants << " tile x grid variants bitwise equal");
@@ -411,8 +416,8 @@ TEST_CASE("ssd_get_kernel: info, and a second runtime loads from the disk cache"
     CHECK(info.function != nullptr);
     CHECK(std::string(info.key).size() == 64);
     CHECK(std::string(info.cubin_sha256).size() == 64);
-    CHECK(info.block_threads == 32);
-    CHECK(info.config.tile.n == 32);  // default filled in
+    CHECK(info.block_threads == 256);  // chunk_cumsum_fwd's tile: m heads x n threads per block
+    CHECK(info.config.tile.n == 256);  // default filled in
     if (round == 0) key = info.key;
     else CHECK(key == info.key);
   }
