@@ -38,6 +38,15 @@ ssd::Status null_arg(const char* name) {
   return ssd::make_error(SSD_ERROR_INVALID_ARGUMENT, std::string(name) + ": NULL pointer");
 }
 
+// An operation on a runtime: guarded, the null runtime refused by name, the stream as CUstream.
+template <class F>
+ssd_status on_runtime(ssd_runtime* runtime, ssd_cuda_stream stream, F&& f) {
+  return guarded([&]() -> ssd::Status {
+    if (!runtime) return null_arg("runtime");
+    return f(*runtime, reinterpret_cast<CUstream>(stream));
+  });
+}
+
 ssd_runtime_options default_runtime_options() {
   ssd_runtime_options o{};
   o.struct_size = sizeof(o);
@@ -208,10 +217,7 @@ SSD_API void ssd_chunk_cumsum_bwd_args_init(ssd_chunk_cumsum_bwd_args* args) {
 
 SSD_API ssd_status ssd_chunk_cumsum_fwd(ssd_runtime* runtime, const ssd_chunk_cumsum_fwd_args* args,
                                         const ssd_launch_options* options, ssd_cuda_stream stream) {
-  return guarded([&]() -> ssd::Status {
-    if (!runtime) return null_arg("runtime");
-    return ssd::chunk_cumsum_fwd(*runtime, args, options, reinterpret_cast<CUstream>(stream));
-  });
+  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::chunk_cumsum_fwd(rt, args, options, st); });
 }
 
 SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args, size_t* bytes) {
@@ -226,10 +232,7 @@ SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bw
 
 SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cumsum_bwd_args* args,
                                         const ssd_launch_options* options, ssd_cuda_stream stream) {
-  return guarded([&]() -> ssd::Status {
-    if (!runtime) return null_arg("runtime");
-    return ssd::chunk_cumsum_bwd(*runtime, args, options, reinterpret_cast<CUstream>(stream));
-  });
+  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::chunk_cumsum_bwd(rt, args, options, st); });
 }
 
 SSD_API void ssd_forward_args_init(ssd_forward_args* args) {
@@ -252,10 +255,7 @@ SSD_API ssd_status ssd_forward_workspace_layout(const ssd_forward_args* args, ss
 
 SSD_API ssd_status ssd_forward(ssd_runtime* runtime, const ssd_forward_args* args, const ssd_launch_options* options,
                                ssd_cuda_stream stream) {
-  return guarded([&]() -> ssd::Status {
-    if (!runtime) return null_arg("runtime");
-    return ssd::ssd_forward(*runtime, args, options, reinterpret_cast<CUstream>(stream));
-  });
+  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::ssd_forward(rt, args, options, st); });
 }
 
 SSD_API void ssd_backward_args_init(ssd_backward_args* args) {
@@ -274,10 +274,7 @@ SSD_API ssd_status ssd_backward_workspace_size(const ssd_backward_args* args, si
 
 SSD_API ssd_status ssd_backward(ssd_runtime* runtime, const ssd_backward_args* args, void* workspace,
                                 size_t workspace_bytes, ssd_cuda_stream stream) {
-  return guarded([&]() -> ssd::Status {
-    if (!runtime) return null_arg("runtime");
-    return ssd::ssd_backward(*runtime, args, workspace, workspace_bytes, reinterpret_cast<CUstream>(stream));
-  });
+  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::ssd_backward(rt, args, workspace, workspace_bytes, st); });
 }
 
 SSD_API void ssd_prepare_options_init(ssd_prepare_options* options) {
