@@ -101,9 +101,23 @@ TEST_CASE("forward kernels: fields and tiles are checked against the templates' 
       {SSD_KERNEL_CHUNK_SCAN_FWD, [](ssd_kernel_config& k) { k.dstate = 256; k.tile = {128, 64, 32, 0, 0}; }, "48 KiB"},
       {SSD_KERNEL_CHUNK_STATE_FWD, [](ssd_kernel_config& k) { k.dtype = SSD_DTYPE_FP32; }, "dtype"},
       {SSD_KERNEL_STATE_PASSING_FWD, [](ssd_kernel_config& k) { k.headdim = 64; }, "headdim"},
+      // The fused state pass: at most 16 warps of 32 x 32; its flags are seq_idx, initial_states
+      // and states_in_dtype (which only it and chunk_scan_fwd read).
+      {SSD_KERNEL_CHUNK_STATE_PASSING_FWD,
+       [](ssd_kernel_config& k) { k.headdim = 128; k.dstate = 256; k.tile = {128, 256, 16, 0, 0}; },
+       "m * n <= 16384 (16 warps of 32 x 32)"},
+      {SSD_KERNEL_CHUNK_STATE_PASSING_FWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_Z; }, "flags"},
+      {SSD_KERNEL_BMM_CHUNK_FWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_STATES_IN_DTYPE; }, "flags"},
+      {SSD_KERNEL_CHUNK_STATE_FWD, [](ssd_kernel_config& k) { k.flags = SSD_FLAG_STATES_IN_DTYPE; }, "flags"},
   });
+  for (uint32_t flags : {uint32_t(SSD_FLAG_STATES_IN_DTYPE),
+                         uint32_t(SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE)}) {
+    ssd_kernel_config k = default_config(SSD_KERNEL_CHUNK_STATE_PASSING_FWD);
+    k.flags = flags;
+    CHECK(validate_config(k).ok());
+  }
   for (ssd_kernel_id k : {SSD_KERNEL_BMM_CHUNK_FWD, SSD_KERNEL_CHUNK_STATE_FWD, SSD_KERNEL_STATE_PASSING_FWD,
-                          SSD_KERNEL_CHUNK_SCAN_FWD}) {
+                          SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_KERNEL_CHUNK_SCAN_FWD}) {
     ssd_kernel_config d = default_config(k);
     d.dstate = k == SSD_KERNEL_STATE_PASSING_FWD ? 0 : 256;
     auto tiles = legal_tiles(d);
