@@ -217,7 +217,8 @@ SSD_API void ssd_chunk_cumsum_bwd_args_init(ssd_chunk_cumsum_bwd_args* args) {
 
 SSD_API ssd_status ssd_chunk_cumsum_fwd(ssd_runtime* runtime, const ssd_chunk_cumsum_fwd_args* args,
                                         const ssd_launch_options* options, ssd_cuda_stream stream) {
-  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::chunk_cumsum_fwd(rt, args, options, st); });
+  return on_runtime(runtime, stream,
+                    [&](ssd_runtime& rt, CUstream st) { return ssd::chunk_cumsum_fwd(rt, args, options, st); });
 }
 
 SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args, size_t* bytes) {
@@ -232,7 +233,8 @@ SSD_API ssd_status ssd_chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bw
 
 SSD_API ssd_status ssd_chunk_cumsum_bwd(ssd_runtime* runtime, const ssd_chunk_cumsum_bwd_args* args,
                                         const ssd_launch_options* options, ssd_cuda_stream stream) {
-  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::chunk_cumsum_bwd(rt, args, options, st); });
+  return on_runtime(runtime, stream,
+                    [&](ssd_runtime& rt, CUstream st) { return ssd::chunk_cumsum_bwd(rt, args, options, st); });
 }
 
 SSD_API void ssd_forward_args_init(ssd_forward_args* args) {
@@ -255,7 +257,8 @@ SSD_API ssd_status ssd_forward_workspace_layout(const ssd_forward_args* args, ss
 
 SSD_API ssd_status ssd_forward(ssd_runtime* runtime, const ssd_forward_args* args, const ssd_launch_options* options,
                                ssd_cuda_stream stream) {
-  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::ssd_forward(rt, args, options, st); });
+  return on_runtime(runtime, stream,
+                    [&](ssd_runtime& rt, CUstream st) { return ssd::ssd_forward(rt, args, options, st); });
 }
 
 SSD_API void ssd_backward_args_init(ssd_backward_args* args) {
@@ -274,7 +277,10 @@ SSD_API ssd_status ssd_backward_workspace_size(const ssd_backward_args* args, si
 
 SSD_API ssd_status ssd_backward(ssd_runtime* runtime, const ssd_backward_args* args, void* workspace,
                                 size_t workspace_bytes, ssd_cuda_stream stream) {
-  return on_runtime(runtime, stream, [&](ssd_runtime& rt, CUstream st) { return ssd::ssd_backward(rt, args, workspace, workspace_bytes, st); });
+  return on_runtime(runtime, stream,
+                    [&](ssd_runtime& rt, CUstream st) {
+                      return ssd::ssd_backward(rt, args, workspace, workspace_bytes, st);
+                    });
 }
 
 SSD_API void ssd_prepare_options_init(ssd_prepare_options* options) {
