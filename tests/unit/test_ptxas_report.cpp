@@ -1,10 +1,13 @@
 // The ptxas -v report parser (compile/nvrtc_compiler.h) on real logs: NVRTC 13.0's reports for the
-// nemotronh-56b preset kernels, as compile_cubin receives them. The expected figures are what the
+// nemotronh-56b preset kernels, as compile_cubin receives them (tests/unit/inputs/ptxas_reports.log). The expected figures are what the
 // std::regex parser it replaced returned for the same logs (identical on all 36 kernels of the
 // preset for sm_80 and sm_90a, and on the edge cases below).
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "compile/nvrtc_compiler.h"
 
@@ -12,70 +15,51 @@ using ssd::parse_ptxas_report;
 
 namespace {
 
-// chunk_scan_fwd bf16 p=64 n=256 Q=256 r=32 flags=D tile=64x64 det sm_80
-constexpr const char* k_sm80_chunk_scan_fwd = R"LOG(ptxas info    : 44 bytes gmem, 136 bytes cmem[4]
-ptxas info    : Compiling entry function 'ssd_chunk_scan_fwd' for 'sm_80'
-ptxas info    : Function properties for ssd_chunk_scan_fwd
-ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 220 registers, used 1 barriers, 46592 bytes smem, 776 bytes cmem[0], 16 bytes cmem[2]
-ptxas info    : Compile time = 437.737 ms)LOG";
-
-// chunk_scan_bwd_dx bf16 p=64 n=256 Q=256 r=32 flags=D tile=128x0 det sm_90a
-constexpr const char* k_sm90a_chunk_scan_bwd_dx = R"LOG(ptxas info    : 41 bytes gmem
-ptxas info    : Compiling entry function 'ssd_chunk_scan_bwd_dx' for 'sm_90a'
-ptxas info    : Function properties for ssd_chunk_scan_bwd_dx
-ptxas         .     24 bytes stack frame, 16 bytes spill stores, 28 bytes spill loads
-ptxas info    : Used 128 registers, used 1 barriers, 24 bytes cumulative stack size, 45056 bytes smem
-ptxas info    : Compile time = 797.831 ms)LOG";
-
-// chunk_scan_bwd_dc bf16 p=64 n=256 Q=256 r=32 tile=128x64 det sm_90a
-constexpr const char* k_sm90a_chunk_scan_bwd_dc = R"LOG(ptxas info    : 44 bytes gmem
-ptxas info    : Compiling entry function 'ssd_chunk_scan_bwd_dc' for 'sm_90a'
-ptxas info    : Function properties for ssd_chunk_scan_bwd_dc
-ptxas         .     8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
-ptxas info    : Used 255 registers, used 1 barriers, 8 bytes cumulative stack size, 45568 bytes smem
-ptxas info    : Compile time = 977.099 ms)LOG";
-
-// chunk_scan_bwd_dcb bf16 p=64 Q=256 r=32 tile=32x64 det sm_90a
-constexpr const char* k_sm90a_chunk_scan_bwd_dcb = R"LOG(ptxas info    : 39 bytes gmem
-ptxas info    : Compiling entry function 'ssd_chunk_scan_bwd_dcb' for 'sm_90a'
-ptxas info    : Function properties for ssd_chunk_scan_bwd_dcb
-ptxas         .     8 bytes stack frame, 6 bytes spill stores, 8 bytes spill loads
-ptxas info    : Used 168 registers, used 1 barriers, 8 bytes cumulative stack size, 43392 bytes smem
-ptxas info    : Compile time = 496.296 ms)LOG";
-
-// state_passing_fwd fp32 Q=256 tile=256x0 det sm_90a
-constexpr const char* k_sm90a_state_passing_fwd = R"LOG(ptxas info    : 14 bytes gmem
-ptxas info    : Compiling entry function 'ssd_state_passing_fwd' for 'sm_90a'
-ptxas info    : Function properties for ssd_state_passing_fwd
-ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 32 registers, used 0 barriers
-ptxas info    : Compile time = 47.546 ms)LOG";
-
-// chunk_scan_bwd_ddA fp32 Q=256 tile=128x0 det sm_80
-constexpr const char* k_sm80_chunk_scan_bwd_ddA = R"LOG(ptxas info    : 22 bytes gmem, 56 bytes cmem[4]
-ptxas info    : Compiling entry function 'ssd_chunk_scan_bwd_ddA' for 'sm_80'
-ptxas info    : Function properties for ssd_chunk_scan_bwd_ddA
-ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 32 registers, used 1 barriers, 4100 bytes smem, 488 bytes cmem[0], 8 bytes cmem[2]
-ptxas info    : Compile time = 58.591 ms)LOG";
-
-void check_report(const char* log, int32_t registers, int32_t shared, int32_t spill) {
+void check_report(const std::string& log, int32_t registers, int32_t shared, int32_t spill) {
   const ssd::PtxasReport r = parse_ptxas_report(log);
   CHECK(r.registers == registers);
   CHECK(r.shared_bytes == shared);
   CHECK(r.spill_bytes == spill);
 }
 
+// The sections of tests/unit/inputs/ptxas_reports.log: '== label | registers R | shared S | spill P',
+// then the log's lines.
+struct RecordedReport {
+  std::string label, log;
+  int32_t registers = 0, shared = 0, spill = 0;
+};
+std::vector<RecordedReport> recorded_reports() {
+  std::ifstream in(std::string(SSD_TEST_INPUTS_DIR) + "/ptxas_reports.log");
+  REQUIRE(in.good());
+  std::vector<RecordedReport> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("#", 0) == 0) continue;
+    if (line.rfind("== ", 0) == 0) {
+      RecordedReport r;
+      const size_t bar = line.find(" | ");
+      REQUIRE(bar != std::string::npos);
+      r.label = line.substr(3, bar - 3);
+      REQUIRE(std::sscanf(line.c_str() + bar, " | registers %d | shared %d | spill %d", &r.registers, &r.shared,
+                          &r.spill) == 3);
+      out.push_back(r);
+    } else {
+      REQUIRE(!out.empty());
+      out.back().log += (out.back().log.empty() ? "" : "\n") + line;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("ptxas report: registers, static shared memory and spills of real NVRTC logs") {
-  check_report(k_sm80_chunk_scan_fwd, 220, 46592, 0);       // cmem after smem, no spills
-  check_report(k_sm90a_chunk_scan_bwd_dx, 128, 45056, 44);  // 16 stores + 28 loads
-  check_report(k_sm90a_chunk_scan_bwd_dc, 255, 45568, 20);
-  check_report(k_sm90a_chunk_scan_bwd_dcb, 168, 43392, 14);
-  check_report(k_sm90a_state_passing_fwd, 32, 0, 0);        // no smem: ptxas omits the field
-  check_report(k_sm80_chunk_scan_bwd_ddA, 32, 4100, 0);
+  const std::vector<RecordedReport> reports = recorded_reports();
+  CHECK(reports.size() == 6);
+  for (const RecordedReport& r : reports) {
+    CAPTURE(r.label);
+    check_report(r.log, r.registers, r.shared, r.spill);
+  }
 }
 
 TEST_CASE("ptxas report: absent and malformed reports") {
