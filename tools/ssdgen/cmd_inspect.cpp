@@ -1,5 +1,7 @@
 // `ssdgen emit`, `ssdgen key`, `ssdgen ptx`: look at one specialization without caching anything.
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -62,6 +64,13 @@ ssd::Result<Generated> generate(const std::string& text) {
   return g;
 }
 
+// The text of an embedded template header; nullopt when this build does not embed it.
+std::optional<std::string> embedded_text(const std::string& header) {
+  const ssd::EmbeddedFile* f = ssd::find_template(header);
+  if (!f) return std::nullopt;
+  return std::string(f->content);
+}
+
 }  // namespace
 
 int cmd_emit(Context& ctx, const std::vector<std::string>& args) {
@@ -84,8 +93,8 @@ int cmd_emit(Context& ctx, const std::vector<std::string>& args) {
     if (headers) {
       nlohmann::json contents = nlohmann::json::object();
       for (const std::string& h : unit.headers) {
-        const ssd::EmbeddedFile* f = ssd::find_template(h);
-        contents[h] = f ? nlohmann::json(f->content) : nlohmann::json(nullptr);
+        const std::optional<std::string> text = embedded_text(h);
+        contents[h] = text ? nlohmann::json(*text) : nlohmann::json(nullptr);
       }
       j["header_sources"] = contents;
     }
@@ -96,9 +105,8 @@ int cmd_emit(Context& ctx, const std::vector<std::string>& args) {
   write_stdout(unit.source);
   if (headers) {
     for (const std::string& h : unit.headers) {
-      const ssd::EmbeddedFile* f = ssd::find_template(h);
       write_stdout(fmt::format("// ---- {}", h));
-      write_stdout(f ? std::string(f->content) : std::string("// (not embedded in this build)"));
+      write_stdout(embedded_text(h).value_or("// (not embedded in this build)"));
     }
   }
   return kExitOk;
