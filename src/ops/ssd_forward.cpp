@@ -61,6 +61,14 @@ Status check_forward_inputs(const ssd_forward_args& a, ForwardDims& d) {
   d.g = a.B.shape[2];
   d.n = a.B.shape[3];
   d.nc = d.L / d.Q + (d.L % d.Q != 0);  // (L + Q - 1) / Q overflows for L near 2^63
+  // The kernels count heads and (batch, chunk) work items in 32 bits, and chunk_state_passing_fwd its
+  // (chunk, K step) sequence with K steps of at least 16 positions (offsets are 64-bit).
+  constexpr int64_t kMax32 = 0x7fffffff;
+  if (d.h > kMax32 || d.nc > kMax32 / std::max<int64_t>(d.b, 1) || d.nc > kMax32 / (d.Q / 16))
+    return make_error(SSD_ERROR_INVALID_SHAPE,
+                      fmt::format("x: batch {} x {} chunks of {} positions (seqlen {}), {} heads: the kernels' work "
+                                  "indices are 32-bit (nheads, batch x nchunks and nchunks x chunk_size / 16 must be "
+                                  "below 2^31)", d.b, d.nc, d.Q, d.L, d.h));
   if (!one_of(d.n, {16, 32, 64, 128, 256}))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("B: dstate {} (legal: 16, 32, 64, 128, 256)", d.n));
   if (d.h % d.g != 0)
@@ -223,11 +231,7 @@ ssd_kernel_config state_pass_config(const F& c) {
   return k;
 }
 Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
-  const ssd_tile& t = k.built->config.tile;
-  // The kernel's flattened (chunk, K step) counter is 32-bit.
-  if (c.d.nc > int64_t(0x7fffffff) / (c.d.Q / t.k))
-    return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunks for "
-                                                           "chunk_state_passing_fwd ({})", c.d.L, dims_text(c.d)));
+  const ssd_tile& t = k.built->config.tile;  // its 32-bit (chunk, K step) count: check_forward_inputs
   ssd_kernels::ChunkStatePassingFwdParams p{};
   bind_chunk_state_inputs(c, p);
   p.initial_states = ref<const float, 2>(c.a.initial_states);

@@ -1152,9 +1152,10 @@ TEST_CASE("ssd_forward: launch options.mode outside -1, 0, 1 is refused (as chun
 
 namespace {
 
-// Inputs broadcast (stride 0), outputs dense: 2^50 positions pass every tensor check, while the
-// workspace (2^44 chunks of 16 heads' 128 x 256 fp32 states) needs more than 2^64 bytes.
-constexpr Dims kHugeDims{1, int64_t(1) << 50, 16, 128, 1, 256, 64};
+// Inputs broadcast (stride 0), outputs dense: 2^34 positions of 2^20 heads pass every tensor check
+// and the kernels' 32-bit work limits, while the workspace (2^28 chunks of 2^20 heads' 128 x 256
+// bf16 states) needs more than 2^64 bytes.
+constexpr Dims kHugeDims{1, int64_t(1) << 34, int64_t(1) << 20, 128, 1, 256, 64};
 
 void broadcast_inputs(std::initializer_list<ssd_tensor*> inputs) {
   for (ssd_tensor* t : inputs)
@@ -1179,10 +1180,10 @@ ssd_backward_args huge_backward_args() {
 
 TEST_CASE("ssd_forward, ssd_backward: shapes whose workspace exceeds 2^64 bytes are refused by size and call") {
   check_cases(forward_args(kDims), pointer_readers(forward_entries()),
-              {{"2^50 positions", [](F& a) { a = huge_forward_args(); }, SSD_ERROR_INVALID_SHAPE,
+              {{"2^34 positions, 2^20 heads", [](F& a) { a = huge_forward_args(); }, SSD_ERROR_INVALID_SHAPE,
                 "ssd_forward needs more than 2^64 bytes of workspace"}});
   check_cases(backward_args(kDims), pointer_readers(backward_entries()),
-              {{"2^50 positions", [](Bw& a) { a = huge_backward_args(); }, SSD_ERROR_INVALID_SHAPE,
+              {{"2^34 positions, 2^20 heads", [](Bw& a) { a = huge_backward_args(); }, SSD_ERROR_INVALID_SHAPE,
                 "ssd_backward needs more than 2^64 bytes of workspace"}});
 }
 

@@ -121,16 +121,16 @@ TEST_CASE("workspace sizes: ordinary shapes give the documented layout") {
 }
 
 TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refused, not wrapped") {
-  // b=1, L=2^50 (stride-0 inputs pass the 2^62 extent check; out is 2^61 elements): the states
-  // alone are 2^44 chunks * 16 heads * 128 * 256 * 2 bytes (bf16 P) = 2^64 bytes. size_t used to wrap and
-  // return SSD_OK with a small total and overlapping regions.
-  const Shape s{1, int64_t(1) << 50, 16, 128, 1, 256, 64};
+  // b=1, L=2^34, 2^20 heads (stride-0 inputs pass the 2^62 extent check; out is 2^61 elements): the
+  // states alone are 2^28 chunks * 2^20 heads * 128 * 256 * 2 bytes (bf16 P) = 2^64 bytes. size_t used
+  // to wrap and return SSD_OK with a small total and overlapping regions.
+  const Shape s{1, int64_t(1) << 34, int64_t(1) << 20, 128, 1, 256, 64};
   const ssd_forward_args fa = forward_args(s);
   auto fl = forward_layout(&fa);
   REQUIRE_FALSE(fl.ok());
   CHECK(fl.status().code == SSD_ERROR_INVALID_SHAPE);
   CHECK(contains(fl.status().detail, "ssd_forward needs more than 2^64 bytes of workspace"));
-  CHECK(contains(fl.status().detail, "L=1125899906842624"));
+  CHECK(contains(fl.status().detail, "L=17179869184"));
 
   const ssd_backward_args ba = backward_args(s);
   for (int32_t mode : {int32_t(SSD_MODE_DETERMINISTIC), int32_t(SSD_MODE_FAST)}) {
@@ -140,12 +140,37 @@ TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refuse
     CHECK(contains(bl.status().detail, "ssd_backward needs more than 2^64 bytes of workspace"));
   }
 
-  // Smaller: 2^47 positions give 2^61 bytes of (bf16) states in the forward, which still fits.
-  const Shape fits{1, int64_t(1) << 47, 16, 128, 1, 256, 64};
+  // Smaller: 2^17 heads give 2^61 bytes of (bf16) states in the forward, which still fits.
+  const Shape fits{1, int64_t(1) << 34, int64_t(1) << 17, 128, 1, 256, 64};
   const ssd_forward_args ok_args = forward_args(fits);
   auto big = forward_layout(&ok_args);
-  REQUIRE(big.ok());
+  REQUIRE_MESSAGE(big.ok(), big.status().detail);
   CHECK(big->total_bytes - big->states_offset == size_t(1) << 61);
+}
+
+TEST_CASE("shapes past the kernels' 32-bit work indices are refused by name, both directions") {
+  // nchunks x chunk_size / 16 (the fused state pass's steps), batch x nchunks, nheads.
+  for (const Shape& s : {Shape{1, int64_t(1) << 35, 16, 128, 1, 256, 64},   // 2^29 chunks x 4 steps
+                         Shape{int64_t(1) << 20, int64_t(1) << 17, 4, 32, 1, 16, 64},  // 2^20 x 2^11 work items
+                         Shape{1, 96, int64_t(1) << 31, 32, 1, 16, 64}}) {   // 2^31 heads
+    CAPTURE(s.b);
+    CAPTURE(s.L);
+    CAPTURE(s.h);
+    const ssd_forward_args fa = forward_args(s);
+    auto fl = forward_layout(&fa);
+    REQUIRE_FALSE(fl.ok());
+    CHECK(fl.status().code == SSD_ERROR_INVALID_SHAPE);
+    CHECK(contains(fl.status().detail, "x: batch"));
+    CHECK(contains(fl.status().detail, "work indices are 32-bit"));
+    const ssd_backward_args ba = backward_args(s);
+    auto bl = backward_layout(&ba, SSD_MODE_DETERMINISTIC);
+    REQUIRE_FALSE(bl.ok());
+    CHECK(contains(bl.status().detail, "work indices are 32-bit"));
+  }
+  // Just below the limits: accepted.
+  const Shape ok{1, (int64_t(1) << 35) - 64, 16, 128, 1, 256, 64};  // 2^29 - 1 chunks
+  const ssd_forward_args oa = forward_args(ok);
+  CHECK(forward_layout(&oa).ok());
 }
 
 TEST_CASE("workspace sizes: chunk_cumsum_bwd with L near 2^63 does not overflow") {
