@@ -120,25 +120,31 @@ TEST_CASE("workspace sizes: ordinary shapes give the documented layout") {
   CHECK(bl->total % 256 == 0);
 }
 
-TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refused, not wrapped") {
-  // b=1, L=2^34, 2^20 heads (stride-0 inputs pass the 2^62 extent check; out is 2^61 elements): the
-  // states alone are 2^28 chunks * 2^20 heads * 128 * 256 * 2 bytes (bf16 P) = 2^64 bytes. size_t used
-  // to wrap and return SSD_OK with a small total and overlapping regions.
-  const Shape s{1, int64_t(1) << 34, int64_t(1) << 20, 128, 1, 256, 64};
+// The forward's and the backward's (both modes) layouts refuse the shape: INVALID_SHAPE, with these words.
+void check_shape_refused(const Shape& s, const char* forward_words, const char* backward_words) {
   const ssd_forward_args fa = forward_args(s);
   auto fl = forward_layout(&fa);
   REQUIRE_FALSE(fl.ok());
   CHECK(fl.status().code == SSD_ERROR_INVALID_SHAPE);
-  CHECK(contains(fl.status().detail, "ssd_forward needs more than 2^64 bytes of workspace"));
-  CHECK(contains(fl.status().detail, "L=17179869184"));
-
+  CHECK(contains(fl.status().detail, forward_words));
   const ssd_backward_args ba = backward_args(s);
   for (int32_t mode : {int32_t(SSD_MODE_DETERMINISTIC), int32_t(SSD_MODE_FAST)}) {
     auto bl = backward_layout(&ba, mode);
     REQUIRE_FALSE(bl.ok());
     CHECK(bl.status().code == SSD_ERROR_INVALID_SHAPE);
-    CHECK(contains(bl.status().detail, "ssd_backward needs more than 2^64 bytes of workspace"));
+    CHECK(contains(bl.status().detail, backward_words));
   }
+}
+
+TEST_CASE("workspace sizes: shapes whose workspace exceeds 2^64 bytes are refused, not wrapped") {
+  // b=1, L=2^34, 2^20 heads (stride-0 inputs pass the 2^62 extent check; out is 2^61 elements): the
+  // states alone are 2^28 chunks * 2^20 heads * 128 * 256 * 2 bytes (bf16 P) = 2^64 bytes. size_t used
+  // to wrap and return SSD_OK with a small total and overlapping regions.
+  const Shape s{1, int64_t(1) << 34, int64_t(1) << 20, 128, 1, 256, 64};
+  check_shape_refused(s, "ssd_forward needs more than 2^64 bytes of workspace",
+                      "ssd_backward needs more than 2^64 bytes of workspace");
+  const ssd_forward_args fa = forward_args(s);
+  CHECK(contains(forward_layout(&fa).status().detail, "L=17179869184"));
 
   // Smaller: 2^17 heads give 2^61 bytes of (bf16) states in the forward, which still fits.
   const Shape fits{1, int64_t(1) << 34, int64_t(1) << 17, 128, 1, 256, 64};
@@ -156,16 +162,9 @@ TEST_CASE("shapes past the kernels' 32-bit work indices are refused by name, bot
     CAPTURE(s.b);
     CAPTURE(s.L);
     CAPTURE(s.h);
+    check_shape_refused(s, "work indices are 32-bit", "work indices are 32-bit");
     const ssd_forward_args fa = forward_args(s);
-    auto fl = forward_layout(&fa);
-    REQUIRE_FALSE(fl.ok());
-    CHECK(fl.status().code == SSD_ERROR_INVALID_SHAPE);
-    CHECK(contains(fl.status().detail, "x: batch"));
-    CHECK(contains(fl.status().detail, "work indices are 32-bit"));
-    const ssd_backward_args ba = backward_args(s);
-    auto bl = backward_layout(&ba, SSD_MODE_DETERMINISTIC);
-    REQUIRE_FALSE(bl.ok());
-    CHECK(contains(bl.status().detail, "work indices are 32-bit"));
+    CHECK(contains(forward_layout(&fa).status().detail, "x: batch"));
   }
   // Just below the limits: accepted.
   const Shape ok{1, (int64_t(1) << 35) - 64, 16, 128, 1, 256, 64};  // 2^29 - 1 chunks
