@@ -118,8 +118,8 @@ Result<ssd_forward_layout> layout_for(const ForwardDims& d, int64_t state_bytes)
 
 // ---- The forward's plan: chunk_cumsum_fwd -> bmm_chunk -> chunk_state_passing (or, staged,
 // chunk_state -> state_passing) -> chunk_scan (the last one only when the output is wanted: the
-// backward's recompute stops after the entering states). Each stage binds its parameter block from the call's validated arguments
-// and the workspace buffers.
+// backward's recompute stops after the entering states). Each stage binds its parameter block from
+// the call's validated arguments and the workspace buffers.
 
 using F = ForwardCall;
 
@@ -237,7 +237,7 @@ Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   p.initial_states = ref<const float, 2>(c.a.initial_states);
   p.states = states_ref<void, 4>(c);
   p.final_states = ref<float, 2>(c.a.final_states);
-    void* params[] = {&p};
+  void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks),
       grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h, c.max_blocks), params, stream);

@@ -83,6 +83,8 @@ TEST_CASE("prepare: the forward's kernels are the call's, from shapes alone") {
   for (const ssd_kernel_config& c : configs.value()) kernels.push_back(c.kernel);
   CHECK(kernels == std::vector<ssd_kernel_id>{SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD,
                                               SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_KERNEL_CHUNK_SCAN_FWD});
+  // The plan's stage names are its kernels' names (ssdgen bench fwd matches them).
+  for (const char* name : kForwardStageNames) CHECK_MESSAGE(parse_kernel_name(name).ok(), name);
 
   // With every option on, fake pointers for the optional tensors select the same specializations
   // as the call with real pointers computes.
