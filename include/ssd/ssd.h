@@ -100,9 +100,13 @@ enum {
   SSD_FLAG_INITIAL_STATES = 1u << 6, /* initial_states given */
   SSD_FLAG_DDA_INCREMENTS = 1u << 7, /* chunk_cumsum_bwd: ddA is the gradient w.r.t. the increments
                                         a_l = dt_l A (the SSD backward's), not w.r.t. dA_cumsum */
-  SSD_FLAG_STATES_IN_DTYPE = 1u << 8 /* chunk_state_passing_fwd writes and chunk_scan_fwd reads the
+  SSD_FLAG_STATES_IN_DTYPE = 1u << 8, /* chunk_state_passing_fwd writes and chunk_scan_fwd reads the
                                         entering states P in x's dtype instead of fp32 (ssd_forward's
                                         choice: chunk_scan_fwd rounds P to that dtype anyway) */
+  SSD_FLAG_TWO_TERM_STATES = 1u << 9 /* chunk_state_fwd, chunk_state_passing_fwd,
+                                        chunk_scan_bwd_dstates: the weighted operand of the state
+                                        product enters the tensor cores as hi + lo in x's dtype (two
+                                        mma per step; ssd_backward's choice, for dA's accuracy) */
 };
 
 /* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:

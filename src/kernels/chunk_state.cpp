@@ -24,7 +24,8 @@ using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 KernelSpec spec_of(const ssd_kernel_config& c, bool dstates) {
   SpecWriter s = tile_spec(c, kUses, "headdim", "dstate", "positions");
   s.boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
-      .boolean("kDstates", dstates);
+      .boolean("kDstates", dstates)
+      .boolean("kTwoTerm", c.flags & SSD_FLAG_TWO_TERM_STATES);
   return {s.members(), ssd_kernels::fwd_geom::chunk_state_threads(c.tile.m, c.tile.n), 0};
 }
 KernelSpec fwd_spec(const ssd_kernel_config& c) { return spec_of(c, false); }
@@ -34,10 +35,10 @@ KernelSpec dstates_spec(const ssd_kernel_config& c) { return spec_of(c, true); }
 
 extern const KernelFamily kChunkStateFwdFamily = {
     SSD_KERNEL_CHUNK_STATE_FWD, "chunk_state_fwd", "ssd/chunk_state.cuh", "ChunkStateFwdParams", "chunk_state_fwd",
-    SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, fwd_spec};
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_TWO_TERM_STATES, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, fwd_spec};
 
 extern const KernelFamily kChunkScanBwdDstatesFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, "chunk_scan_bwd_dstates", "ssd/chunk_state.cuh", "ChunkStateFwdParams",
-    "chunk_state_fwd", SSD_FLAG_SEQ_IDX, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, dstates_spec};
+    "chunk_state_fwd", SSD_FLAG_SEQ_IDX | SSD_FLAG_TWO_TERM_STATES, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, dstates_spec};
 
 }  // namespace ssd

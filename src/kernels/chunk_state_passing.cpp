@@ -32,7 +32,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .integer("kBlockK", c.tile.k, "positions")
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES)
-      .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32);
+      .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
+      .boolean("kTwoTerm", c.flags & SSD_FLAG_TWO_TERM_STATES);
   return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
 }
 
@@ -41,7 +42,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
 extern const KernelFamily kChunkStatePassingFwdFamily = {
     SSD_KERNEL_CHUNK_STATE_PASSING_FWD, "chunk_state_passing_fwd", "ssd/chunk_state_passing.cuh",
     "ChunkStatePassingFwdParams", "chunk_state_passing_fwd",
-    SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE, defaults,
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TWO_TERM_STATES, defaults,
     validate, default_tile, legal_tiles, spec};
 
 }  // namespace ssd

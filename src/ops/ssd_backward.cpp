@@ -299,7 +299,9 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.dy = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);
   l.dP = take(z.mul({int64_t(states), 4}));
   l.ds = take(z.mul({int64_t(states), T}));
+  l.ds_lo = take(z.mul({int64_t(states), T}));
   l.states_t = take(z.mul({int64_t(states), T}));
+  l.states_t_lo = take(z.mul({int64_t(states), T}));
   l.rho = take(det ? z.mul({d.b, d.h, d.nc, d.p * d.n / 32, int64_t(sizeof(double))}) : z.mul({d.b, d.h, d.nc, 4}));
   l.ddt_x = take(chunked);
   l.w = take(chunked);
@@ -307,6 +309,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.ddA = take(chunked);
   l.dCB = take(z.mul({int64_t(cb), T}));
   l.intra = take(det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked);
+  l.dtx_intra = take(det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked);
   // Before the gate's and the cumsum's own sizing, which multiply the same extents.
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
   size_t gate = 0;
@@ -409,7 +412,12 @@ Status dD_reduce_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 }
 
 // B-b: dP = dyᵀ diag(η e^A) C (chunk_state's template on (dy, C)).
-ssd_kernel_config dstates_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, c.tn.dstates); }
+// Two-term weighted operand (SSD_FLAG_TWO_TERM_STATES): dP's rounding enters every ds and so dA.
+ssd_kernel_config dstates_cfg(const B& c) {
+  ssd_kernel_config k = c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, c.tn.dstates);
+  k.flags |= SSD_FLAG_TWO_TERM_STATES;
+  return k;
+}
 Status dstates_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkStateFwdParams p{};
   p.x = ref<const void, 4>(c.dy());
@@ -435,7 +443,9 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.states = c.states<const float, 3>(c.L.states);
   p.dstates = c.states<const float, 3>(c.L.dP);
   p.ds = c.states<void, 3>(c.L.ds);
-  p.states_t = c.base + c.L.states_t;  // laid out as ds
+  p.ds_lo = c.base + c.L.ds_lo;  // laid out as ds
+  p.states_t = c.base + c.L.states_t;
+  p.states_t_lo = c.base + c.L.states_t_lo;
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.dfinal_states = ref<const float, 2>(c.a.dfinal_states);
   p.dinit = ref<float, 2>(c.a.dinitial_states);
@@ -449,7 +459,7 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
                        stream);
 }
 
-// B-d: dx, dΔˣ, w, v.
+// B-d: dx, dΔˣ's state part, w, v.
 ssd_kernel_config dx_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DX, c.tn.dx); }
 Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkScanBwdDxParams p{};
@@ -461,7 +471,9 @@ Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.B = ref<const void, 4>(c.a.B);
   p.C = ref<const void, 4>(c.a.C);
   p.ds = c.states<const void, 4>(c.L.ds);
+  p.ds_lo = c.states<const void, 4>(c.L.ds_lo);
   p.states = c.states<const void, 4>(c.L.states_t);
+  p.states_lo = c.states<const void, 4>(c.L.states_t_lo);
   p.D = ref<const float, 2>(c.a.D);  // D (h): stride[1] = 0
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.dx = ref<void, 4>(c.a.dx);
@@ -489,11 +501,15 @@ Status dcb_launch(const B& c, const ssd_kernel& k, CUstream stream) {
                        params, stream);
 }
 
-// B-g (intra-chunk part; fast mode: atomics into zeroed rows).
+// B-g (intra-chunk part of ddA and of dΔˣ; fast mode: atomics into zeroed rows).
 ssd_kernel_config intra_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, c.tn.intra); }
 Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   float* intra = c.f32(c.L.intra);
-  if (!c.det()) SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
+  float* dtx_intra = c.f32(c.L.dtx_intra);
+  if (!c.det()) {
+    SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
+    SSD_RETURN_IF_ERROR(memset_zero(dtx_intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
+  }
   ssd_kernels::ChunkScanBwdDdaIntraParams p{};
   p.CB = c.cb<const float, 4>(c.L.CB);
   p.x = ref<const void, 4>(c.a.x);
@@ -501,6 +517,7 @@ Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.dt = c.f32(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.intra = intra;
+  p.dtx_intra = dtx_intra;
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
   void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::intra_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
@@ -534,6 +551,8 @@ ssd_kernel_config dda_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BW
 Status dda_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkScanBwdDdaParams p{};
   p.intra = c.f32(c.L.intra);
+  p.dtx_intra = c.f32(c.L.dtx_intra);
+  p.ddt_x = c.f32(c.L.ddt_x);
   p.w = c.f32(c.L.w);
   if (c.det()) p.rho_slots = reinterpret_cast<const double*>(c.base + c.L.rho);
   else p.rho = c.f32(c.L.rho);

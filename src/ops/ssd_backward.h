@@ -45,7 +45,8 @@ const char* backward_stage_name(int stage);
 
 // Byte offsets of the intermediates in the workspace (each 256-byte aligned).
 struct BackwardLayout {
-  size_t dt_out, dA_cumsum, CB, states, dy, dP, ds, states_t, rho, ddt_x, w, v, ddA, dCB, intra, gate, cumsum, total;
+  size_t dt_out, dA_cumsum, CB, states, dy, dP, ds, ds_lo, states_t, states_t_lo, rho, ddt_x, w, v, ddA, dCB, intra,
+      dtx_intra, gate, cumsum, total;
 };
 // mode: the mode the call will run in (-1: deterministic, the larger).
 Result<BackwardLayout> backward_layout(const ssd_backward_args* args, int32_t mode);

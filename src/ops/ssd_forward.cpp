@@ -153,6 +153,10 @@ unsigned gy(const F& c) { return grid_yz(c.d.b * c.d.nc, c.max_blocks); }
 // keeps its bits). fp32 for the backward's recompute (its kernels read fp32 P) and on the staged
 // path (state_passing_fwd passes the states in place, in fp32).
 bool states_in_dtype(const F& c) { return states_bytes(c.with_output, c.tiles) == 2; }
+// The backward's recompute (no output) computes P with the two-term state product
+// (SSD_FLAG_TWO_TERM_STATES) on either path: the backward's dA sums P's rounding (issue 11). The
+// forward's own P keeps the single term (chunk_scan_fwd rounds it to x's dtype anyway).
+uint32_t state_product_flags(const F& c) { return c.with_output ? 0u : uint32_t(SSD_FLAG_TWO_TERM_STATES); }
 
 // F1: dt preprocessing and the within-chunk cumulative sum.
 ssd_kernel_config cumsum_config(const F& c) {
@@ -195,7 +199,11 @@ void bind_chunk_state_inputs(const F& c, Params& p) {
 
 // F2: chunk states (staged path).
 bool staged(const F& c) { return c.tiles.staged_states; }
-ssd_kernel_config state_config(const F& c) { return shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state); }
+ssd_kernel_config state_config(const F& c) {
+  ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_STATE_FWD, c.tiles.state);
+  k.flags |= state_product_flags(c);
+  return k;
+}
 Status state_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkStateFwdParams p{};
   bind_chunk_state_inputs(c, p);
@@ -228,6 +236,7 @@ bool fused(const F& c) { return !c.tiles.staged_states; }
 ssd_kernel_config state_pass_config(const F& c) {
   ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_STATE_PASSING_FWD, c.tiles.state_pass);
   if (states_in_dtype(c)) k.flags |= SSD_FLAG_STATES_IN_DTYPE;
+  k.flags |= state_product_flags(c);
   return k;
 }
 Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {

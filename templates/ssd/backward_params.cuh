@@ -34,8 +34,10 @@ namespace ssd_kernels {
 struct StatePassingBwdParams {
   TensorRef<const float, 3> states;  // P: entering states (b, nchunks, h) rows of p*n fp32 (the forward recompute)
   TensorRef<const float, 3> dstates;  // dP (b, nchunks, h) rows of p*n fp32
-  TensorRef<void, 3> ds;  // (b, nchunks, h) rows of p*n, element type T
+  TensorRef<void, 3> ds;  // (b, nchunks, h) rows of p*n, element type T: hi = rn_T(ds)
+  void* ds_lo;     // rn_T(ds − hi), laid out as ds
   void* states_t;  // rn_T(P), element type T, laid out as ds: the mma operand of dx and dC
+  void* states_t_lo;  // rn_T(P − rn_T(P)), laid out as ds: dx's second term
   TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   TensorRef<const float, 2> dfinal_states;  // (b, h) rows of p*n fp32; data null (= 0) without
   TensorRef<float, 2> dinit;  // (b, h) rows of p*n fp32; data null (not written) without
@@ -53,10 +55,12 @@ struct StatePassingBwdParams {
 //   Rst_l   = ξ_c(l)·exp(min(A(Q-1) − A(l), 0)) · (ds_c B_l)              (contraction over n)
 //   R_l     = Rst_l + Σ_{m ≥ l, m ≤ λ} CB(m, l)·exp(min(A(m) − A(l), 0)) · dy_m   (over m)
 //   dx_l    = fma(dy_l, D, Δ_l·R_l)   (D term only with D)
-//   dΔˣ_l   = Σ_p x_lp R_lp;   w_l = Δ_l · Σ_p x_lp Rst_lp;
+//   dΔˣst_l = Σ_p x_lp Rst_lp;   w_l = Δ_l · dΔˣst_l;
 //   v_l     = η_c(l)·exp(A(l)) · Σ_p dy_lp (C_l P_cᵀ)_p                    (contraction over n)
-// ddt_x, w, v: (b, h, nchunks, Q) fp32 laid out as dA_cumsum (unit Q-stride); all Q positions of
-// a chunk are written (0 past λ_c).
+// ddt_x (dΔˣ's state part; chunk_scan_bwd_ddA adds the intra part), w, v: (b, h, nchunks, Q) fp32
+// laid out as dA_cumsum (unit Q-stride); all Q positions of a chunk are written (0 past λ_c).
+// P_c and ds_c enter the two n contractions as two terms each, hi = rn_T(v) and lo = rn_T(v − hi)
+// (state_passing_bwd's copies): the hi chain over n, then the lo chain on the same accumulator.
 struct ChunkScanBwdDxParams {
   TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q fp32, unit s-stride; only (m, l) with l <= m <= λ read
   TensorRef<const void, 4> x;  // (b, L, h, p)
@@ -65,8 +69,10 @@ struct ChunkScanBwdDxParams {
   TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   TensorRef<const void, 4> B;  // (b, L, g, n)
   TensorRef<const void, 4> C;  // (b, L, g, n)
-  TensorRef<const void, 4> ds;  // (b, nchunks, h, p) rows of n, element type T, unit n-stride
-  TensorRef<const void, 4> states;  // rn_T(P) (b, nchunks, h, p) rows of n, element type T (state_passing_bwd's copy), unit n-stride
+  TensorRef<const void, 4> ds;  // hi: (b, nchunks, h, p) rows of n, element type T, unit n-stride
+  TensorRef<const void, 4> ds_lo;  // lo, laid out as ds
+  TensorRef<const void, 4> states;  // hi: rn_T(P) (b, nchunks, h, p) rows of n, element type T (state_passing_bwd's copy), unit n-stride
+  TensorRef<const void, 4> states_lo;  // lo, laid out as states
   TensorRef<const float, 2> D;  // (h) or (h, p) (stride[1] = 0 for (h)); data null without D
   TensorRef<const int, 2> seq_idx;  // (b, L); data null without
   TensorRef<void, 4> dx;  // (b, L, h, p) element type
@@ -100,6 +106,8 @@ struct ChunkScanBwdDcbParams {
 // deterministic: T_r(k) stored for every r with 64r <= λ and k < min(64r + 64, λ + 1), in
 //   intra (b, h, nchunks, Q/64, Q) contiguous; chunk_scan_bwd_ddA sums r increasing.
 // fast: T_r(k) atomically added into intra (b, h, nchunks, Q) contiguous, zeroed by the launcher.
+// dtx_intra: U_r(s) = Σ_{l in [64r, 64r+64), s <= l <= λ} CB(l, s)·(M(l, s)·exp(min(A(l) − A(s), 0)))
+//   (l increasing from +0.0), the intra part of dΔˣ, in the same slots / layout as intra.
 constexpr int kIntraRowGroup = 64;
 struct ChunkScanBwdDdaIntraParams {
   TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q fp32, unit s-stride; only s <= l <= λ read
@@ -108,6 +116,7 @@ struct ChunkScanBwdDdaIntraParams {
   const float* dt;  // laid out as dA_cumsum
   TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   float* intra;
+  float* dtx_intra;  // laid out as intra
   long long batch, seqlen, nchunks, nheads;
 };
 
@@ -137,8 +146,12 @@ struct BcBwdParams {
 //   next  = Σ_{l < k} w_l (l increasing from +0.0)
 //   prev  = (Σ_{l = λ}^{k} v_l (l decreasing from +0.0)) + ρ
 //   ddA_k = rn_fp32((intra + next) + prev), every sum and the combination in fp64
+//   dΔˣ_k = rn_fp32(Σ_{r = k/64}^{λ/64} U_r(k) + dΔˣst_k) (fp64, r increasing from +0.0; fast:
+//           dtx_intra[b, h, c, k] + dΔˣst_k), written over ddt_x (which held dΔˣst)
 struct ChunkScanBwdDdaParams {
   const float* intra;
+  const float* dtx_intra;  // laid out as intra
+  float* ddt_x;  // laid out as dA_cumsum: in dΔˣst (chunk_scan_bwd_dx), out dΔˣ
   const double* rho_slots;  // deterministic
   const float* rho;         // fast
   const float* w;  // laid out as dA_cumsum

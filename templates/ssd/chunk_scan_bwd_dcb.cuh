@@ -45,8 +45,11 @@ namespace detail {
 
 // (M · exp(min(A(l) − A(s), 0))) · Δ(s), every operation rounded on its own (no contraction).
 // The one definition of d used by chunk_scan_bwd_dcb and chunk_scan_bwd_ddA_intra.
+__device__ __forceinline__ float bwd_decay(float m, float a_l, float a_s) {
+  return __fmul_rn(m, __expf(fminf(__fsub_rn(a_l, a_s), 0.f)));
+}
 __device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s, float dt_s) {
-  return __fmul_rn(__fmul_rn(m, __expf(fminf(__fsub_rn(a_l, a_s), 0.f))), dt_s);
+  return __fmul_rn(bwd_decay(m, a_l, a_s), dt_s);
 }
 
 }  // namespace detail

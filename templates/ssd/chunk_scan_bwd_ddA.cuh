@@ -7,11 +7,17 @@
 //   prev_k  = (Σ_{l = λ}^{k} v_l) + ρ_c                  l decreasing from +0.0, then + ρ (v: chunk_scan_bwd_dx)
 //   ρ_c     = θ_c · exp(𝒜_c(λ_c)) · Σ_j rho[b, h, c, j]  j increasing from +0.0 (fp64 32-element block sums
 //                                                        of state_passing_bwd; θ as there)
+// It also finishes dΔˣ (the gradient w.r.t. Δ through x's weight) from its two parts:
+//
+//   dΔˣ_k = rn_fp32(Σ_{r = ⌊k/64⌋}^{⌊λ/64⌋} U_r(k) + dΔˣst_k)   r increasing from +0.0, in fp64
+//
+// (U_r: chunk_scan_bwd_ddA_intra's exact-product intra part; dΔˣst: chunk_scan_bwd_dx's state part,
+// read from ddt_x and overwritten there by the same thread).
 // Every sum, ρ's product and the combination run in fp64 (the fp32 inputs convert exactly), and
 // ddA_k is rounded to fp32 once: the scans span up to Q terms and ρ's up to p*n/32 slots, whose fp32
 // rounding dominated dA's error (issue 11). No term is a difference, so there is no cancellation
 // (unlike the naive reverse cumsum of §3.2).
-// Fast mode reads the atomically accumulated intra (b, h, c, Q) and rho (b, h, c) instead.
+// Fast mode reads the atomically accumulated intra, dtx_intra (b, h, c, Q) and rho (b, h, c) instead.
 //
 // One block owns one (b, c, h) at a time (grid-stride over b * nchunks * nheads); the three
 // sequential scans (next, prev, ρ) run on lanes of different warps; the per-position intra sums and
@@ -80,15 +86,21 @@ __device__ void chunk_scan_bwd_ddA(const ChunkScanBwdDdaParams& p) {
     for (int k = tid; k < Q; k += BLOCK) {
       float out = 0.f;
       if (k < valid) {
-        double intra;
+        double intra, dtx;
         if (Spec::kDeterministic) {
           intra = 0.0;
-          const float* parts = p.intra + row * (long long)(R * Q) + k;
-          for (int r = k / kIntraRowGroup; r * kIntraRowGroup < valid; ++r) intra = __dadd_rn(intra, double(parts[r * Q]));
+          dtx = 0.0;
+          const long long at = row * (long long)(R * Q) + k;
+          for (int r = k / kIntraRowGroup; r * kIntraRowGroup < valid; ++r) {
+            intra = __dadd_rn(intra, double(p.intra[at + r * Q]));
+            dtx = __dadd_rn(dtx, double(p.dtx_intra[at + r * Q]));
+          }
         } else {
           intra = double(p.intra[row * Q + k]);
+          dtx = double(p.dtx_intra[row * Q + k]);
         }
         out = __double2float_rn(__dadd_rn(__dadd_rn(intra, s_next[k]), __dadd_rn(s_prev[k], rho)));
+        p.ddt_x[base + k] = __double2float_rn(__dadd_rn(dtx, double(p.ddt_x[base + k])));
       }
       p.ddA[base + k] = out;
     }

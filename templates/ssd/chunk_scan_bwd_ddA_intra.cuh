@@ -7,9 +7,19 @@
 //   S(l, k) = Σ_{s < k} W(l, s)                                         (s increasing from +0.0)
 //   T_r(k)  = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)               (l increasing from +0.0)
 //
-// Stored for every 64-row group r with 64r <= λ and every k < min(64r + 64, λ + 1), exactly those
-// slots: DETERMINISTIC in intra (b, h, nchunks, Q/64, Q) (chunk_scan_bwd_ddA sums r increasing);
-// otherwise atomically added into intra (b, h, nchunks, Q) (zeroed by the launcher).
+// and the intra-chunk part of dΔˣ (the gradient w.r.t. Δ through x's weight, math B-d):
+//
+//   u(l, s) = (s <= l && l <= λ) ? CB[b, c, g, l, s] · (M · exp(min(A(l) − A(s), 0))) : 0
+//   U_r(s)  = Σ_{l in [64r, 64r+64), s <= l <= λ} u(l, s)               (l increasing from +0.0)
+//
+// U is Σ_p x_sp · (Σ_m Wt(s, m) dy_mp) of chunk_scan_bwd_dx regrouped so that every term is an fp32
+// product of the exact M (issue 11): dx's Wt operand is rounded to T for its mma, and that rounding
+// dominated ddt_bias's error. chunk_scan_bwd_ddA adds Σ_r U_r to dx's state part.
+//
+// T and U are stored for every 64-row group r with 64r <= λ and every k < min(64r + 64, λ + 1),
+// exactly those slots: DETERMINISTIC in intra and dtx_intra (b, h, nchunks, Q/64, Q)
+// (chunk_scan_bwd_ddA sums r increasing); otherwise atomically added into intra and dtx_intra
+// (b, h, nchunks, Q) (zeroed by the launcher).
 //
 // Canonical order (the same for every legal BLOCK_M / BLOCK_N / BLOCK_K and warp split):
 //   * M: one fp32 chain of mma.m16n8k16 over p = 0, 16, ... (P in min(BLOCK_K, P) stages);
@@ -19,6 +29,8 @@
 //     __fadd_rn, so S(l, k) is the same left-to-right sum for any BLOCK_N;
 //   * T_r(k): one thread per (r, k) adds S(l, k) for l = max(64r, k) .. min(64r+63, λ) increasing
 //     with __fadd_rn from +0.0. Row groups are 64 rows (kIntraRowGroup) whatever BLOCK_M is.
+//   * u: detail::bwd_decay (__fsub_rn, fminf, __expf, __fmul_rn), then __fmul_rn by CB; U_r(k) as
+//     T_r(k), over u(l, k) instead of S(l, k).
 // Each (r, k) slot is written by exactly one block (the row block holding group r) in exactly one
 // column tile (the one holding k): the column tiles cover [0, roundup(min(m0 + BM, λ + 1), BN)),
 // which contains [0, min(64r + 64, λ + 1)) for every group r of the block.
@@ -29,8 +41,9 @@
 //
 // Pipeline: one flat cp.async loop over step = tile·KP + kp (dy tile rows m0.. and x tile rows
 // s0.. per p-step), prefetching across column tiles. At the last p-step of a tile the epilogue runs:
-// W -> shared [BM][BN+1]; barrier; row prefix; barrier; column sums + stores. The next tile's W
-// write comes after the next step's pipeline barrier, which orders it after these reads.
+// u -> shared [BM][BN+1]; barrier; U column sums + stores; barrier; W -> shared; barrier; row
+// prefix; barrier; T column sums + stores. The next tile's u write comes after the next step's
+// pipeline barrier, which orders it after these reads.
 //
 // Launch: block = bwd_geom::intra_threads(BLOCK_M, BLOCK_N) threads (warp grid of bmm_chunk_fwd);
 //         grid  = (bwd_geom::intra_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis
@@ -185,6 +198,51 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
           if (kp != KP - 1) continue;
 
           // ---- Epilogue of column tile s0 ----
+          // Column k of group r: out_r(k) = Σ_{l = max(64r, k)}^{min(64r + 63, λ)} s_w(l, k), l increasing.
+          auto store_column_sums = [&](float* out) {
+            for (int idx = tid; idx < GROUPS * BLOCK_N; idx += NT) {
+              const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
+              const int kg = s0 + k;
+              const int lo = m0 + rg * kIntraRowGroup;          // first row of the group (chunk position)
+              const int hi = imin(lo + kIntraRowGroup, valid);  // rows l < hi
+              if (lo >= valid || kg >= hi) continue;            // slot not in the stored set
+              float t = 0.f;
+              for (int l = kg > lo ? kg : lo; l < hi; ++l) t = __fadd_rn(t, s_w[(l - m0) * LDW + k]);
+              const int rglob = lo / kIntraRowGroup;
+              if (Spec::kDeterministic) {
+                out[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
+              } else {
+                atomicAdd(out + row_bhc * Q + kg, t);
+              }
+            }
+          };
+          // 0. u(l, s) into the shared tile, then U's column sums.
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the block
+              const int l = m0 + r;
+              const float al = s_A[l];
+              const bool row_ok = l < valid;
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int k = wn0 + 8 * j + 2 * lt;  // column inside the tile
+                const int s = s0 + k;
+                // Selected, not multiplied by a mask: A past λ may be anything (NaN-poisoned).
+                s_w[r * LDW + k] = (row_ok && s <= l) ? __fmul_rn(cbv[i][half][j].x,
+                                                                  detail::bwd_decay(acc[i][j].x[2 * half], al, s_A[s]))
+                                                      : 0.f;
+                s_w[r * LDW + k + 1] =
+                    (row_ok && s + 1 <= l)
+                        ? __fmul_rn(cbv[i][half][j].y, detail::bwd_decay(acc[i][j].x[2 * half + 1], al, s_A[s + 1]))
+                        : 0.f;
+              }
+            }
+          }
+          __syncthreads();
+          store_column_sums(p.dtx_intra);
+          __syncthreads();
           // 1. W(l, s) into the shared tile; M restarts from 0 for the next tile.
 #pragma unroll
           for (int i = 0; i < MI; ++i) {
@@ -227,22 +285,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
             s_carry[r] = carry;
           }
           __syncthreads();
-          // 3. Column k of group r: T_r(k) = Σ_{l = max(64r, k)}^{min(64r + 63, λ)} S(l, k), l increasing.
-          for (int idx = tid; idx < GROUPS * BLOCK_N; idx += NT) {
-            const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
-            const int kg = s0 + k;
-            const int lo = m0 + rg * kIntraRowGroup;  // first row of the group (chunk position)
-            const int hi = imin(lo + kIntraRowGroup, valid);  // rows l < hi
-            if (lo >= valid || kg >= hi) continue;  // slot not in the stored set
-            float t = 0.f;
-            for (int l = kg > lo ? kg : lo; l < hi; ++l) t = __fadd_rn(t, s_w[(l - m0) * LDW + k]);
-            const int rglob = lo / kIntraRowGroup;
-            if (Spec::kDeterministic) {
-              p.intra[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
-            } else {
-              atomicAdd(p.intra + row_bhc * Q + kg, t);
-            }
-          }
+          // 3. T_r(k): the column sums of S.
+          store_column_sums(p.intra);
           // (the next W write follows the next step's barrier)
         }
         ring.drain();

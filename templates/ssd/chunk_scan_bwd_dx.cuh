@@ -7,29 +7,32 @@
 //   R_l     = Rst_l + Σ_m Wt(l, m) · dy_m
 //             Wt(l, m) = (l <= m && m <= λ) ? CB(m, l) · exp(min(A(m) − A(l), 0)) : 0
 //   dx_l    = fma(dy_l, D, Δ_l · R_l)   (Δ_l · R_l without D)   stored in T, rows l <= λ only
-//   dΔˣ_l   = Σ_p x_lp · R_lp
+//   dΔˣst_l = Σ_p x_lp · Rst_lp   (dΔˣ's state part; the intra part Σ_p x_lp (R − Rst)_lp is formed from
+//             exact products by chunk_scan_bwd_ddA_intra, and chunk_scan_bwd_ddA adds the two)
 // with η_c(l) = [seq_idx(t) == seq_idx(cQ-1)] (seq_idx(-1) := 0) and ξ_c(l) = [seq_idx(t) == seq_idx(cQ+λ)]
 // (both 1 without seq_idx, both 0 for l > λ). D is per head (D[h]) or per (head, p). ddt_x (dΔˣ), w
 // and v are (b, h, nchunks, Q) fp32; every one of their Q slots is written exactly once (0 past λ),
 // by the block owning the row; dx rows past λ are never written.
 //
-// Operand precision (as chunk_scan_fwd): P_c is the rn_T copy of the fp32 entering states that
-// state_passing_bwd writes (the same bits chunk_scan_fwd's in-register rounding gives); ds is T; Wt is formed in fp32, selected (masked entries are exact zeros, never multiplied by
-// a mask), then rounded to T; the dy tile is the T input. All contractions accumulate in fp32 on
+// Operand precision: P_c and ds_c enter as two T terms each, hi = rn_T(v) and lo = rn_T(v − hi),
+// written by state_passing_bwd from the fp32 values (issue 11: a single rn_T of P and ds was the
+// largest error of dA, v and w being whole-sequence sums' terms); Wt is formed in fp32, selected
+// (masked entries are exact zeros, never multiplied by a mask), then rounded to T (it feeds dx
+// only); the dy tile is the T input. All contractions accumulate in fp32 on
 // the tensor cores; the row scales and the epilogue are fp32 with __fmul_rn / __fmaf_rn, exp is
 // __expf. CB (fp32, row m, unit stride along l) is read transposed, as 16-byte groups (m, l0..l0+3)
 // only when l0 <= m and m <= λ: such a group always lies in a tile bmm_chunk_fwd wrote.
 //
 // Canonical order, per row l (one fp32 accumulator per (l, p), one thread owns it):
 //   1. acc = 0; K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of mma K=16 in
-//      increasing n (C_l · P_c);  dot_l = Σ_p over p = 0..P-1 increasing, from +0.0, of
+//      increasing n (C_l · P_c,hi), then the same loop again on the same acc (C_l · P_c,lo);  dot_l = Σ_p over p = 0..P-1 increasing, from +0.0, of
 //      fma(float(dy_lp), acc_lp, dot) (one thread walks the row);  v_l = __fmul_rn(e_l, dot_l).
-//   2. acc = 0; same n loop (B_l · ds_c);  acc = __fmul_rn(acc, eend_l) (this is Rst);
-//      dotx_l = Σ_p (p increasing, from +0.0, fma) float(x_lp) · Rst_lp;  w_l = __fmul_rn(Δ_l, dotx_l).
+//   2. acc = 0; same two n loops (B_l · ds_c,hi, then B_l · ds_c,lo);  acc = __fmul_rn(acc, eend_l)
+//      (this is Rst); dΔˣst_l = Σ_p (p increasing, from +0.0, fma) float(x_lp) · Rst_lp;
+//      w_l = __fmul_rn(Δ_l, dΔˣst_l).
 //   3. acc += K loop over m from the BLOCK_K step containing the tile's first row m0 to the step
 //      containing λ, increasing m, each a chain of BLOCK_K/16 mma K=16 in increasing m (Wt · dy).
-//   4. R = acc;  dx_lp as above (one thread per element);  dΔˣ_l = Σ_p (p increasing, from +0.0, fma)
-//      float(x_lp) · R_lp.
+//   4. R = acc;  dx_lp as above (one thread per element).
 // Why it does not depend on the tile: BLOCK_K only groups the same K=16 mma steps into fewer
 // shared-memory stages; the n chains always start at n = 0; in step 3 a row l's nonzero terms are
 // m in [l, λ], and BLOCK_M / BLOCK_K only change how many all-zero K=16 steps (m < l, or m > λ) are
@@ -210,8 +213,9 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
       const T* safe_dy = dyg + p.dy.offset(b, 0, h);
       const T* safe_b = Bg + p.B.offset(b, 0, g);
       const T* safe_c = Cg + p.C.offset(b, 0, g);
-      const T* ds_c = dsg + p.ds.offset(b, c, h);
-      const T* P_c = p.states.ptr_as<T>(b, c, h);
+      // P_c's and ds_c's terms: hi (states, ds) and lo (states_lo, ds_lo, laid out alike), formed in
+      // the phases' loops (fewer live registers).
+      const long long ds_off = p.ds.offset(b, c, h), p_off = p.states.offset(b, c, h);
       const float* cb_base = p.CB.ptr(b, c, g);
       int q_prev = 0;
       if (Spec::kSeqIdx && c > 0) q_prev = p.seq_idx(b, t0 - 1);
@@ -264,16 +268,18 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
         };
         // ---------------- Phase A2: acc = C_tile · P_cᵀ (contraction over n), then v ----------------
         zero_acc();
-        {
+        {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
           const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
           auto load_stage = [&](int buf, int ks) {
-            const int k0 = ks * BKN;
+            const int k0 = (ks < KA ? ks : ks - KA) * BKN;
+            const T* Pt = static_cast<const T*>(ks < KA ? p.states.data : p.states_lo.data) + p_off;
             block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3],
                                                     vec_c, safe_c, [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, P, BKN, LDA>(sK(buf), P_c + k0, p.states.stride[3], 1, vec_p, P_c,
+            block::load_tile<NT, P, BKN, LDA>(sK(buf), Pt + k0, p.states.stride[3], 1, vec_p, Pt,
                                               [&](int, int) { return true; });
           };
-          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage);
+          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0,
+                                                                                      load_stage);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -288,16 +294,18 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
 
         // ---------------- Phase A1: acc = B_tile · ds_cᵀ (over n), row scale eend, then w ----------------
         zero_acc();
-        {
+        {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
           const T* bt = safe_b + (t0 + m0) * p.B.stride[1];
           auto load_stage = [&](int buf, int ks) {
-            const int k0 = ks * BKN;
+            const int k0 = (ks < KA ? ks : ks - KA) * BKN;
+            const T* dst = static_cast<const T*>(ks < KA ? p.ds.data : p.ds_lo.data) + ds_off;
             block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), bt + k0 * p.B.stride[3], p.B.stride[1], p.B.stride[3],
                                                     vec_b, safe_b, [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, P, BKN, LDA>(sK(buf), ds_c + k0, p.ds.stride[3], 1, vec_ds, ds_c,
+            block::load_tile<NT, P, BKN, LDA>(sK(buf), dst + k0, p.ds.stride[3], 1, vec_ds, dst,
                                               [&](int, int) { return true; });
           };
-          detail::dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0, load_stage);
+          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0,
+                                                                                      load_stage);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];
@@ -323,9 +331,14 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           }
         }
         stage_acc();
-        auto finish_w = [&](int l, float dot) { return __fmul_rn(s_dt[l], dot); };  // w_l = Δ_l · dotx_l
+        auto finish_w = [&](int l, float dot) {  // dΔˣst_l = dot, w_l = Δ_l · dot
+          ddt_x_out[l] = dot;
+          return __fmul_rn(s_dt[l], dot);
+        };
         detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x.stride[1], p.x.stride[3], vec_x, w_out,
                                                 finish_w);
+        for (int r = tid; r < BLOCK_M; r += NT)
+          if (m0 + r >= valid) ddt_x_out[m0 + r] = 0.f;  // dx_row_dots wrote w's zeros past λ
         __syncthreads();  // the staging tile is reused by phase B's stages
 
         // ---------------- Phase B: acc += Wt · dY (contraction over m) ----------------
@@ -432,9 +445,6 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
                               p.dx.stride[3], vec_dx, y);
           }
         }
-        auto finish_ddt = [](int, float dot) { return dot; };
-        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x.stride[1], p.x.stride[3], vec_x,
-                                                ddt_x_out, finish_ddt);
         __syncthreads();  // the staging tile and the per-position arrays are reused by the next tile
       }
     }

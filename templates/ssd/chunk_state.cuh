@@ -21,6 +21,11 @@
 //   w_l = η_c(l) ? exp(A(l)) : 0,   η_c(l) = [seq_idx(cQ+l) == seq_idx(cQ-1)], seq_idx(-1) := 0
 // (E_start is not clamped, as in the forward's chunk_scan); same reduction order.
 //
+// TWO_TERM (SSD_FLAG_TWO_TERM_STATES; the backward's dstates and its recompute of P): the scaled
+// operand enters as two T terms, hi = rn_T(float(x_l)·w_l) and lo = rn_T(float(x_l)·w_l − hi), and
+// each K=16 step is two mma on the same accumulator, hi then lo (issue 11: the single rounding of
+// that operand was one of the largest errors of dA). Same K order otherwise.
+//
 // Launch: block = fwd_geom::chunk_state_threads(BLOCK_M, BLOCK_N) threads;
 //         grid  = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch * nchunks, nheads),
 //         each axis grid-stride; static shared memory fwd_geom::chunk_state_smem_bytes(Q, BLOCK_M,
@@ -38,7 +43,7 @@ namespace detail {
 // One K step of S += Xᵀ diag(w) B for one warp's MI x NJ fragments: sx, sb are the [k][p] and [k][n]
 // stage tiles, (wm0, wn0) the warp's corner, w_step the step's BLOCK_K weights; increasing k in
 // 16-wide mma steps. (The address sums keep the order the kernels wrote: the same machine code.)
-template <class T, int BLOCK_K, int LDX, int LDB, int MI, int NJ>
+template <class T, int BLOCK_K, int LDX, int LDB, bool TWO_TERM, int MI, int NJ>
 __device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* sx, const T* sb, int wm0, int wn0,
                                                  const float* w_step, int lt) {
 #pragma unroll
@@ -46,10 +51,30 @@ __device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* 
     const float* w = w_step + kk + 2 * lt;
     const float2 w01 = *reinterpret_cast<const float2*>(w);
     const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
-    SSD_WARP_MMA_K16(T, acc,
-                     warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
-                     warp::scale_a_cols<T>(a[i], w01, w89),
-                     warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
+    if constexpr (TWO_TERM) {
+      FragA a[MI], lo[MI];
+      FragB bf[NJ];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
+        warp::scale_a_cols_two_term<T>(a[i], lo[i], w01, w89);
+      }
+#pragma unroll
+      for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          warp::mma<T>(acc[i][j], a[i], bf[j]);
+          warp::mma<T>(acc[i][j], lo[i], bf[j]);
+        }
+      }
+    } else {
+      SSD_WARP_MMA_K16(T, acc,
+                       warp::load_a_trans(a[i], sx + kk * LDX + wm0 + 16 * i, LDX);
+                       warp::scale_a_cols<T>(a[i], w01, w89),
+                       warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
+    }
   }
 }
 
@@ -144,7 +169,7 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
           ring.begin(ks, load_stage);
           const T* sx = s_x[ks % STAGES];
           const T* sb = s_b[ks % STAGES];
-          detail::chunk_state_step<T, BLOCK_K, LDX, LDB>(acc, sx, sb, wm0, wn0, s_w + ks * BLOCK_K, lt);
+          detail::chunk_state_step<T, BLOCK_K, LDX, LDB, Spec::kTwoTerm>(acc, sx, sb, wm0, wn0, s_w + ks * BLOCK_K, lt);
         }
         ring.drain();
 

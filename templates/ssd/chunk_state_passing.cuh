@@ -9,6 +9,9 @@
 //   final = S_{Nc-1}                                        (written when final_states is given)
 //   w_l = ξ_c(l) ? exp(min(A(Q-1) - A(l), 0)) · Δ_l : 0,   θ_c = [seq_idx(cQ+λ_c) == seq_idx(cQ-1)]
 //
+// With kTwoTerm (SSD_FLAG_TWO_TERM_STATES, the backward's recompute) s_c's scaled operand is two
+// terms, as in chunk_state_fwd with the flag (the same step function, so the same bits).
+//
 // Reduction order: s_c is chunk_state_fwd's chain (K over l = 0 .. λ_c in increasing 16-wide mma
 // steps, fp32, detail::chunk_state_step), the recurrence state_passing_fwd's (one fma per chunk, in
 // chunk order). So P and the final states are bitwise those of chunk_state_fwd + state_passing_fwd,
@@ -171,7 +174,7 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
         int c = 0, ks = 0;
         for (int s = 0; s < steps; ++s) {
           ring.begin(s, load_stage);
-          detail::chunk_state_step<T, BLOCK_K, LDX, LDB>(acc, s_x[s % STAGES], s_b[s % STAGES], wm0, wn0,
+          detail::chunk_state_step<T, BLOCK_K, LDX, LDB, Spec::kTwoTerm>(acc, s_x[s % STAGES], s_b[s % STAGES], wm0, wn0,
                                                          s_w[c & 1] + ks * BLOCK_K, lt);
           if (++ks < (c < nchunks - 1 ? KS : steps_last)) continue;
 

@@ -7,6 +7,8 @@
 //     dS             = fma(θ_c · exp(dA_cumsum_c(λ_c)), dS, dP_c[e])   (one rounding, __fmaf_rn)
 //   dinit[e] = dS                                           (= dS_{-1}, when dinit is given)
 //   states_t[c][e] = rn_T(P_c[e])   (the mma operand copy chunk_scan_bwd_dx and _dc read)
+//   ds_lo[c][e] = rn_T(dS − ds_c[e]), states_t_lo[c][e] = rn_T(P_c[e] − states_t[c][e])   (the second
+//   terms of chunk_scan_bwd_dx's operands; the differences are exact in fp32)
 //   θ_c = [seq_idx(cQ + λ_c) == seq_idx(cQ - 1)], seq_idx(-1) := 0; θ_c = 1 without seq_idx
 //   (the same carry as state_passing_fwd, so the adjoint uses the forward's bits).
 //
@@ -49,6 +51,8 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
     const float* dPb = p.dstates.ptr(b, 0, h) + e;
     T* dsb = p.ds.ptr_as<T>(b, 0, h) + e;
     T* ptb = static_cast<T*>(p.states_t) + p.ds.offset(b, 0, h) + e;
+    T* dslb = static_cast<T*>(p.ds_lo) + p.ds.offset(b, 0, h) + e;
+    T* ptlb = static_cast<T*>(p.states_t_lo) + p.ds.offset(b, 0, h) + e;
     const float* cs = p.dA_cumsum.ptr(b, h);
     const long long rho_row = (b * p.nheads + h) * p.nchunks;
     // kGroup chunks per step, loads issued before the dependent chain (as state_passing_fwd).
@@ -75,8 +79,11 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
       for (int j = 0; j < kGroup; ++j) {
         const long long c = c0 - j;
         if (c >= 0) {
-          dsb[c * p.ds.stride[1]] = from_float<T>(dS);
-          ptb[c * p.ds.stride[1]] = from_float<T>(P_in[j]);
+          const T ds_hi = from_float<T>(dS), p_hi = from_float<T>(P_in[j]);
+          dsb[c * p.ds.stride[1]] = ds_hi;
+          ptb[c * p.ds.stride[1]] = p_hi;
+          dslb[c * p.ds.stride[1]] = from_float<T>(__fsub_rn(dS, to_float(ds_hi)));
+          ptlb[c * p.ds.stride[1]] = from_float<T>(__fsub_rn(P_in[j], to_float(p_hi)));
           if (Spec::kDeterministic) {
             double part = __dmul_rn(double(P_in[j]), double(dS));  // exact: 24 + 24 mantissa bits
 #pragma unroll

@@ -250,6 +250,23 @@ __device__ __forceinline__ void scale_a_cols(FragA& a, float2 f01, float2 f89) {
   a.x[3] = ptx::pack2<T>(lo * f89.x, hi * f89.y);
 }
 
+// The same column scaling carried as two terms: hi(m, k) = rn(float(A[m][k]) * f[k]) (what
+// scale_a_cols gives) and lo(m, k) = rn(float(A[m][k]) * f[k] − float(hi(m, k))), the difference
+// exact in fp32. hi · B + lo · B is the product with ~16 more bits of the scaled operand.
+template <class T>
+__device__ __forceinline__ void scale_a_cols_two_term(FragA& a, FragA& lo, float2 f01, float2 f89) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const float2 f = r < 2 ? f01 : f89;
+    float x0, x1, h0, h1;
+    ptx::unpack2<T>(a.x[r], x0, x1);
+    const float v0 = x0 * f.x, v1 = x1 * f.y;
+    a.x[r] = ptx::pack2<T>(v0, v1);
+    ptx::unpack2<T>(a.x[r], h0, h1);
+    lo.x[r] = ptx::pack2<T>(__fsub_rn(v0, h0), __fsub_rn(v1, h1));
+  }
+}
+
 }  // namespace warp
 
 // ================================================================================================
