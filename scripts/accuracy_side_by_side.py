@@ -158,7 +158,11 @@ def main():
     ap.add_argument("--peer", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--seed", type=int, default=None, help="default: fresh inputs every run")
+    ap.add_argument("--cases", default=None,
+                    help="comma-separated 1-based case numbers (default: all); each case's inputs are drawn "
+                         "from the seed in order, so a subset sees the same inputs as in a full run")
     args = ap.parse_args()
+    chosen = None if args.cases is None else {int(v) for v in args.cases.split(",")}
     peer = None
     if args.peer and os.path.isdir(os.path.join(args.peer, "mamba_ssm")):
         sys.path.insert(0, args.peer)
@@ -171,8 +175,10 @@ def main():
     gen.manual_seed(seed)
     print(f"accuracy: seed {seed}")
     rows, failures = [], 0
-    for cfg in cases():
+    for number, cfg in enumerate(cases(), 1):
         t, o, dout, dfinal = make_case(cfg, gen)
+        if chosen is not None and number not in chosen:
+            continue
         t0 = time.time()
         leaves = {k: v.detach().double().requires_grad_(True) for k, v in t.items()
                   if k != "seq_idx" and v.is_floating_point()}
