@@ -187,24 +187,28 @@ SSD_HOST_DEVICE constexpr int chunk_scan_stage_b_bytes(int bm, int bn, int bk) {
 SSD_HOST_DEVICE constexpr int chunk_scan_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
 // The two-phase pipelined kernels (chunk_scan_fwd, chunk_scan_bwd_dx): one body buffer holds
 // `stages` phase-A buffers, or `stages` phase-B buffers, or the fp32 epilogue tile, whichever is
-// largest; next to it the chunk's fp32 A and Δ rows (and its seq_idx row). 3 stages when body3
-// (the body with 3 stages) and those rows fit in static shared memory, else 2.
+// largest; next to it the chunk's fp32 A and Δ rows (and its seq_idx row). 3 stages when the body
+// with 3 stages and those rows fit in static shared memory, else 2. Each kernel gives its
+// TwoPhaseBytes; the stage count and the sizes follow from them here, for both kernels.
+struct TwoPhaseBytes {
+  int stage_a, stage_b, epilogue;  // one phase-A stage, one phase-B stage, the fp32 epilogue tile
+};
 SSD_HOST_DEVICE constexpr int two_phase_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
-SSD_HOST_DEVICE constexpr int two_phase_body_bytes(int stages, int stage_a, int stage_b, int epilogue) {
-  return imax(imax(stages * stage_a, stages * stage_b), epilogue);
+SSD_HOST_DEVICE constexpr int two_phase_body_bytes(int stages, TwoPhaseBytes b) {
+  return imax(imax(stages * b.stage_a, stages * b.stage_b), b.epilogue);
 }
-SSD_HOST_DEVICE constexpr int two_phase_stages(int body3, int q, bool seq) {
-  return body3 + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+SSD_HOST_DEVICE constexpr int two_phase_stages(TwoPhaseBytes b, int q, bool seq) {
+  return two_phase_body_bytes(3, b) + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
 }
-SSD_HOST_DEVICE constexpr int chunk_scan_body_bytes(int stages, int n, int bm, int bn, int bk) {
-  return two_phase_body_bytes(stages, chunk_scan_stage_a_bytes(n, bm, bn, bk), chunk_scan_stage_b_bytes(bm, bn, bk),
-                              chunk_scan_epilogue_bytes(bm, bn));
+SSD_HOST_DEVICE constexpr int two_phase_smem_bytes(TwoPhaseBytes b, int q, bool seq) {
+  return two_phase_body_bytes(two_phase_stages(b, q, seq), b) + two_phase_fixed_bytes(q, seq);
 }
-SSD_HOST_DEVICE constexpr int chunk_scan_stages(int q, int n, int bm, int bn, int bk, bool seq) {
-  return two_phase_stages(chunk_scan_body_bytes(3, n, bm, bn, bk), q, seq);
+SSD_HOST_DEVICE constexpr TwoPhaseBytes chunk_scan_bytes(int n, int bm, int bn, int bk) {
+  return {chunk_scan_stage_a_bytes(n, bm, bn, bk), chunk_scan_stage_b_bytes(bm, bn, bk),
+          chunk_scan_epilogue_bytes(bm, bn)};
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_smem_bytes(int q, int n, int bm, int bn, int bk, bool seq) {
-  return chunk_scan_body_bytes(chunk_scan_stages(q, n, bm, bn, bk, seq), n, bm, bn, bk) + two_phase_fixed_bytes(q, seq);
+  return two_phase_smem_bytes(chunk_scan_bytes(n, bm, bn, bk), q, seq);
 }
 
 // ---- Tile legality, one function per kernel: nullptr when the tile is legal, else what is wrong.
