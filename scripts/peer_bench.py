@@ -13,63 +13,42 @@ mamba_ssm/ops/triton and mamba_ssm/utils (see docs/perf.md).
 """
 import argparse
 import ctypes as C
+import importlib.util
 import json
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import ssd_reference  # noqa: E402  (the float64 reference)
 
-MAX_DIMS = 6
-DTYPE = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3, torch.int32: 4}
+
+def package_bindings():
+    """python/ssdgen/_capi.py, the package's ctypes declarations of include/ssd/ssd.h (tested against
+    the header; load_library checks them against the library), as a module of its own: importing
+    the ssdgen package would load the library it finds, and this script loads the one given."""
+    spec = importlib.util.spec_from_file_location("ssdgen_capi", os.path.join(ROOT, "python", "ssdgen", "_capi.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class Tensor(C.Structure):
-    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int32),
-                ("shape", C.c_int64 * MAX_DIMS), ("strides", C.c_int64 * MAX_DIMS)]
-
-
-class ForwardArgs(C.Structure):
-    _fields_ = [("struct_size", C.c_size_t), ("chunk_size", C.c_int32), ("dt_softplus", C.c_int32),
-                ("dt_limit_lo", C.c_float), ("dt_limit_hi", C.c_float)] + [
-        (n, Tensor) for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx",
-                              "out", "out_x", "final_states")] + [
-        ("workspace", C.c_void_p), ("workspace_bytes", C.c_size_t)]
-
-
-class BackwardArgs(C.Structure):
-    _fields_ = [("struct_size", C.c_size_t), ("chunk_size", C.c_int32), ("dt_softplus", C.c_int32),
-                ("dt_limit_lo", C.c_float), ("dt_limit_hi", C.c_float), ("mode", C.c_int32)] + [
-        (n, Tensor) for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx",
-                              "out_x", "dout", "dfinal_states", "dx", "ddt", "dA", "dB", "dC", "dD", "dz",
-                              "ddt_bias", "dinitial_states")]
-
-
-class Layout(C.Structure):
-    _fields_ = [("struct_size", C.c_size_t), ("total_bytes", C.c_size_t), ("dt_out_offset", C.c_size_t),
-                ("dA_cumsum_offset", C.c_size_t), ("CB_offset", C.c_size_t), ("states_offset", C.c_size_t)]
+capi = package_bindings()
+# The C structs (scripts/accuracy_side_by_side.py and scripts/output_digests.py take them from here).
+Tensor, ForwardArgs, BackwardArgs, Layout = capi.Tensor, capi.ForwardArgs, capi.BackwardArgs, capi.ForwardLayout
+DTYPE = {torch.bfloat16: capi.DTYPE_BF16, torch.float16: capi.DTYPE_FP16, torch.float32: capi.DTYPE_FP32,
+         torch.int32: capi.DTYPE_INT32}
 
 
 def tensor(t):
-    out = Tensor()
-    if t is None:
-        return out
-    out.data = t.data_ptr()
-    out.dtype = DTYPE[t.dtype]
-    out.ndim = t.dim()
-    for i, (s, st) in enumerate(zip(t.shape, t.stride())):
-        out.shape[i] = s
-        out.strides[i] = st
-    return out
+    return Tensor() if t is None else capi.tensor_view(t.data_ptr(), DTYPE[t.dtype], t.shape, t.stride())
 
 
 class Ssdgen:
     def __init__(self, path):
-        self.lib = C.CDLL(path)
-        self.lib.ssd_last_error_detail.restype = C.c_char_p
-        self.lib.ssd_status_string.restype = C.c_char_p
+        self.lib = capi.load_library(path)
         self.rt = C.c_void_p()
         self.check(self.lib.ssd_runtime_create(None, C.byref(self.rt)), "ssd_runtime_create")
 

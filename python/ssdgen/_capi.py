@@ -41,6 +41,19 @@ class Tensor(ctypes.Structure):
                 ("shape", ctypes.c_int64 * MAX_DIMS), ("strides", ctypes.c_int64 * MAX_DIMS)]
 
 
+def tensor_view(data, dtype, shape, strides):
+    """An ssd_tensor: the address (0 or None: absent), the ssd_dtype, the axes' sizes and strides in
+    elements (for ssdgen.torch and the scripts that drive the library from torch tensors)."""
+    out = Tensor()
+    out.data = data
+    out.dtype = dtype
+    out.ndim = len(shape)
+    for i, (size, stride) in enumerate(zip(shape, strides)):
+        out.shape[i] = size
+        out.strides[i] = stride
+    return out
+
+
 class RuntimeOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("mode", c_enum), ("arch", ctypes.c_int32),
                 ("cache_dir", ctypes.c_char_p), ("cache_mode", ctypes.c_int32)]

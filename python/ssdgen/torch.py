@@ -57,16 +57,9 @@ _PLACEHOLDER = 1 << 12
 
 
 def _ssd_tensor(t, placeholder=False):
-    out = _capi.Tensor()
     if t is None:
-        return out
-    out.data = _PLACEHOLDER if placeholder else t.data_ptr()
-    out.dtype = _SSD_DTYPE[t.dtype]
-    out.ndim = t.dim()
-    for i, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        out.shape[i] = size
-        out.strides[i] = stride
-    return out
+        return _capi.Tensor()
+    return _capi.tensor_view(_PLACEHOLDER if placeholder else t.data_ptr(), _SSD_DTYPE[t.dtype], t.shape, t.stride())
 
 
 def _workspace(nbytes, device):

@@ -10,10 +10,7 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-const char* tile_problem(const ssd_kernel_config& c) {
-  return ssd_kernels::bwd_geom::bc_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n, c.tile.k,
-                                                c.flags & SSD_FLAG_SEQ_IDX);
-}
+constexpr auto tile_problem = shape_tile_problem<ssd_kernels::bwd_geom::bc_tile_problem>;
 ssd_tile db_default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {64, std::min(128, c.dstate), 32, 0, 0}, {64, std::min(64, c.dstate), 32, 0, 0},
                          tile_problem);

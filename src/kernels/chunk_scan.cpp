@@ -10,10 +10,7 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-const char* tile_problem(const ssd_kernel_config& c) {
-  return ssd_kernels::fwd_geom::chunk_scan_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
-                                                        c.tile.k, c.flags & SSD_FLAG_SEQ_IDX);
-}
+constexpr auto tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>;
 ssd_tile default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0}; }
 using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 

@@ -11,10 +11,7 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-const char* tile_problem(const ssd_kernel_config& c) {
-  return ssd_kernels::fwd_geom::chunk_state_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
-                                                         c.tile.k);
-}
+constexpr auto tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_state_tile_problem>;
 // 64 x 128 x 32 measured best of seven candidates at the nemotronh-56b shape (docs/perf.md).
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0};

@@ -12,10 +12,7 @@ constexpr SsdFieldUse kUses{true, true, true};
 
 void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
-const char* tile_problem(const ssd_kernel_config& c) {
-  return ssd_kernels::fwd_geom::chunk_state_passing_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m,
-                                                                 c.tile.n, c.tile.k);
-}
+constexpr auto tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_state_passing_tile_problem>;
 Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 // 64 x 64 x 64 measured best of seven at the nemotronh-56b shape (0.567 ms against 0.602 for
 // 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit.

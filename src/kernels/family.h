@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
@@ -119,10 +120,21 @@ ssd_tile best_legal_tile(const ssd_kernel_config& c, ssd_tile best, ssd_tile fal
 // A one-dimensional tile: every m in `ms`.
 std::vector<ssd_tile> tiles_m(std::initializer_list<int> ms);
 
+// The params headers' tile checks that take the whole shape, (chunk_size, headdim, dstate, m, n, k)
+// and for some seq_idx, as a family's tile_problem: the one place that maps the config's fields
+// onto those arguments, in that order.
+template <auto kCheck>
+const char* shape_tile_problem(const ssd_kernel_config& c) {
+  if constexpr (std::is_invocable_v<decltype(kCheck), int, int, int, int, int, int, bool>)
+    return kCheck(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n, c.tile.k, c.flags & SSD_FLAG_SEQ_IDX);
+  else
+    return kCheck(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n, c.tile.k);
+}
+
 // A tensor-core family's descriptor functions from its field use and tile check (tile_problem as
 // above; kWithN / kWithK: whether the family has that tile dimension):
 //   constexpr SsdFieldUse kUses{true, true, true};
-//   const char* tile_problem(const ssd_kernel_config& c) { return ...::xxx_tile_problem(...); }
+//   constexpr auto tile_problem = shape_tile_problem<ssd_kernels::...::xxx_tile_problem>;  (or a function)
 //   using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 //   ... {id, name, ..., Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, spec}
 template <const SsdFieldUse& kUses, const char* (*kTileProblem)(const ssd_kernel_config&), bool kWithN, bool kWithK>

@@ -173,8 +173,9 @@ using fwd_geom::imin;
 using fwd_geom::kMaxStaticSmem;
 using fwd_geom::kPad;
 using fwd_geom::two_phase_body_bytes;
-using fwd_geom::two_phase_fixed_bytes;
+using fwd_geom::two_phase_smem_bytes;
 using fwd_geom::two_phase_stages;
+using fwd_geom::TwoPhaseBytes;
 
 // ---- chunk_scan_bwd_dx<Q, P, N, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_K, T, HAS_D, D_PER_HEADDIM, HAS_SEQ_IDX>
 // 8 warps as 4 (rows) x 2 (P halves); warp w owns rows [(w/2)·BM/4, (w/2+1)·BM/4) and columns
@@ -192,15 +193,11 @@ SSD_HOST_DEVICE constexpr int dx_stage_b_bytes(int p, int bm, int bk) {
   return bk * (bm + 4) * 4 + bk * (p + kPad) * 2;  // CB tile [m][l] fp32 + dy tile [m][p]
 }
 SSD_HOST_DEVICE constexpr int dx_epilogue_bytes(int p, int bm) { return bm * (p + 4) * 4; }
-SSD_HOST_DEVICE constexpr int dx_body_bytes(int stages, int p, int n, int bm, int bk) {
-  return two_phase_body_bytes(stages, dx_stage_a_bytes(p, n, bm, bk), dx_stage_b_bytes(p, bm, bk),
-                              dx_epilogue_bytes(p, bm));
-}
-SSD_HOST_DEVICE constexpr int dx_stages(int q, int p, int n, int bm, int bk, bool seq) {
-  return two_phase_stages(dx_body_bytes(3, p, n, bm, bk), q, seq);
+SSD_HOST_DEVICE constexpr TwoPhaseBytes dx_bytes(int p, int n, int bm, int bk) {
+  return {dx_stage_a_bytes(p, n, bm, bk), dx_stage_b_bytes(p, bm, bk), dx_epilogue_bytes(p, bm)};
 }
 SSD_HOST_DEVICE constexpr int dx_smem_bytes(int q, int p, int n, int bm, int bk, bool seq) {
-  return dx_body_bytes(dx_stages(q, p, n, bm, bk, seq), p, n, bm, bk) + two_phase_fixed_bytes(q, seq);
+  return two_phase_smem_bytes(dx_bytes(p, n, bm, bk), q, seq);
 }
 
 // ---- chunk_scan_bwd_dcb<Q, P, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (s), BLOCK_K (p step), T, HAS_SEQ_IDX>

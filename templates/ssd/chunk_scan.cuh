@@ -95,14 +95,15 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread: lower BLOCK_M or BLOCK_N");
   constexpr int BKN = chunk_scan_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
-  constexpr int STAGES = chunk_scan_stages(Q, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx);
+  constexpr TwoPhaseBytes BYTES = chunk_scan_bytes(N, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int STAGES = two_phase_stages(BYTES, Q, Spec::kSeqIdx);
   constexpr int LDA = BKN + kPad;      // C tile [l][n] and P tile [p][n], type T
   constexpr int LDCB = BLOCK_K + kPad;  // CB tile [l][s], fp32 (row stride = 8 mod 32 words)
   constexpr int LDX = BLOCK_N + kPad;   // x tile [s][p], type T
   constexpr int LDO = BLOCK_N + kPad;   // epilogue tile [l][p], fp32
-  constexpr int STAGE_A = chunk_scan_stage_a_bytes(N, BLOCK_M, BLOCK_N, BLOCK_K);
-  constexpr int STAGE_B = chunk_scan_stage_b_bytes(BLOCK_M, BLOCK_N, BLOCK_K);
-  constexpr int BODY = chunk_scan_body_bytes(STAGES, N, BLOCK_M, BLOCK_N, BLOCK_K);
+  constexpr int STAGE_A = BYTES.stage_a;
+  constexpr int STAGE_B = BYTES.stage_b;
+  constexpr int BODY = two_phase_body_bytes(STAGES, BYTES);
   constexpr int TILES_N = P / BLOCK_N;
   constexpr int TILES_M = Q / BLOCK_M;
   constexpr int TILES = chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N);

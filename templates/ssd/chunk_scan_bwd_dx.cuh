@@ -149,20 +149,21 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
   constexpr int BKN = dx_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
-  constexpr int STAGES = dx_stages(Q, P, N, BLOCK_M, BLOCK_K, Spec::kSeqIdx);
+  constexpr TwoPhaseBytes BYTES = dx_bytes(P, N, BLOCK_M, BLOCK_K);
+  constexpr int STAGES = two_phase_stages(BYTES, Q, Spec::kSeqIdx);
   constexpr int LDA = BKN + kPad;     // row tile (C | B) [l][n] and K tile (P | ds) [p][n], type T
   constexpr int LDCB = BLOCK_M + 4;   // CB tile [m][l], fp32 (row stride = 4 mod 32 words: the
                                       // (m = 2t.., l = g) reads of a warp hit 32 distinct banks)
   constexpr int LDY = P + kPad;       // dy tile [m][p], type T
   constexpr int LDO = P + 4;          // staging tile [l][p], fp32 (row-per-thread float4 reads are
                                       // conflict free)
-  constexpr int STAGE_A = dx_stage_a_bytes(P, N, BLOCK_M, BLOCK_K);
-  constexpr int STAGE_B = dx_stage_b_bytes(P, BLOCK_M, BLOCK_K);
-  constexpr int BODY = dx_body_bytes(STAGES, P, N, BLOCK_M, BLOCK_K);
+  constexpr int STAGE_A = BYTES.stage_a;
+  constexpr int STAGE_B = BYTES.stage_b;
+  constexpr int BODY = two_phase_body_bytes(STAGES, BYTES);
   constexpr int TILES = dx_tiles(Q, BLOCK_M);
   constexpr int KA = N / BKN;
   static_assert(STAGE_A == (BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
-                    dx_epilogue_bytes(P, BLOCK_M) == BLOCK_M * LDO * 4,
+                    BYTES.epilogue == BLOCK_M * LDO * 4,
                 "bwd_geom::dx_* must describe this layout");
   static_assert(dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or BLOCK_M");

@@ -7,9 +7,10 @@
 //
 // Shared verbatim by the host launchers (g++) and the kernels (NVRTC): plain C layout only
 // (pointers, TensorRef views = pointer + strides in ELEMENTS, 64-bit (primitives/tensor_ref.cuh),
-// long long, int, float). A view whose comment names a unit-stride innermost axis covers only the
-// axes before it. The geometry helpers below are constexpr functions usable on both sides; the
-// kernels static_assert against the same helpers.
+// long long, int, float; members two blocks share may come first as a common base, laid out as
+// the members written out: ChunkStateInputs). A view whose comment names a unit-stride innermost
+// axis covers only the axes before it. The geometry helpers below are constexpr functions usable on
+// both sides; the kernels static_assert against the same helpers.
 //
 // Layout requirements (the host validates; nothing else is assumed):
 //   * every tensor below comes with full strides, except the unit-stride axes named per field;
@@ -34,13 +35,19 @@ struct BmmChunkFwdParams {
   long long batch, seqlen, nchunks, ngroups;
 };
 
-// F2: states[b, c, h, p, n] = Σ_{l ≤ λ_c} ξ_c(l) exp(min(A(Q-1) - A(l), 0)) Δ_l x[l, p] B[l, n]  (fp32 out)
-struct ChunkStateFwdParams {
+// The inputs of F2, read alike by chunk_state_fwd and chunk_state_passing_fwd: the first members
+// of both parameter blocks, as their base (one declaration; the layout is that of the members
+// written out, every one 8-byte aligned).
+struct ChunkStateInputs {
   TensorRef<const void, 4> x;  // (b, L, h, p), element type
   TensorRef<const void, 4> B;  // (b, L, g, n)
   TensorRef<const float, 3> dt;  // Δ, (b, h, nchunks) rows of Q, unit Q-stride (chunk_cumsum_fwd's dt_out)
   TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
   TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+};
+
+// F2: states[b, c, h, p, n] = Σ_{l ≤ λ_c} ξ_c(l) exp(min(A(Q-1) - A(l), 0)) Δ_l x[l, p] B[l, n]  (fp32 out)
+struct ChunkStateFwdParams : ChunkStateInputs {
   TensorRef<float, 4> states;  // (b, nchunks, h, p) rows of n, unit n-stride
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
@@ -48,12 +55,7 @@ struct ChunkStateFwdParams {
 // F2 + F3 fused: per (b, h) and state tile, s_c as chunk_state_fwd, then in chunk order
 //   P_c = S_{c-1} (written to states),  S_c = fma(θ_c exp(A_c(λ_c)), S_{c-1}, s_c),  S_{-1} = init,
 //   final = S_{Nc-1}.
-struct ChunkStatePassingFwdParams {
-  TensorRef<const void, 4> x;  // (b, L, h, p), element type
-  TensorRef<const void, 4> B;  // (b, L, g, n)
-  TensorRef<const float, 3> dt;  // Δ, (b, h, nchunks) rows of Q, unit Q-stride (chunk_cumsum_fwd's dt_out)
-  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
-  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+struct ChunkStatePassingFwdParams : ChunkStateInputs {
   TensorRef<const float, 2> initial_states;  // (b, h) rows of p*n (p-stride n); data null without
   TensorRef<void, 4> states;  // P: (b, nchunks, h, p) rows of n, unit n-stride; the state type (fp32 or element type)
   TensorRef<float, 2> final_states;  // (b, h) rows of p*n (p-stride n); data null without
@@ -187,24 +189,28 @@ SSD_HOST_DEVICE constexpr int chunk_scan_stage_b_bytes(int bm, int bn, int bk) {
 SSD_HOST_DEVICE constexpr int chunk_scan_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
 // The two-phase pipelined kernels (chunk_scan_fwd, chunk_scan_bwd_dx): one body buffer holds
 // `stages` phase-A buffers, or `stages` phase-B buffers, or the fp32 epilogue tile, whichever is
-// largest; next to it the chunk's fp32 A and Δ rows (and its seq_idx row). 3 stages when body3
-// (the body with 3 stages) and those rows fit in static shared memory, else 2.
+// largest; next to it the chunk's fp32 A and Δ rows (and its seq_idx row). 3 stages when the body
+// with 3 stages and those rows fit in static shared memory, else 2. Each kernel gives its
+// TwoPhaseBytes; the stage count and the sizes follow from them here, for both kernels.
+struct TwoPhaseBytes {
+  int stage_a, stage_b, epilogue;  // one phase-A stage, one phase-B stage, the fp32 epilogue tile
+};
 SSD_HOST_DEVICE constexpr int two_phase_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
-SSD_HOST_DEVICE constexpr int two_phase_body_bytes(int stages, int stage_a, int stage_b, int epilogue) {
-  return imax(imax(stages * stage_a, stages * stage_b), epilogue);
+SSD_HOST_DEVICE constexpr int two_phase_body_bytes(int stages, TwoPhaseBytes b) {
+  return imax(imax(stages * b.stage_a, stages * b.stage_b), b.epilogue);
 }
-SSD_HOST_DEVICE constexpr int two_phase_stages(int body3, int q, bool seq) {
-  return body3 + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+SSD_HOST_DEVICE constexpr int two_phase_stages(TwoPhaseBytes b, int q, bool seq) {
+  return two_phase_body_bytes(3, b) + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
 }
-SSD_HOST_DEVICE constexpr int chunk_scan_body_bytes(int stages, int n, int bm, int bn, int bk) {
-  return two_phase_body_bytes(stages, chunk_scan_stage_a_bytes(n, bm, bn, bk), chunk_scan_stage_b_bytes(bm, bn, bk),
-                              chunk_scan_epilogue_bytes(bm, bn));
+SSD_HOST_DEVICE constexpr int two_phase_smem_bytes(TwoPhaseBytes b, int q, bool seq) {
+  return two_phase_body_bytes(two_phase_stages(b, q, seq), b) + two_phase_fixed_bytes(q, seq);
 }
-SSD_HOST_DEVICE constexpr int chunk_scan_stages(int q, int n, int bm, int bn, int bk, bool seq) {
-  return two_phase_stages(chunk_scan_body_bytes(3, n, bm, bn, bk), q, seq);
+SSD_HOST_DEVICE constexpr TwoPhaseBytes chunk_scan_bytes(int n, int bm, int bn, int bk) {
+  return {chunk_scan_stage_a_bytes(n, bm, bn, bk), chunk_scan_stage_b_bytes(bm, bn, bk),
+          chunk_scan_epilogue_bytes(bm, bn)};
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_smem_bytes(int q, int n, int bm, int bn, int bk, bool seq) {
-  return chunk_scan_body_bytes(chunk_scan_stages(q, n, bm, bn, bk, seq), n, bm, bn, bk) + two_phase_fixed_bytes(q, seq);
+  return two_phase_smem_bytes(chunk_scan_bytes(n, bm, bn, bk), q, seq);
 }
 
 // ---- Tile legality, one function per kernel: nullptr when the tile is legal, else what is wrong.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include "common/float16.h"
 #include "config/config.h"  // dtype_name
 #include "reference/ssd_reference.h"
@@ -39,6 +41,21 @@ struct RuntimeHolder {
   RuntimeHolder(const RuntimeHolder&) = delete;
   RuntimeHolder& operator=(const RuntimeHolder&) = delete;
 };
+
+// The loop of the tests over a case table: check(rt, c) for each case on one runtime, with the
+// case (its file's describe(c)) in every failure message.
+template <class Cases, class Check>
+void for_each_case(const Cases& cases, Check check) {
+  RuntimeHolder rt;
+  for (const auto& c : cases) {
+    CAPTURE(describe(c));
+    check(rt.rt, c);
+  }
+}
+template <class Case, class Check>
+void for_each_case(std::initializer_list<Case> cases, Check check) {
+  for_each_case<std::initializer_list<Case>, Check>(cases, check);
+}
 
 class DeviceBuffer {
  public:

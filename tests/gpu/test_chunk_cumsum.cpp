@@ -189,11 +189,9 @@ const CumsumCase kCases[] = {
 }  // namespace
 
 TEST_CASE("chunk_cumsum_fwd matches the float64 oracle and writes every element" * doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const CumsumCase& c : kCases) {
-    CAPTURE(describe(c));
+  for_each_case(kCases, [&](ssd_runtime* rt, const CumsumCase& c) {
     CumsumProblem p(c);
-    p.run_fwd(rt.rt);
+    p.run_fwd(rt);
     const size_t n = size_t(c.b * c.h * p.nc * c.Q);
     std::vector<double> dt_out = download_values(p.d_dt_out, SSD_DTYPE_FP32, n);
     std::vector<double> cs = download_values(p.d_cs, SSD_DTYPE_FP32, n);
@@ -207,13 +205,11 @@ TEST_CASE("chunk_cumsum_fwd matches the float64 oracle and writes every element"
     MESSAGE("fwd " << describe(c) << ": rel_l2 dt_out " << e_dt << ", dA_cumsum " << e_cs);
     CHECK(e_dt < 1e-6);
     CHECK(e_cs < 1e-5);
-  }
+  });
 }
 
 TEST_CASE("chunk_cumsum_bwd matches the float64 oracle in both modes" * doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const CumsumCase& c : kCases) {
-    CAPTURE(describe(c));
+  for_each_case(kCases, [&](ssd_runtime* rt, const CumsumCase& c) {
     CumsumProblem p(c);
     const size_t nh = size_t(c.h);
     std::vector<double> ref_ddt(size_t(c.b * c.L * c.h)), ref_dA(nh), ref_db(nh);
@@ -225,7 +221,7 @@ TEST_CASE("chunk_cumsum_bwd matches the float64 oracle in both modes" * doctest:
       ssd_launch_options o;
       ssd_launch_options_init(&o);
       o.mode = mode;
-      p.run_bwd(rt.rt, &o);
+      p.run_bwd(rt, &o);
       std::vector<double> ddt = p.ddt_logical();
       std::vector<double> dA = download_values(p.d_dA, SSD_DTYPE_FP32, nh);
       REQUIRE(all_finite(ddt));
@@ -246,7 +242,7 @@ TEST_CASE("chunk_cumsum_bwd matches the float64 oracle in both modes" * doctest:
       if (mode == SSD_MODE_DETERMINISTIC) det_dA = dA;
       else CHECK(ssd::ref::rel_l2(dA.data(), det_dA.data(), nh) < 1e-5);  // fast is close to deterministic
     }
-  }
+  });
 }
 
 TEST_CASE("D1: ten repeats give identical bits" * doctest::skip(!gpu_available())) {
@@ -260,11 +256,9 @@ TEST_CASE("D1: ten repeats give identical bits" * doctest::skip(!gpu_available()
 }
 
 TEST_CASE("D2 + D4: every legal tile and grid size gives identical bits" * doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const CumsumCase& c : {kCases[0], kCases[1], kCases[3]}) {
-    CAPTURE(describe(c));
+  for_each_case({kCases[0], kCases[1], kCases[3]}, [&](ssd_runtime* rt, const CumsumCase& c) {
     CumsumProblem p(c);
-    const std::vector<uint8_t> fwd0 = p.run_fwd(rt.rt), bwd0 = p.run_bwd(rt.rt);
+    const std::vector<uint8_t> fwd0 = p.run_fwd(rt), bwd0 = p.run_bwd(rt);
     ssd_kernel_config reduce_probe = ssd::default_config(SSD_KERNEL_REDUCE_HEAD_PARTIALS);
     const auto reduce_tiles = ssd::legal_tiles(reduce_probe);
     int variants = 0;
@@ -286,14 +280,14 @@ TEST_CASE("D2 + D4: every legal tile and grid size gives identical bits" * docte
           CAPTURE(tile.n);
           CAPTURE(o.reduce_tile.m);
           CAPTURE(grid);
-          if (kernel == SSD_KERNEL_CHUNK_CUMSUM_FWD) CHECK(same_bytes(p.run_fwd(rt.rt, &o), fwd0));
-          else CHECK(same_bytes(p.run_bwd(rt.rt, &o), bwd0));
+          if (kernel == SSD_KERNEL_CHUNK_CUMSUM_FWD) CHECK(same_bytes(p.run_fwd(rt, &o), fwd0));
+          else CHECK(same_bytes(p.run_bwd(rt, &o), bwd0));
           ++variants;
         }
       }
     }
     MESSAGE("D2/D4 " << describe(c) << ": " << variants << " tile x grid variants bitwise equal");
-  }
+  });
 }
 
 TEST_CASE("D3: a sample's bits do not depend on the batch around it" * doctest::skip(!gpu_available())) {

@@ -109,11 +109,9 @@ const GateCase kGateCases[] = {
 }  // namespace
 
 TEST_CASE("gate_bwd: dy, dz, dD against the float64 oracle; D1 and D4 bitwise" * doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const GateCase& c : kGateCases) {
-    CAPTURE(describe(c));
+  for_each_case(kGateCases, [&](ssd_runtime* rt, const GateCase& c) {
     GateProblem prob(c);
-    const std::vector<uint8_t> det = prob.run(rt.rt, SSD_MODE_DETERMINISTIC);
+    const std::vector<uint8_t> det = prob.run(rt, SSD_MODE_DETERMINISTIC);
     const size_t nx = size_t(c.b * c.L * c.h * c.p);
     const double tol = c.dtype == SSD_DTYPE_BF16 ? 8e-3 : 1e-3;
     double e_dy = 0, e_dz = 0, e_dD = 0;
@@ -131,12 +129,12 @@ TEST_CASE("gate_bwd: dy, dz, dD against the float64 oracle; D1 and D4 bitwise" *
       REQUIRE(all_finite(dD));
       e_dD = ssd::ref::rel_l2(dD.data(), prob.ref.dD.data(), dD.size());
       CHECK(e_dD < 1e-5);
-      prob.run(rt.rt, SSD_MODE_FAST);
+      prob.run(rt, SSD_MODE_FAST);
       std::vector<double> fast = download_values(prob.d_dD, SSD_DTYPE_FP32, prob.ref.dD.size());
       CHECK(ssd::ref::rel_l2(fast.data(), dD.data(), dD.size()) < 1e-5);
     }
     MESSAGE("gate_bwd " << describe(c) << ": rel_l2 dy " << e_dy << ", dz " << e_dz << ", dD " << e_dD);
-    for (int i = 0; i < 5; ++i) CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC), det));
-    for (int grid : {1, 7, 64}) CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, grid), det));
-  }
+    for (int i = 0; i < 5; ++i) CHECK(same_bytes(prob.run(rt, SSD_MODE_DETERMINISTIC), det));
+    for (int grid : {1, 7, 64}) CHECK(same_bytes(prob.run(rt, SSD_MODE_DETERMINISTIC, grid), det));
+  });
 }

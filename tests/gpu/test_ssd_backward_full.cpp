@@ -294,12 +294,10 @@ std::vector<ssd_kernel_config> configs_of(ssd_runtime* rt, const BwdProblem& pro
 
 TEST_CASE("ssd_backward: every gradient against the float64 oracle; fast mode close; guards intact" *
           doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const BwdCase& c : kBwdCases) {
-    CAPTURE(describe(c));
+  for_each_case(kBwdCases, [&](ssd_runtime* rt, const BwdCase& c) {
     BwdProblem prob(c);
-    precompile(rt.rt, configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC));
-    const std::vector<uint8_t> det = prob.run(rt.rt);
+    precompile(rt, configs_of(rt, prob, SSD_MODE_DETERMINISTIC));
+    const std::vector<uint8_t> det = prob.run(rt);
     const GradErrors e = compare_with_oracle(prob);
     MESSAGE("bwd " << describe(c) << ": rel_l2" << e.text());
     for (auto& x : e.e) {
@@ -307,10 +305,10 @@ TEST_CASE("ssd_backward: every gradient against the float64 oracle; fast mode cl
       CHECK(x.value < tolerance(c.dtype));
     }
     // Fast mode (atomics in dD, dA, ddt_bias, rho, ddA intra): the same values to rounding.
-    const std::vector<uint8_t> fast = prob.run(rt.rt, SSD_MODE_FAST);
+    const std::vector<uint8_t> fast = prob.run(rt, SSD_MODE_FAST);
     const GradErrors ef = compare_with_oracle(prob);
     for (size_t i = 0; i < e.e.size(); ++i) CHECK(std::fabs(ef.e[i].value - e.e[i].value) < 1e-3 * tolerance(c.dtype) + 1e-6);
-  }
+  });
 }
 
 TEST_CASE("ssd_backward at the issue's reference shape (b=2 L=1024 h=32 p=64 n=64 g=4, chunk 256, bf16)" *
@@ -478,11 +476,9 @@ TEST_CASE("ssd_backward: bad arguments are refused by name, nothing written" * d
 
 TEST_CASE("ssd_backward stage by stage: the workspace intermediates against the oracle's" *
           doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const BwdCase& c : {kBwdCases[0], kBwdCases[2], kBwdCases[5]}) {
-    CAPTURE(describe(c));
+  for_each_case({kBwdCases[0], kBwdCases[2], kBwdCases[5]}, [&](ssd_runtime* rt, const BwdCase& c) {
     BwdProblem prob(c);
-    prob.run(rt.rt);
+    prob.run(rt);
     ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
     auto layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
     REQUIRE(layout.ok());
@@ -559,7 +555,7 @@ TEST_CASE("ssd_backward stage by stage: the workspace intermediates against the 
     CHECK(e_next < tol);
     CHECK(e_prev < tol);
     CHECK(e_dda < tol);
-  }
+  });
 }
 
 TEST_CASE("ssd_backward sanitizer shape: one small problem with every option, both modes" *

@@ -98,11 +98,9 @@ const FwdCase kFwdCases[] = {
 }  // namespace
 
 TEST_CASE("ssd_forward matches the float64 oracle, stage by stage" * doctest::skip(!gpu_available())) {
-  RuntimeHolder rt;
-  for (const FwdCase& c : kFwdCases) {
-    CAPTURE(describe(c));
+  for_each_case(kFwdCases, [&](ssd_runtime* rt, const FwdCase& c) {
     FwdProblem prob(c);
-    prob.run(rt.rt);
+    prob.run(rt);
     const ssd::ref::SsdForwardResult ref = ssd::ref::forward_chunked(prob.oracle_problem());
     const size_t nx = size_t(c.b * c.L * c.h * c.p), nch = size_t(c.b * c.h * prob.nc * c.Q);
     const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n), ncb = size_t(c.b * prob.nc * c.g * c.Q * c.Q);
@@ -155,7 +153,7 @@ TEST_CASE("ssd_forward matches the float64 oracle, stage by stage" * doctest::sk
     CHECK(e_out < tol);
     CHECK(e_ox < tol);
     CHECK(e_fin < tol);
-  }
+  });
 }
 
 TEST_CASE("ssd_forward: ten repeats give identical bits" * doctest::skip(!gpu_available())) {

@@ -32,6 +32,23 @@ TEST_CASE("TensorRef has plain C layout: pointer then N 64-bit strides") {
   CHECK(std::is_trivially_copyable<ssd_kernels::ReduceHeadPartialsParams>::value);
 }
 
+TEST_CASE("the F2 parameter blocks lay out their ChunkStateInputs base as the members written out") {
+  using ssd_kernels::ChunkStateInputs;
+  CHECK(sizeof(ChunkStateInputs) == 2 * sizeof(TensorRef<const void, 4>) + 2 * sizeof(TensorRef<const float, 3>) +
+                                        sizeof(TensorRef<const int, 2>));
+  ssd_kernels::ChunkStateFwdParams f{};
+  ssd_kernels::ChunkStatePassingFwdParams fp{};
+  auto at = [](const void* base, const void* member) {
+    return static_cast<const char*>(member) - static_cast<const char*>(base);
+  };
+  CHECK(at(&f, &f.x) == 0);
+  CHECK(at(&f, &f.seq_idx) == sizeof(ChunkStateInputs) - sizeof(TensorRef<const int, 2>));
+  CHECK(at(&f, &f.states) == sizeof(ChunkStateInputs));
+  CHECK(at(&fp, &fp.initial_states) == sizeof(ChunkStateInputs));
+  CHECK(std::is_trivially_copyable<ssd_kernels::ChunkStateFwdParams>::value);
+  CHECK(std::is_trivially_copyable<ssd_kernels::ChunkStatePassingFwdParams>::value);
+}
+
 TEST_CASE("offset, ptr, operator() and ptr_as address the element; missing trailing indices are 0") {
   float buf[2 * 3 * 5] = {};
   for (int i = 0; i < 30; ++i) buf[i] = float(i);

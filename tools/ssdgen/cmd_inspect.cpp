@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -64,6 +65,18 @@ ssd::Result<Generated> generate(const std::string& text) {
   return g;
 }
 
+// What `emit` and `ptx` start from: the one CONFIG of `args` (scan_single_config), generated.
+// Returns an exit code (usage or config error, reported) or -1 with *g filled.
+int generate_single_config(Context& ctx, const std::vector<std::string>& args,
+                           const std::vector<std::pair<const char*, bool*>>& flags, Generated* g) {
+  std::string text;
+  if (int rc = scan_single_config(ctx, args, flags, &text); rc >= 0) return rc;
+  auto generated = generate(text);
+  if (!generated.ok()) return fail(ctx, generated.status());
+  *g = std::move(generated.value());
+  return -1;
+}
+
 // The text of an embedded template header; nullopt when this build does not embed it.
 std::optional<std::string> embedded_text(const std::string& header) {
   const ssd::EmbeddedFile* f = ssd::find_template(header);
@@ -75,15 +88,13 @@ std::optional<std::string> embedded_text(const std::string& header) {
 
 int cmd_emit(Context& ctx, const std::vector<std::string>& args) {
   bool headers = false;
-  std::string text;
-  if (int rc = scan_single_config(ctx, args, {{"--headers", &headers}}, &text); rc >= 0) return rc;
-  auto g = generate(text);
-  if (!g.ok()) return fail(ctx, g.status());
-  const ssd::GeneratedUnit& unit = g.value().unit;
+  Generated g;
+  if (int rc = generate_single_config(ctx, args, {{"--headers", &headers}}, &g); rc >= 0) return rc;
+  const ssd::GeneratedUnit& unit = g.unit;
 
   if (ctx.json) {
-    nlohmann::json j{{"config", ssd::config_to_json(g.value().config)},
-                     {"label", ssd::config_label(g.value().config)},
+    nlohmann::json j{{"config", ssd::config_to_json(g.config)},
+                     {"label", ssd::config_label(g.config)},
                      {"file_name", unit.file_name},
                      {"symbol", unit.symbol},
                      {"block_threads", unit.block_threads},
@@ -142,17 +153,15 @@ int cmd_key(Context& ctx, const std::vector<std::string>& args) {
 }
 
 int cmd_ptx(Context& ctx, const std::vector<std::string>& args) {
-  std::string text;
-  if (int rc = scan_single_config(ctx, args, {}, &text); rc >= 0) return rc;
-  auto g = generate(text);
-  if (!g.ok()) return fail(ctx, g.status());
-  auto ptx = ssd::compile_ptx(g.value().unit, g.value().config.arch);
+  Generated g;
+  if (int rc = generate_single_config(ctx, args, {}, &g); rc >= 0) return rc;
+  auto ptx = ssd::compile_ptx(g.unit, g.config.arch);
   if (!ptx.ok()) return fail(ctx, ptx.status());
   if (ctx.json) {
-    print_json({{"config", ssd::config_to_json(g.value().config)},
-                {"label", ssd::config_label(g.value().config)},
-                {"symbol", g.value().unit.symbol},
-                {"arch", ssd::arch_name(g.value().config.arch)},
+    print_json({{"config", ssd::config_to_json(g.config)},
+                {"label", ssd::config_label(g.config)},
+                {"symbol", g.unit.symbol},
+                {"arch", ssd::arch_name(g.config.arch)},
                 {"nvrtc", ssd::nvrtc_version()},
                 {"ptx", ptx.value()}});
     return kExitOk;
