@@ -216,61 +216,41 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
               }
             }
           };
-          // 0. u(l, s) into the shared tile, then U's column sums.
+          // s_w(l, s) = CB(l, s)·d for this thread's fragment entries, d = bwd_decay_product (W, with Δ_s)
+          // or bwd_decay (u); 0 unless l <= λ and s < l + diag (selected, not multiplied by a mask: A
+          // past λ may be NaN-poisoned).
+          auto fill_tile = [&](bool with_dt, int diag) {
+            auto f = [&](float m, float cb, int s, float al) {
+              return __fmul_rn(cb, with_dt ? detail::bwd_decay_product(m, al, s_A[s], s_dt[s])
+                                           : detail::bwd_decay(m, al, s_A[s]));
+            };
 #pragma unroll
-          for (int i = 0; i < MI; ++i) {
+            for (int i = 0; i < MI; ++i) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the block
-              const int l = m0 + r;
-              const float al = s_A[l];
-              const bool row_ok = l < valid;
+              for (int half = 0; half < 2; ++half) {
+                const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the block
+                const int l = m0 + r;
+                const float al = s_A[l];
+                const bool row_ok = l < valid;
 #pragma unroll
-              for (int j = 0; j < NJ; ++j) {
-                const int k = wn0 + 8 * j + 2 * lt;  // column inside the tile
-                const int s = s0 + k;
-                // Selected, not multiplied by a mask: A past λ may be anything (NaN-poisoned).
-                s_w[r * LDW + k] = (row_ok && s <= l) ? __fmul_rn(cbv[i][half][j].x,
-                                                                  detail::bwd_decay(acc[i][j].x[2 * half], al, s_A[s]))
-                                                      : 0.f;
-                s_w[r * LDW + k + 1] =
-                    (row_ok && s + 1 <= l)
-                        ? __fmul_rn(cbv[i][half][j].y, detail::bwd_decay(acc[i][j].x[2 * half + 1], al, s_A[s + 1]))
-                        : 0.f;
+                for (int j = 0; j < NJ; ++j) {
+                  const int k = wn0 + 8 * j + 2 * lt;  // column inside the tile
+                  const int s = s0 + k;
+                  s_w[r * LDW + k] = (row_ok && s < l + diag) ? f(acc[i][j].x[2 * half], cbv[i][half][j].x, s, al) : 0.f;
+                  s_w[r * LDW + k + 1] =
+                      (row_ok && s + 1 < l + diag) ? f(acc[i][j].x[2 * half + 1], cbv[i][half][j].y, s + 1, al) : 0.f;
+                }
               }
             }
-          }
+          };
+          // 0. u(l, s) (s <= l) into the shared tile, then U's column sums.
+          fill_tile(false, 1);
           __syncthreads();
           store_column_sums(p.dtx_intra);
           __syncthreads();
-          // 1. W(l, s) into the shared tile; M restarts from 0 for the next tile.
-#pragma unroll
-          for (int i = 0; i < MI; ++i) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the block
-              const int l = m0 + r;
-              const float al = s_A[l];
-              const bool row_ok = l < valid;
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) {
-                const int k = wn0 + 8 * j + 2 * lt;  // column inside the tile
-                const int s = s0 + k;
-                const float w0 = (row_ok && s < l)
-                                     ? __fmul_rn(cbv[i][half][j].x,
-                                                 detail::bwd_decay_product(acc[i][j].x[2 * half], al, s_A[s], s_dt[s]))
-                                     : 0.f;
-                const float w1 = (row_ok && s + 1 < l)
-                                     ? __fmul_rn(cbv[i][half][j].y, detail::bwd_decay_product(acc[i][j].x[2 * half + 1],
-                                                                                              al, s_A[s + 1], s_dt[s + 1]))
-                                     : 0.f;
-                s_w[r * LDW + k] = w0;
-                s_w[r * LDW + k + 1] = w1;
-                acc[i][j].x[2 * half] = 0.f;
-                acc[i][j].x[2 * half + 1] = 0.f;
-              }
-            }
-          }
+          // 1. W(l, s) (s < l) into the shared tile; M restarts from 0 for the next tile.
+          fill_tile(true, 0);
+          warp::zero_tile(acc);
           __syncthreads();
           // 2. Row l: exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to right.
           for (int r = tid; r < BLOCK_M; r += NT) {
