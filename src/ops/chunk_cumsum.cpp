@@ -234,8 +234,13 @@ Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* 
   if (!args.ok()) return args.status();
   Dims d{};
   SSD_RETURN_IF_ERROR(check_bwd(args.value(), d));
+  return chunk_cumsum_bwd_workspace_bytes(d.batch, d.seqlen, d.nheads, d.nchunks, args->dt_bias.data != nullptr, mode);
+}
+
+Result<size_t> chunk_cumsum_bwd_workspace_bytes(int64_t batch, int64_t seqlen, int64_t nheads, int64_t nchunks,
+                                                bool dt_bias, ssd_mode mode) {
   if (mode == SSD_MODE_FAST) return size_t(0);
-  return partials_bytes(d, args->dt_bias.data != nullptr);
+  return partials_bytes(Dims{batch, seqlen, nheads, nchunks, 0}, dt_bias);
 }
 
 Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_args,

@@ -50,6 +50,10 @@ Status chunk_cumsum_fwd(ssd_runtime& runtime, const ssd_chunk_cumsum_fwd_args* a
                         const ssd_launch_options* options, CUstream stream);
 // Bytes of workspace the backward needs in the runtime's mode (0 in fast mode).
 Result<size_t> chunk_cumsum_bwd_workspace_size(const ssd_chunk_cumsum_bwd_args* args, ssd_mode mode);
+// The same size as a pure function of the (already validated) extents: the fp64 partials
+// (b, nchunks, h, dt_bias ? 2 : 1) in deterministic mode, 0 in fast mode; refuses sizes past size_t.
+Result<size_t> chunk_cumsum_bwd_workspace_bytes(int64_t batch, int64_t seqlen, int64_t nheads, int64_t nchunks,
+                                                bool dt_bias, ssd_mode mode);
 // ddA_increments (internal, the SSD backward): args.ddA_cumsum holds the gradient w.r.t. the
 // increments a_l = Δ_l A, not w.r.t. dA_cumsum (SSD_FLAG_DDA_INCREMENTS).
 Status chunk_cumsum_bwd(ssd_runtime& runtime, const ssd_chunk_cumsum_bwd_args* args,

@@ -63,9 +63,10 @@ Status check_gate(const GateBwdTensors& t, GateDims& d) {
   return Status::Ok();
 }
 
-Result<size_t> partial_bytes(const GateBwdTensors& t, const GateDims& d) {
+// The dD partials (b, nchunks, h[, p]) in fp64: a pure function of the extents.
+Result<size_t> partial_bytes(bool D_per_headdim, const GateDims& d) {
   CheckedSize z;
-  const size_t bytes = z.mul({d.b, d.nc, d.h, t.D.ndim == 2 ? d.p : 1, int64_t(sizeof(double))});
+  const size_t bytes = z.mul({d.b, d.nc, d.h, D_per_headdim ? d.p : 1, int64_t(sizeof(double))});
   SSD_RETURN_IF_ERROR(z.status("gate_bwd", fmt::format("b={} L={} h={} p={}", d.b, d.L, d.h, d.p)));
   return bytes;
 }
@@ -76,7 +77,7 @@ Result<size_t> gate_backward_workspace(const GateBwdTensors& t, ssd_mode mode) {
   GateDims d{};
   SSD_RETURN_IF_ERROR(check_gate(t, d));
   if (mode == SSD_MODE_FAST || !t.D.data) return size_t(0);
-  return partial_bytes(t, d);
+  return partial_bytes(t.D.ndim == 2, d);
 }
 
 namespace {
@@ -161,7 +162,7 @@ Status gate_backward(ssd_runtime& rt, const GateBwdTensors& t, ssd_mode mode, vo
     reduce = r.value();
   }
   size_t bytes = 0;
-  if (reduce) SSD_ASSIGN_OR_RETURN(bytes, partial_bytes(t, d));
+  if (reduce) SSD_ASSIGN_OR_RETURN(bytes, partial_bytes(t.D.ndim == 2, d));
   CallWorkspace ws;
   SSD_RETURN_IF_ERROR(ws.acquire(rt, workspace, bytes, stream, nullptr));
   void* partials = ws.base();
@@ -312,18 +313,16 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.dtx_intra = take(det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked);
   // Before the gate's and the cumsum's own sizing, which multiply the same extents.
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
+  // Pure functions of the extents (check_backward has validated every tensor): the dD partials
+  // (deterministic mode, with D) and chunk_cumsum_bwd's fp64 partials.
   size_t gate = 0;
-  if (a.z.data || a.D.data) {
-    auto g = gate_backward_workspace(gate_tensors(a, d, a.dout.data), mode);  // dy pointer only for the shape check
-    if (!g.ok()) return g.status();
-    gate = g.value();
+  if (a.D.data && det) {
+    SSD_ASSIGN_OR_RETURN(gate, partial_bytes(a.D.ndim == 2, GateDims{d.b, d.L, d.h, d.p, d.nc}));
   }
   l.gate = take(gate);
-  ssd_chunk_cumsum_bwd_args c = cumsum_args(a, d, nullptr, nullptr, nullptr, 0);
-  c.ddA_cumsum.data = c.ddt_out.data = reinterpret_cast<void*>(kAlign);  // shape check only
-  auto cw = chunk_cumsum_bwd_workspace_size(&c, mode);
-  if (!cw.ok()) return cw.status();
-  l.cumsum = take(cw.value());
+  size_t cumsum = 0;
+  SSD_ASSIGN_OR_RETURN(cumsum, chunk_cumsum_bwd_workspace_bytes(d.b, d.L, d.h, d.nc, a.dt_bias.data != nullptr, mode));
+  l.cumsum = take(cumsum);
   l.total = at;
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
   return l;

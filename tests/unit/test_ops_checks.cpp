@@ -120,6 +120,38 @@ TEST_CASE("workspace sizes: ordinary shapes give the documented layout") {
   CHECK(bl->total % 256 == 0);
 }
 
+TEST_CASE("workspace sizes: the backward's gate and cumsum sections are pure functions of the extents") {
+  // Sized from the dimensions alone (no placeholder pointers through the sub-operations' checks):
+  // the dD partials (b, nc, h[, p]) fp64 with D in deterministic mode, chunk_cumsum_bwd's partials
+  // (b, nc, h, 1 or 2 with dt_bias) fp64 in deterministic mode; both 0 in fast mode.
+  const Shape s{2, 1000, 8, 64, 2, 64, 64};
+  const size_t nc = 16;
+  for (int D_rank : {0, 1, 2}) {
+    for (bool bias : {false, true}) {
+      CAPTURE(D_rank);
+      CAPTURE(bias);
+      ssd_backward_args a = backward_args(s);
+      if (D_rank) {
+        a.D = D_rank == 2 ? dense(SSD_DTYPE_FP32, {s.h, s.p}) : dense(SSD_DTYPE_FP32, {s.h});
+        a.dD = D_rank == 2 ? dense(SSD_DTYPE_FP32, {s.h, s.p}) : dense(SSD_DTYPE_FP32, {s.h});
+      }
+      if (bias) {
+        a.dt_bias = dense(SSD_DTYPE_FP32, {s.h});
+        a.ddt_bias = dense(SSD_DTYPE_FP32, {s.h});
+      }
+      auto det = backward_layout(&a, SSD_MODE_DETERMINISTIC);
+      REQUIRE(det.ok());
+      const size_t gate = D_rank ? align256(2 * nc * 8 * (D_rank == 2 ? 64 : 1) * 8) : 0;
+      CHECK(det->cumsum - det->gate == gate);
+      CHECK(det->total - det->cumsum == align256(2 * nc * 8 * (bias ? 2 : 1) * 8));
+      auto fast = backward_layout(&a, SSD_MODE_FAST);
+      REQUIRE(fast.ok());
+      CHECK(fast->cumsum == fast->gate);
+      CHECK(fast->total == fast->cumsum);
+    }
+  }
+}
+
 // The forward's and the backward's (both modes) layouts refuse the shape: INVALID_SHAPE, with these words.
 void check_shape_refused(const Shape& s, const char* forward_words, const char* backward_words) {
   const ssd_forward_args fa = forward_args(s);
