@@ -228,13 +228,13 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
             for (int i = 0; i < MI; ++i) {
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
-                const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the block
+                const int r = wm0 + 16 * i + FragC::row(lane, half);  // row inside the block
                 const int l = m0 + r;
                 const float al = s_A[l];
                 const bool row_ok = l < valid;
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) {
-                  const int k = wn0 + 8 * j + 2 * lt;  // column inside the tile
+                  const int k = wn0 + 8 * j + FragC::col(lane);  // column inside the tile
                   const int s = s0 + k;
                   s_w[r * LDW + k] = (row_ok && s < l + diag) ? f(acc[i][j].x[2 * half], cbv[i][half][j].x, s, al) : 0.f;
                   s_w[r * LDW + k + 1] =

@@ -258,10 +258,10 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           for (int i = 0; i < MI; ++i) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-              const int r = wm0 + 16 * i + lg + 8 * half;
+              const int r = wm0 + 16 * i + FragC::row(lane, half);
 #pragma unroll
               for (int j = 0; j < NJ; ++j)
-                *reinterpret_cast<float2*>(so + r * LDO + wn0 + 8 * j + 2 * lt) =
+                *reinterpret_cast<float2*>(so + r * LDO + wn0 + 8 * j + FragC::col(lane)) =
                     make_float2(acc[i][j].x[2 * half], acc[i][j].x[2 * half + 1]);
             }
           }
@@ -317,7 +317,7 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           for (int i = 0; i < MI; ++i) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-              const int l = m0 + wm0 + 16 * i + lg + 8 * half;
+              const int l = m0 + wm0 + 16 * i + FragC::row(lane, half);
               const float al = s_dA[l];
               a_row[i][half] = al;
               bool keep = l < valid;

@@ -178,11 +178,11 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         for (int i = 0; i < MI; ++i) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int row = p0 + wm0 + 16 * i + lg + 8 * half;  // headdim index
+            const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);  // headdim index
             float* orow = out + (long long)row * p.states.stride[3];
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-              const int col = n0 + wn0 + 8 * j + 2 * lt;  // dstate index
+              const int col = n0 + wn0 + 8 * j + FragC::col(lane);  // dstate index
               const float v0 = acc[i][j].x[2 * half], v1 = acc[i][j].x[2 * half + 1];
               if (vec_out) {
                 *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
