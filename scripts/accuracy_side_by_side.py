@@ -7,7 +7,8 @@ sums among them).
 
 Pass: for every case and gradient, ssdgen's relative L2 error <= 1.05 x mamba_ssm's + 1e-7
 (the absolute term only matters where both sit at fp32 rounding). Where mamba_ssm is absent
-(.peer/mamba not carried), the bounds of tests/gpu apply instead and the table says so.
+(.peer/mamba not carried), the bound of tests/gpu applies instead (relative L2 <= 1e-2 for bf16
+inputs, 2e-3 for fp16: BOUND) and the table shows ssdgen's errors alone.
 
   python3 scripts/accuracy_side_by_side.py --lib build-gpu/libssdgen.so [--peer .peer/mamba] [--out DIR]
 """
@@ -120,6 +121,10 @@ NAMES = (("dx", "x"), ("ddt", "dt"), ("dA", "A"), ("dB", "B"), ("dC", "C"), ("dD
          ("ddt_bias", "dt_bias"), ("dinitial_states", "initial_states"))
 
 
+# Relative L2 bound per input dtype where mamba_ssm is absent: the GPU suite's tolerance().
+BOUND = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
 def rel_l2(a, ref):
     a, ref = a.double(), ref.double()
     return float(torch.linalg.vector_norm(a - ref) / torch.linalg.vector_norm(ref))
@@ -215,7 +220,8 @@ def main():
             unwritten = int(torch.isnan(ours[gname]).sum())
             e_ours = rel_l2(ours[gname], ref[src]) if unwritten == 0 else math.inf
             e_peer = rel_l2(theirs[src], ref[src]) if src in theirs else None
-            ok = e_peer is None or e_ours <= 1.05 * e_peer + 1e-7
+            # Without the peer: the GPU suite's bound (tests/gpu/test_ssd_backward_full.cpp, tolerance()).
+            ok = e_ours <= 1.05 * e_peer + 1e-7 if e_peer is not None else e_ours <= BOUND[cfg["dtype"]]
             failures += not ok
             row["grads"][gname] = {"ssdgen": e_ours, "mamba_ssm": e_peer, "ratio": e_ours / e_peer if e_peer else None,
                                    "ok": ok}
