@@ -82,8 +82,8 @@ __device__ void state_passing_bwd(const StatePassingBwdParams& p) {
           const T ds_hi = from_float<T>(dS), p_hi = from_float<T>(P_in[j]);
           dsb[c * p.ds.stride[1]] = ds_hi;
           ptb[c * p.ds.stride[1]] = p_hi;
-          dslb[c * p.ds.stride[1]] = from_float<T>(__fsub_rn(dS, to_float(ds_hi)));
-          ptlb[c * p.ds.stride[1]] = from_float<T>(__fsub_rn(P_in[j], to_float(p_hi)));
+          dslb[c * p.ds.stride[1]] = lo_term<T>(dS, ds_hi);
+          ptlb[c * p.ds.stride[1]] = lo_term<T>(P_in[j], p_hi);
           if (Spec::kDeterministic) {
             double part = __dmul_rn(double(P_in[j]), double(dS));  // exact: 24 + 24 mantissa bits
 #pragma unroll

@@ -29,6 +29,13 @@ template <> __device__ __forceinline__ fp16 from_float<fp16>(float v) {
   return r;
 }
 
+// The second term of v carried as hi + lo in T (issue 11): lo = rn_T(v − float(hi)) for hi = rn_T(v);
+// the difference is exact in fp32, so hi + lo holds v to about twice T's precision.
+template <class T>
+__device__ __forceinline__ T lo_term(float v, T hi) {
+  return from_float<T>(__fsub_rn(v, to_float(hi)));
+}
+
 template <class T>
 __device__ __forceinline__ float load_as_float(const void* base, long long offset) {
   return to_float(static_cast<const T*>(base)[offset]);
