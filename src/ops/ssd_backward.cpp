@@ -309,8 +309,10 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.v = take(chunked);
   l.ddA = take(chunked);
   l.dCB = take(z.mul({int64_t(cb), T}));
-  l.intra = take(det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked);
-  l.dtx_intra = take(det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked);
+  // ddA_intra's T and U: one slot per 64-row group (deterministic) or one atomic sum (fast) per position.
+  const size_t intra = det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked;
+  l.intra = take(intra);
+  l.dtx_intra = take(intra);
   // Before the gate's and the cumsum's own sizing, which multiply the same extents.
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
   // Pure functions of the extents (check_backward has validated every tensor): the dD partials
