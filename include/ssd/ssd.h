@@ -96,7 +96,9 @@ enum {
   SSD_FLAG_SEQ_IDX = 1u << 2,     /* packed sequences: state resets where seq_idx changes */
   SSD_FLAG_D = 1u << 3,           /* y += D * x */
   SSD_FLAG_D_PER_HEADDIM = 1u << 4, /* D has shape (h, p) instead of (h) (needs SSD_FLAG_D) */
-  SSD_FLAG_Z = 1u << 5,           /* out = y * silu(z) */
+  SSD_FLAG_Z = 1u << 5,           /* out = y * silu(z); in gate_bwd, chunk_scan_bwd_dstates, _dx and
+                                     _ddA_intra also: dy is the gated dy, as two terms in x's dtype
+                                     (dy and its rounding residual dy_lo) */
   SSD_FLAG_INITIAL_STATES = 1u << 6, /* initial_states given */
   SSD_FLAG_DDA_INCREMENTS = 1u << 7, /* chunk_cumsum_bwd: ddA is the gradient w.r.t. the increments
                                         a_l = dt_l A (the SSD backward's), not w.r.t. dA_cumsum */

@@ -46,7 +46,7 @@ GeneratedUnit family_unit(const KernelFamily& f, const ssd_kernel_config& c) {
       "{}(const __grid_constant__ ssd_kernels::{} params) {{\n"
       "  ssd_kernels::{}<Spec>(params);\n"
       "}}\n",
-      f.header, spec.members, bounds, u.symbol, f.params, f.function);
+      f.header, spec.members, bounds, u.symbol, spec.params ? spec.params : f.params, f.function);
   return u;
 }
 

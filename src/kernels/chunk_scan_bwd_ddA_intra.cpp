@@ -1,5 +1,6 @@
 // chunk_scan_bwd_ddA_intra (templates/ssd/chunk_scan_bwd_ddA_intra.cuh): the intra-chunk part of
-// the gradient w.r.t. the increments A·Δ, by row prefix sums in a fixed column order.
+// the gradient w.r.t. the increments A·Δ, by row prefix sums in a fixed column order. With z
+// (SSD_FLAG_Z) dy comes as two T terms from gate_bwd and M's chain over p takes both (kDyLo).
 #include "kernels/family.h"
 #include "ssd/backward_params.cuh"
 
@@ -18,14 +19,16 @@ using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s = tile_spec(c, kUses, "rows l", "columns s", "headdim step");
-  s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
-  return {s.members(), ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n), 0};
+  s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC).boolean("kDyLo", c.flags & SSD_FLAG_Z);
+  KernelSpec k{s.members(), ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n), 0};
+  if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDdaIntraZParams";
+  return k;
 }
 
 }  // namespace
 
 extern const KernelFamily kChunkScanBwdDdaIntraFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, "chunk_scan_bwd_ddA_intra", "ssd/chunk_scan_bwd_ddA_intra.cuh",
-    "ChunkScanBwdDdaIntraParams", "chunk_scan_bwd_ddA_intra", 0, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, spec};
+    "ChunkScanBwdDdaIntraParams", "chunk_scan_bwd_ddA_intra", SSD_FLAG_Z, Rules::defaults, Rules::validate, default_tile, Rules::legal_tiles, spec};
 
 }  // namespace ssd

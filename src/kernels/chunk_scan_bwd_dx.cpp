@@ -1,5 +1,6 @@
 // chunk_scan_bwd_dx (templates/ssd/chunk_scan_bwd_dx.cuh): dx from the intra-chunk term and the
-// state gradient, plus D's direct term.
+// state gradient, plus D's direct term. With z (SSD_FLAG_Z) dy comes as two T terms from gate_bwd
+// and v's p sum takes both (kDyLo).
 #include "kernels/family.h"
 #include "ssd/backward_params.cuh"
 
@@ -18,17 +19,20 @@ KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s = tile_spec(c, kUses, "positions", nullptr, nullptr);
   s.boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
-      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
+      .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
+      .boolean("kDyLo", c.flags & SSD_FLAG_Z);
   // Two blocks of 256 threads per SM cap registers at 128; left alone, ptxas keeps ~200 (hoisted
   // 64-bit address offsets of its eight tile loads) and one block fits.
-  return {s.members(), ssd_kernels::bwd_geom::dx_threads(), 2};
+  KernelSpec k{s.members(), ssd_kernels::bwd_geom::dx_threads(), 2};
+  if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDxZParams";
+  return k;
 }
 
 }  // namespace
 
 extern const KernelFamily kChunkScanBwdDxFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DX, "chunk_scan_bwd_dx", "ssd/chunk_scan_bwd_dx.cuh", "ChunkScanBwdDxParams",
-    "chunk_scan_bwd_dx", SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM, Rules::defaults, Rules::validate, default_tile,
+    "chunk_scan_bwd_dx", SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z, Rules::defaults, Rules::validate, default_tile,
     Rules::legal_tiles, spec};
 
 }  // namespace ssd

@@ -37,6 +37,10 @@ struct KernelSpec {
   std::string members;         // the body of `struct Spec { ... };`
   int block_threads = 0;       // threads per block (the launch uses the same figure)
   int min_blocks_per_sm = 0;   // __launch_bounds__'s second argument; 0: not given
+  // The parameter block when not the family's (nullptr: KernelFamily::params): a specialization
+  // that reads more fields takes a block that extends the family's at its end, so the others keep
+  // their parameter layout (and machine code). The launcher may always pass the larger block.
+  const char* params = nullptr;
 };
 
 struct KernelFamily {

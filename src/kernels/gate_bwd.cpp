@@ -1,5 +1,5 @@
 // gate_bwd (templates/ssd/gate_bwd.cuh): the gradient through out = (y + D x) · silu(z): dz, the
-// gate-free dy, and the chunk partials of dD.
+// gate-free dy (with z as two T terms, dy and dy_lo), and the chunk partials of dD.
 #include "config/config.h"
 #include "kernels/family.h"
 
@@ -42,7 +42,9 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
-  return {s.members(), c.headdim, 0};
+  KernelSpec k{s.members(), c.headdim, 0};
+  if (c.flags & SSD_FLAG_Z) k.params = "GateBwdZParams";  // also writes dy's second term
+  return k;
 }
 
 }  // namespace

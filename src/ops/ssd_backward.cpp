@@ -42,9 +42,13 @@ Status check_gate(const GateBwdTensors& t, GateDims& d) {
     SSD_RETURN_IF_ERROR(check_tensor(t.z, {"z", bthp, {T}}));
     SSD_RETURN_IF_ERROR(check_tensor(t.out_x, {"out_x", bthp, {T}}));
     SSD_RETURN_IF_ERROR(check_tensor(t.dy, {"dy", bthp, {T}, true}));
+    SSD_RETURN_IF_ERROR(check_tensor(t.dy_lo, {"dy_lo", bthp, {T}, true}));
+    for (int i = 0; i < 4; ++i)
+      if (t.dy_lo.strides[i] != t.dy.strides[i])
+        return make_error(SSD_ERROR_INVALID_STRIDE, "dy_lo: must have dy's strides (the kernel indexes both alike)");
     SSD_RETURN_IF_ERROR(check_tensor(t.dz, {"dz", bthp, {T}, true}));
-  } else if (t.out_x.data || t.dy.data || t.dz.data) {
-    return make_error(SSD_ERROR_INVALID_ARGUMENT, "out_x/dy/dz: given without z (without z, dy is dout)");
+  } else if (t.out_x.data || t.dy.data || t.dy_lo.data || t.dz.data) {
+    return make_error(SSD_ERROR_INVALID_ARGUMENT, "out_x/dy/dy_lo/dz: given without z (without z, dy is dout)");
   }
   if (t.D.data) {
     const bool per_p = t.D.ndim == 2;
@@ -108,13 +112,14 @@ Status zero_dD(const GateBwdTensors& t, const GateDims& d, CUstream stream) {
 
 Status launch_gate(const ssd_kernel& k, const GateBwdTensors& t, const GateDims& d, void* partials, int32_t max_blocks,
                    CUstream stream) {
-  ssd_kernels::GateBwdParams p{};
+  ssd_kernels::GateBwdZParams p{};  // without z the kernel reads only the GateBwdParams prefix
   p.dout = ref<const void, 4>(t.dout);
   p.x = ref<const void, 4>(t.x);
   if (t.z.data) {
     p.z = ref<const void, 4>(t.z);
     p.out_x = ref<const void, 4>(t.out_x);
     p.dy = ref<void, 4>(t.dy);
+    p.dy_lo = t.dy_lo.data;  // laid out as dy (check_gate)
     p.dz = ref<void, 4>(t.dz);
   }
   p.partials = static_cast<double*>(partials);
@@ -260,7 +265,7 @@ ssd_chunk_cumsum_bwd_args cumsum_args(const ssd_backward_args& a, const ForwardD
   return c;
 }
 
-GateBwdTensors gate_tensors(const ssd_backward_args& a, const ForwardDims& d, void* dy) {
+GateBwdTensors gate_tensors(const ssd_backward_args& a, const ForwardDims& d, void* dy, void* dy_lo) {
   GateBwdTensors t;
   t.chunk_size = d.Q;
   t.dout = a.dout;
@@ -269,6 +274,7 @@ GateBwdTensors gate_tensors(const ssd_backward_args& a, const ForwardDims& d, vo
     t.z = a.z;
     t.out_x = a.out_x;
     t.dy = contiguous_tensor(dy, a.x.dtype, {d.b, d.L, d.h, d.p});
+    t.dy_lo = contiguous_tensor(dy_lo, a.x.dtype, {d.b, d.L, d.h, d.p});
     t.dz = a.dz;
   }
   if (a.D.data) {
@@ -298,6 +304,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.CB = take(z.mul({int64_t(cb), 4}));
   l.states = take(z.mul({int64_t(states), 4}));
   l.dy = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);
+  l.dy_lo = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);  // dy's second term, laid out as dy
   l.dP = take(z.mul({int64_t(states), 4}));
   l.ds = take(z.mul({int64_t(states), T}));
   l.ds_lo = take(z.mul({int64_t(states), T}));
@@ -360,7 +367,12 @@ struct BackwardCall {
   ssd_tensor dy() const {
     return a.z.data ? contiguous_tensor(base + L.dy, a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
   }
-  GateBwdTensors gate() const { return gate_tensors(a, d, base ? base + L.dy : nullptr); }
+  // dy's second term (gate_bwd's dy_lo, laid out as dy()), bound where dy enters dA's terms; only
+  // with z (without z dy is the caller's dout, exact, and the kernels are specialized without it).
+  const void* dy_lo() const { return a.z.data && base ? base + L.dy_lo : nullptr; }
+  GateBwdTensors gate() const {
+    return gate_tensors(a, d, base ? base + L.dy : nullptr, base ? base + L.dy_lo : nullptr);
+  }
   GateDims gate_dims() const { return GateDims{d.b, d.L, d.h, d.p, d.nc}; }
   SsdShape shape() const { return SsdShape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype}; }
   ssd_kernel_config shaped(ssd_kernel_id k, const ssd_tile& tile) const {
@@ -414,14 +426,16 @@ Status dD_reduce_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 
 // B-b: dP = dyᵀ diag(η e^A) C (chunk_state's template on (dy, C)).
 // Two-term weighted operand (SSD_FLAG_TWO_TERM_STATES): dP's rounding enters every ds and so dA.
+// With z, SSD_FLAG_Z (from the shape's flags): dy's second term as a second pass.
 ssd_kernel_config dstates_cfg(const B& c) {
   ssd_kernel_config k = c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, c.tn.dstates);
   k.flags |= SSD_FLAG_TWO_TERM_STATES;
   return k;
 }
 Status dstates_launch(const B& c, const ssd_kernel& k, CUstream stream) {
-  ssd_kernels::ChunkStateFwdParams p{};
+  ssd_kernels::ChunkStateXLoParams p{};  // without z the kernel reads only the ChunkStateFwdParams prefix
   p.x = ref<const void, 4>(c.dy());
+  p.x_lo = c.dy_lo();  // laid out as dy (null without z)
   p.B = ref<const void, 4>(c.a.C);
   p.dt = c.chunked<const float, 3>(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
@@ -460,13 +474,14 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
                        stream);
 }
 
-// B-d: dx, dΔˣ's state part, w, v.
+// B-d: dx, dΔˣ's state part, w, v (with z, SSD_FLAG_Z: v's p sum also over dy's second term).
 ssd_kernel_config dx_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DX, c.tn.dx); }
 Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
-  ssd_kernels::ChunkScanBwdDxParams p{};
+  ssd_kernels::ChunkScanBwdDxZParams p{};  // without z the kernel reads only the ChunkScanBwdDxParams prefix
   p.CB = c.cb<const float, 4>(c.L.CB);
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
+  p.dy_lo = c.dy_lo();  // laid out as dy (null without z)
   p.dt = c.f32(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.B = ref<const void, 4>(c.a.B);
@@ -502,7 +517,8 @@ Status dcb_launch(const B& c, const ssd_kernel& k, CUstream stream) {
                        params, stream);
 }
 
-// B-g (intra-chunk part of ddA and of dΔˣ; fast mode: atomics into zeroed rows).
+// B-g (intra-chunk part of ddA and of dΔˣ; fast mode: atomics into zeroed rows). With z
+// (SSD_FLAG_Z): M's chain over p continues over dy's second term.
 ssd_kernel_config intra_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, c.tn.intra); }
 Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   float* intra = c.f32(c.L.intra);
@@ -511,10 +527,11 @@ Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
     SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
     SSD_RETURN_IF_ERROR(memset_zero(dtx_intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
   }
-  ssd_kernels::ChunkScanBwdDdaIntraParams p{};
+  ssd_kernels::ChunkScanBwdDdaIntraZParams p{};  // without z the kernel reads only the base block's fields
   p.CB = c.cb<const float, 4>(c.L.CB);
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
+  p.dy_lo = c.dy_lo();  // laid out as dy (null without z)
   p.dt = c.f32(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.intra = intra;

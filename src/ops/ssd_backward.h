@@ -11,11 +11,12 @@
 
 namespace ssd {
 
-// Backward B-a. z, out_x, dy, dz are given together (data != NULL) or not at all; D and dD likewise.
+// Backward B-a. z, out_x, dy, dy_lo, dz are given together (data != NULL) or not at all; D and dD
+// likewise. dy_lo (dy's rounding residual, the second T term) is laid out as dy: the same strides.
 // dD is (h) or (h, p) fp32, contiguous.
 struct GateBwdTensors {
   int32_t chunk_size = 256;
-  ssd_tensor dout{}, x{}, z{}, out_x{}, dy{}, dz{}, D{}, dD{};
+  ssd_tensor dout{}, x{}, z{}, out_x{}, dy{}, dy_lo{}, dz{}, D{}, dD{};
 };
 
 // Workspace bytes in `mode` (0 in fast mode or without D).
@@ -45,7 +46,7 @@ const char* backward_stage_name(int stage);
 
 // Byte offsets of the intermediates in the workspace (each 256-byte aligned).
 struct BackwardLayout {
-  size_t dt_out, dA_cumsum, CB, states, dy, dP, ds, ds_lo, states_t, states_t_lo, rho, ddt_x, w, v, ddA, dCB, intra,
+  size_t dt_out, dA_cumsum, CB, states, dy, dy_lo, dP, ds, ds_lo, states_t, states_t_lo, rho, ddt_x, w, v, ddA, dCB, intra,
       dtx_intra, gate, cumsum, total;
 };
 // mode: the mode the call will run in (-1: deterministic, the larger).

@@ -24,7 +24,13 @@ namespace ssd_kernels {
 
 // ------------------------------------------------------------------------------------------------
 // chunk_scan_bwd_dstates reuses ChunkStateFwdParams: x := dy (b, L, h, p), B := C (b, L, g, n),
-// dt unused (may be null), states := dP (b, nchunks, h, p, n) fp32.
+// dt unused (may be null), states := dP (b, nchunks, h, p, n) fp32; with z (SSD_FLAG_Z) its
+// extension ChunkStateXLoParams, x_lo := dy_lo (gate_bwd's second term of dy).
+//
+// With z, dy (gate_bwd's output) is stored as two T terms, dy = rn_T(dy_fp32) and
+// dy_lo = rn_T(dy_fp32 − float(dy)); the kernels that build dA's terms from dy (dstates, dx's v,
+// ddA_intra's M) take both under SSD_FLAG_Z, through a parameter block that extends theirs by
+// dy_lo at its end (the specializations without z keep their layout).
 
 // state_passing_bwd (B-c): per (b, h, e), e in the flattened p*n axis (unit stride everywhere):
 //   dS_{Nc-1} = dfinal (0 if null);  for c = Nc-1 .. 0:
@@ -56,7 +62,8 @@ struct StatePassingBwdParams {
 //   R_l     = Rst_l + Σ_{m ≥ l, m ≤ λ} CB(m, l)·exp(min(A(m) − A(l), 0)) · dy_m   (over m)
 //   dx_l    = fma(dy_l, D, Δ_l·R_l)   (D term only with D)
 //   dΔˣst_l = Σ_p x_lp Rst_lp;   w_l = Δ_l · dΔˣst_l;
-//   v_l     = η_c(l)·exp(A(l)) · Σ_p dy_lp (C_l P_cᵀ)_p                    (contraction over n)
+//   v_l     = η_c(l)·exp(A(l)) · Σ_p dy_lp (C_l P_cᵀ)_p                    (contraction over n;
+//             with z, dy_lp + dy_lo_lp)
 // ddt_x (dΔˣ's state part; chunk_scan_bwd_ddA adds the intra part), w, v: (b, h, nchunks, Q) fp32
 // laid out as dA_cumsum (unit Q-stride); all Q positions of a chunk are written (0 past λ_c).
 // P_c and ds_c enter the two n contractions as two terms each, hi = rn_T(v) and lo = rn_T(v − hi)
@@ -82,6 +89,11 @@ struct ChunkScanBwdDxParams {
   long long batch, seqlen, nchunks, nheads;
 };
 
+// chunk_scan_bwd_dx with SSD_FLAG_Z: v's p sum also takes dy's second term (gate_bwd's dy_lo).
+struct ChunkScanBwdDxZParams : ChunkScanBwdDxParams {
+  const void* dy_lo;  // rn_T(dy_fp32 − float(dy)), element type T, laid out as dy
+};
+
 // chunk_scan_bwd_dcb (B-e), per (b, c, g), lower-triangle tiles of (l, s):
 //   d^(i)(l, s) = (s <= l && l <= λ && σ(l, s)) ? (M^(i)(l, s) · exp(min(A^(i)(l) − A^(i)(s), 0))) · Δ^(i)_s : 0
 //   M^(i)(l, s) = Σ_p dy^(i)_lp x^(i)_sp                 (mma chain over p from 0)
@@ -98,7 +110,8 @@ struct ChunkScanBwdDcbParams {
   long long batch, seqlen, nchunks, ngroups;
 };
 
-// chunk_scan_bwd_ddA_intra (the intra term of B-g), per (b, c, h):
+// chunk_scan_bwd_ddA_intra (the intra term of B-g), per (b, c, h), M = Σ_p dy·x (with z
+// Σ_p dy·x + Σ_p dy_lo·x, one chain; chunk_scan_bwd_ddA_intra.cuh):
 //   W(l, s)  = (s < l && l <= λ) ? CB(l, s) · d(l, s) : 0      (d as in dcb for this head, without σ:
 //                                                              CB is already 0 where σ = 0)
 //   S(l, k)  = Σ_{s < k} W(l, s)                               (s increasing from +0.0)
@@ -118,6 +131,11 @@ struct ChunkScanBwdDdaIntraParams {
   float* intra;
   float* dtx_intra;  // laid out as intra
   long long batch, seqlen, nchunks, nheads;
+};
+
+// chunk_scan_bwd_ddA_intra with SSD_FLAG_Z: M's chain over p continues over dy's second term.
+struct ChunkScanBwdDdaIntraZParams : ChunkScanBwdDdaIntraParams {
+  const void* dy_lo;  // rn_T(dy_fp32 − float(dy)), element type T, laid out as dy
 };
 
 // chunk_state_bwd_db / chunk_scan_bwd_dc (B-f), per (b, c, g), rows = positions, columns = n:

@@ -21,8 +21,15 @@
 // (chunk_scan_bwd_ddA sums r increasing); otherwise atomically added into intra and dtx_intra
 // (b, h, nchunks, Q) (zeroed by the launcher).
 //
+// With z (kDyLo, SSD_FLAG_Z; params ChunkScanBwdDdaIntraZParams) dy is gate_bwd's fp32 dy stored
+// as two T terms, dy and dy_lo = rn_T(dy_fp32 − float(dy)), and M takes both:
+//   M(l, s) = Σ_p dy_lp · x_sp + Σ_p dy_lo_lp · x_sp                  (one chain: dy's p, then dy_lo's)
+// so that dy's rounding to T does not enter W and u (issue 11).
+//
 // Canonical order (the same for every legal BLOCK_M / BLOCK_N / BLOCK_K and warp split):
-//   * M: one fp32 chain of mma.m16n8k16 over p = 0, 16, ... (P in min(BLOCK_K, P) stages);
+//   * M: one fp32 chain of mma.m16n8k16 over p = 0, 16, ... (P in min(BLOCK_K, P) stages); with
+//     kDyLo the chain continues on the same accumulator over p = 0, 16, ... again with dy_lo as the
+//     A operand (the same x as B): p-steps 0 .. KP−1 on dy, KP .. 2KP−1 on dy_lo;
 //   * d: detail::bwd_decay_product (__fsub_rn, fminf, __expf, __fmul_rn, __fmul_rn), W: __fmul_rn;
 //   * S(l, ·): one thread owns row l; a running sum carried in shared memory from +0.0 across the
 //     column tiles s0 = 0, BN, 2BN, ... in increasing order adds W(l, s) for s increasing with
@@ -39,8 +46,9 @@
 // even), only when s <= l <= λ, i.e. inside a 4-float group (l, s0..s0+3) with s0 <= l, which
 // lies in a tile bmm_chunk_fwd wrote; other entries are never read (taken as 0).
 //
-// Pipeline: one flat cp.async loop over step = tile·KP + kp (dy tile rows m0.. and x tile rows
-// s0.. per p-step), prefetching across column tiles. At the last p-step of a tile the epilogue runs:
+// Pipeline: one flat cp.async loop over step = tile·KPS + kp (KPS = KP, or 2KP with kDyLo: dy (then
+// dy_lo) tile rows m0.. and x tile rows s0.. per p-step), prefetching across column tiles. At the
+// last p-step of a tile the epilogue runs:
 // u -> shared [BM][BN+1]; barrier; U column sums + stores; barrier; W -> shared; barrier; row
 // prefix; barrier; T column sums + stores. The next tile's u write comes after the next step's
 // pipeline barrier, which orders it after these reads.
@@ -61,8 +69,8 @@
 
 namespace ssd_kernels {
 
-template <class Spec>
-__device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
+template <class Spec, class Params>  // Params: ChunkScanBwdDdaIntraZParams with kDyLo, else ChunkScanBwdDdaIntraParams
+__device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(bwd_geom::intra_tile_problem(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -77,7 +85,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   constexpr int WARPS_N = BLOCK_N / WN;
   constexpr int NT = intra_threads(BLOCK_M, BLOCK_N);
   constexpr int BKP = dcb_block_kp(P, BLOCK_K);  // p-step
-  constexpr int KP = P / BKP;                     // p-steps per column tile
+  constexpr int KP = P / BKP;                     // p-steps per pass over headdim
+  constexpr int KPS = Spec::kDyLo ? 2 * KP : KP;  // p-steps per column tile (dy's pass, then dy_lo's)
   constexpr int STAGES = intra_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K);
   constexpr int LD = BKP + kPad;       // dy tile [l][p] and x tile [s][p], type T
   constexpr int LDW = BLOCK_N + 1;     // W / S tile [l][k], fp32 (odd stride: row walks conflict-free)
@@ -104,7 +113,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
   const bool vec_x = vec16_rows(xg, p.x);
-  const bool vec_dy = vec16_rows(dyg, p.dy);
+  bool vec_dy = vec16_rows(dyg, p.dy);
+  if constexpr (Spec::kDyLo) vec_dy = vec_dy && aligned16(p.dy_lo);  // dy_lo: dy's strides
   const bool vec_cb = vec8_floats(p.CB);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
@@ -124,7 +134,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
         const int m0 = (TILES - 1 - tile) * BLOCK_M;  // longest row blocks (most column tiles) first
         if (m0 >= valid) continue;  // no group r with 64r <= λ (uniform over the block; no shared memory touched)
         const int kend = imin(m0 + BLOCK_M, valid);         // columns s < kend can be nonzero
-        const int steps = ((kend + BLOCK_N - 1) / BLOCK_N) * KP;
+        const int steps = ((kend + BLOCK_N - 1) / BLOCK_N) * KPS;
 
         // Per-position data of the chunk and the row carries (visible after the loop's first barrier;
         // the previous item's readers finished before its closing barrier). Each row's carry is
@@ -137,14 +147,24 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
 
         const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
         const T* xt = safe_x + t0 * p.x.stride[1];
-        // Stage `step` = (column tile step / KP, p-step step % KP) into buffer buf.
+        // Stage `step` = (column tile step / KPS, p-step step % KPS) into buffer buf.
         auto load_stage = [&](int buf, int step) {
-          const int s0 = (step / KP) * BLOCK_N;
-          const long long k0 = (long long)(step % KP) * BKP;
+          const int s0 = (step / KPS) * BLOCK_N;
+          int kq = step % KPS;  // the p-step inside its pass
+          const T* dys = dyt;
+          const T* safe_dys = safe_dy;
+          if constexpr (Spec::kDyLo) {
+            if (kq >= KP) {  // dy_lo's pass, laid out as dy
+              kq -= KP;
+              safe_dys = static_cast<const T*>(p.dy_lo) + p.dy.offset(b, 0, h);
+              dys = safe_dys + (t0 + m0) * p.dy.stride[1];
+            }
+          }
+          const long long k0 = (long long)kq * BKP;
           T* sa = s_tiles[buf];
           T* sb = sa + BLOCK_M * LD;
-          block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + k0 * p.dy.stride[3], p.dy.stride[1], p.dy.stride[3], vec_dy,
-                                                 safe_dy, [&](int r, int) { return m0 + r < valid; });
+          block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dys + k0 * p.dy.stride[3], p.dy.stride[1], p.dy.stride[3], vec_dy,
+                                                 safe_dys, [&](int r, int) { return m0 + r < valid; });
           block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + s0 * p.x.stride[1] + k0 * p.x.stride[3], p.x.stride[1],
                                                  p.x.stride[3], vec_x, safe_x,
                                                  [&](int r, int) { return s0 + r < valid; });
@@ -160,8 +180,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
 #pragma unroll 1
         for (int step = 0; step < steps; ++step) {
           ring.begin(step, load_stage);  // step visible to all; everyone is done with step - 1 (and the last epilogue)
-          const int kp = step % KP;
-          const int s0 = (step / KP) * BLOCK_N;
+          const int kp = step % KPS;
+          const int s0 = (step / KPS) * BLOCK_N;
           if (kp == 0) {
             // This tile's CB entries, read early so the loads overlap the p-steps.
 #pragma unroll
@@ -195,7 +215,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const ChunkScanBwdDdaIntraParams& p) {
             SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
                                    warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD));
           }
-          if (kp != KP - 1) continue;
+          if (kp != KPS - 1) continue;
 
           // ---- Epilogue of column tile s0 ----
           // Column k of group r: out_r(k) = Σ_{l = max(64r, k)}^{min(64r + 63, λ)} s_w(l, k), l increasing.

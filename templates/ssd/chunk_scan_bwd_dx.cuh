@@ -27,6 +27,10 @@
 //   1. acc = 0; K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of mma K=16 in
 //      increasing n (C_l · P_c,hi), then the same loop again on the same acc (C_l · P_c,lo);  dot_l = Σ_p over p = 0..P-1 increasing, from +0.0, of
 //      fma(float(dy_lp), acc_lp, dot) (one thread walks the row);  v_l = __fmul_rn(e_l, dot_l).
+//      With z (kDyLo, SSD_FLAG_Z; params ChunkScanBwdDxZParams) dy is gate_bwd's fp32 dy as two T
+//      terms, dy and dy_lo = rn_T(dy_fp32 − float(dy)), and each p adds both, lo first:
+//      dot = fma(float(dy_lp), acc_lp, fma(float(dy_lo_lp), acc_lp, dot)) (issue 11: dy's rounding
+//      to T no longer enters v). dy_lo enters v only; dx itself (steps 3, 4) keeps the T dy.
 //   2. acc = 0; same two n loops (B_l · ds_c,hi, then B_l · ds_c,lo);  acc = __fmul_rn(acc, eend_l)
 //      (this is Rst); dΔˣst_l = Σ_p (p increasing, from +0.0, fma) float(x_lp) · Rst_lp;
 //      w_l = __fmul_rn(Δ_l, dΔˣst_l).
@@ -92,11 +96,12 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s
 // out[l] = finish(l, Σ_p float(src_lp) · so_lp) for every row l = m0 + r of the tile, 0 past λ
 // (valid rows only read). One thread per row walks p = 0 .. P-1 in increasing order from +0.0 with
 // fma. so: the staged fp32 tile [BLOCK_M][LDO]; src points at (b, t = 0, h, p = 0) of a
-// (b, L, h, p) tensor.
-template <int P, int LDO, int BLOCK_M, int NT, class T, class Finish>
+// (b, L, h, p) tensor. With LO, src_lo (laid out as src) is src's second term and each p adds
+// both, the lo term first: dot = fma(float(src_lp), so_lp, fma(float(src_lo_lp), so_lp, dot)).
+template <int P, int LDO, int BLOCK_M, int NT, bool LO = false, class T, class Finish>
 __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, long long t0, const T* src,
                                             long long stride_l, long long stride_p, bool vec, float* out,
-                                            const Finish& finish) {
+                                            const Finish& finish, const T* src_lo = nullptr) {
   for (int r = threadIdx.x; r < BLOCK_M; r += NT) {
     const int l = m0 + r;
     float res = 0.f;
@@ -110,14 +115,22 @@ __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, 
         load8<T>(src, off + cc * stride_p, stride_p, vec, e);
         const float4 r0 = *reinterpret_cast<const float4*>(sr + cc);
         const float4 r1 = *reinterpret_cast<const float4*>(sr + cc + 4);
-        dot = __fmaf_rn(e[0], r0.x, dot);
-        dot = __fmaf_rn(e[1], r0.y, dot);
-        dot = __fmaf_rn(e[2], r0.z, dot);
-        dot = __fmaf_rn(e[3], r0.w, dot);
-        dot = __fmaf_rn(e[4], r1.x, dot);
-        dot = __fmaf_rn(e[5], r1.y, dot);
-        dot = __fmaf_rn(e[6], r1.z, dot);
-        dot = __fmaf_rn(e[7], r1.w, dot);
+        if constexpr (LO) {
+          float f[8];
+          load8<T>(src_lo, off + cc * stride_p, stride_p, vec, f);
+          const float rv[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+          for (int q = 0; q < 8; ++q) dot = __fmaf_rn(e[q], rv[q], __fmaf_rn(f[q], rv[q], dot));
+        } else {
+          dot = __fmaf_rn(e[0], r0.x, dot);
+          dot = __fmaf_rn(e[1], r0.y, dot);
+          dot = __fmaf_rn(e[2], r0.z, dot);
+          dot = __fmaf_rn(e[3], r0.w, dot);
+          dot = __fmaf_rn(e[4], r1.x, dot);
+          dot = __fmaf_rn(e[5], r1.y, dot);
+          dot = __fmaf_rn(e[6], r1.z, dot);
+          dot = __fmaf_rn(e[7], r1.w, dot);
+        }
       }
       res = finish(l, dot);
     }
@@ -127,8 +140,8 @@ __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, 
 
 }  // namespace detail
 
-template <class Spec>
-__device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
+template <class Spec, class Params>  // Params: ChunkScanBwdDxZParams with kDyLo, else ChunkScanBwdDxParams
+__device__ void chunk_scan_bwd_dx(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -289,8 +302,14 @@ __device__ void chunk_scan_bwd_dx(const ChunkScanBwdDxParams& p) {
           const float e = keep ? __expf(s_dA[l]) : 0.f;
           return __fmul_rn(e, dot);
         };
-        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_dy, p.dy.stride[1], p.dy.stride[3], vec_dy,
-                                                v_out, finish_v);
+        if constexpr (Spec::kDyLo) {  // dy's two terms (dy_lo laid out as dy)
+          const T* safe_dy_lo = static_cast<const T*>(p.dy_lo) + p.dy.offset(b, 0, h);
+          detail::dx_row_dots<P, LDO, BLOCK_M, NT, true>(so, m0, valid, t0, safe_dy, p.dy.stride[1], p.dy.stride[3],
+                                                         vec_dy && aligned16(p.dy_lo), v_out, finish_v, safe_dy_lo);
+        } else {
+          detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_dy, p.dy.stride[1], p.dy.stride[3], vec_dy,
+                                                  v_out, finish_v);
+        }
         __syncthreads();  // the staging tile is reused by phase A1's stages
 
         // ---------------- Phase A1: acc = B_tile · ds_cᵀ (over n), row scale eend, then w ----------------

@@ -26,6 +26,15 @@
 // each K=16 step is two mma on the same accumulator, hi then lo (issue 11: the single rounding of
 // that operand was one of the largest errors of dA). Same K order otherwise.
 //
+// X_LO (kXLo: chunk_scan_bwd_dstates with SSD_FLAG_Z; params ChunkStateXLoParams): dy is gate_bwd's
+// fp32 dy stored as two T terms, x = rn_T(dy) and x_lo = rn_T(dy − float(x)). The K loop then runs
+// twice through one pipeline, on the same fp32 accumulator: steps 0 .. K−1 the pass above on x
+// (two-term with TWO_TERM), then steps K .. 2K−1 (K = ⌈(λ_c+1)/BLOCK_K⌉) the same positions in
+// the same increasing order on x_lo, each K=16 step one mma of rn_T(float(x_lo_l)·w_l) (one term:
+// x_lo is at most half an ulp of x, so that rounding is ~2^-9 of the single-term one that dominated
+// dA's error, and x_lo's own rounding ~2^-17 of dy for bf16). The order is a function of the
+// positions only, so the bits still do not depend on the tile.
+//
 // Launch: block = fwd_geom::chunk_state_threads(BLOCK_M, BLOCK_N) threads;
 //         grid  = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch * nchunks, nheads),
 //         each axis grid-stride; static shared memory fwd_geom::chunk_state_smem_bytes(Q, BLOCK_M,
@@ -80,8 +89,8 @@ __device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* 
 
 }  // namespace detail
 
-template <class Spec>
-__device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkStateXLoParams with kXLo, else ChunkStateFwdParams
+__device__ void chunk_state_fwd(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(fwd_geom::chunk_state_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -110,7 +119,8 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Bg = static_cast<const T*>(p.B.data);
-  const bool vec_x = vec16_rows(xg, p.x);
+  bool vec_x = vec16_rows(xg, p.x);
+  if constexpr (Spec::kXLo) vec_x = vec_x && aligned16(p.x_lo);  // x_lo: x's strides
   const bool vec_b = vec16_rows(Bg, p.B);
   const bool vec_out = vec8_floats(p.states);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
@@ -121,7 +131,8 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
     const int g = h / HEADS_PER_GROUP;
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
-      const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
+      const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;  // per pass over the positions
+      const int steps = Spec::kXLo ? 2 * ksteps : ksteps;   // X_LO: the pass on x, then on x_lo
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_b = Bg + p.B.offset(b, 0, g);
       const float* dA = p.dA_cumsum.ptr(b, h, c);
@@ -152,10 +163,20 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
 
         const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
         const T* bt = safe_b + t0 * p.B.stride[1] + n0 * p.B.stride[3];
-        auto load_stage = [&](int buf, int ks) {
+        auto load_stage = [&](int buf, int step) {
+          int ks = step;  // the position step inside its pass
+          const T* xs = xt;
+          const T* safe_xs = safe_x;
+          if constexpr (Spec::kXLo) {
+            if (step >= ksteps) {  // the pass on x_lo, laid out as x
+              ks = step - ksteps;
+              safe_xs = static_cast<const T*>(p.x_lo) + p.x.offset(b, 0, h);
+              xs = safe_xs + t0 * p.x.stride[1] + p0 * p.x.stride[3];
+            }
+          }
           const int k0 = ks * BLOCK_K;
-          block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], xt + k0 * p.x.stride[1], p.x.stride[1], p.x.stride[3],
-                                                      vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
+          block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], xs + k0 * p.x.stride[1], p.x.stride[1], p.x.stride[3],
+                                                      vec_x, safe_xs, [&](int r, int) { return k0 + r < valid; });
           block::load_tile<NT, BLOCK_K, BLOCK_N, LDB>(s_b[buf], bt + k0 * p.B.stride[1], p.B.stride[1], p.B.stride[3],
                                                       vec_b, safe_b, [&](int r, int) { return k0 + r < valid; });
         };
@@ -163,13 +184,17 @@ __device__ void chunk_state_fwd(const ChunkStateFwdParams& p) {
         FragC acc[MI][NJ];
         warp::zero_tile(acc);
 
-        const block::CpAsyncPipeline<STAGES> ring{ksteps};
+        const block::CpAsyncPipeline<STAGES> ring{steps};
         ring.prologue(load_stage);
-        for (int ks = 0; ks < ksteps; ++ks) {
+        for (int ks = 0; ks < steps; ++ks) {
           ring.begin(ks, load_stage);
           const T* sx = s_x[ks % STAGES];
           const T* sb = s_b[ks % STAGES];
-          detail::chunk_state_step<T, BLOCK_K, LDX, LDB, Spec::kTwoTerm>(acc, sx, sb, wm0, wn0, s_w + ks * BLOCK_K, lt);
+          if (!Spec::kXLo || ks < ksteps)
+            detail::chunk_state_step<T, BLOCK_K, LDX, LDB, Spec::kTwoTerm>(acc, sx, sb, wm0, wn0, s_w + ks * BLOCK_K, lt);
+          else  // x_lo's pass: the same weights, one term
+            detail::chunk_state_step<T, BLOCK_K, LDX, LDB, false>(acc, sx, sb, wm0, wn0, s_w + (ks - ksteps) * BLOCK_K,
+                                                                  lt);
         }
         ring.drain();
 

@@ -52,6 +52,13 @@ struct ChunkStateFwdParams : ChunkStateInputs {
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
 
+// chunk_scan_bwd_dstates with SSD_FLAG_Z (x := gate_bwd's dy, rounded to T): also dy's rounding
+// residual, entering as a second pass over the positions (chunk_state.cuh). A block that extends
+// ChunkStateFwdParams at its end, so the other specializations keep their parameter layout.
+struct ChunkStateXLoParams : ChunkStateFwdParams {
+  const void* x_lo;  // rn_T(dy − float(x)) (gate_bwd's dy_lo), element type T, laid out as x
+};
+
 // F2 + F3 fused: per (b, h) and state tile, s_c as chunk_state_fwd, then in chunk order
 //   P_c = S_{c-1} (written to states),  S_c = fma(θ_c exp(A_c(λ_c)), S_{c-1}, s_c),  S_{-1} = init,
 //   final = S_{Nc-1}.

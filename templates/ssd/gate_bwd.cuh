@@ -1,6 +1,10 @@
 // gate_bwd (math B-a): the gradient through the z gate and the D skip, per (b, t, h, p):
 //
 //   with z:    σ = 1 / (1 + exp(-z));  dy = dout · z · σ;  dz = dout · y · σ · (1 + z · (1 − σ))
+//              dy is stored as two T terms: dy = rn_T(dy_f32), dy_lo = rn_T(dy_f32 − float(dy)) (the
+//              difference exact in fp32), so that the kernels that build dA's terms from dy
+//              (chunk_scan_bwd_dstates, _ddA_intra, _dx with SSD_FLAG_Z) do not inherit dy's
+//              rounding to T (issue 11); the params are then GateBwdZParams
 //   without z: dy = dout (not written: the caller's dout is dy)
 //   dD (h):    Σ_b Σ_c Σ_p Σ_l dy · x        dD (h, p): Σ_b Σ_c Σ_l dy · x
 //
@@ -18,8 +22,8 @@
 
 namespace ssd_kernels {
 
-template <class Spec>
-__device__ void gate_bwd(const GateBwdParams& p) {
+template <class Spec, class Params>  // Params: GateBwdZParams with z, else GateBwdParams
+__device__ void gate_bwd(const Params& p) {
   constexpr int Q = Spec::kChunk, P = Spec::kHeaddim;  // one thread per headdim element
   using T = typename Spec::Element;
   __shared__ double s_col[P];
@@ -34,13 +38,15 @@ __device__ void gate_bwd(const GateBwdParams& p) {
       const long long t = c * Q + l;
       const float g = load_as_float<T>(p.dout.data, p.dout.offset(b, t, h, e));
       float dy = g;
-      if (Spec::kZ) {
+      if constexpr (Spec::kZ) {
         const float z = load_as_float<T>(p.z.data, p.z.offset(b, t, h, e));
         const float y = load_as_float<T>(p.out_x.data, p.out_x.offset(b, t, h, e));
         const float sig = 1.f / (1.f + expf(-z));
         dy = __fmul_rn(__fmul_rn(g, z), sig);
         const float dz = __fmul_rn(__fmul_rn(__fmul_rn(g, y), sig), __fmaf_rn(z, 1.f - sig, 1.f));
-        store_from_float<T>(p.dy.data, p.dy.offset(b, t, h, e), dy);
+        const long long dy_off = p.dy.offset(b, t, h, e);
+        store_from_float<T>(p.dy.data, dy_off, dy);
+        store_from_float<T>(p.dy_lo, dy_off, __fsub_rn(dy, to_float(from_float<T>(dy))));  // laid out as dy
         store_from_float<T>(p.dz.data, p.dz.offset(b, t, h, e), dz);
       }
       if (Spec::kD) {

@@ -85,4 +85,11 @@ struct GateBwdParams {
   long long batch, seqlen, nheads, nchunks;
 };
 
+// gate_bwd with z (the launcher always binds this block; a specialization without z reads only its
+// GateBwdParams prefix): dy's rounding residual, the second term of dy where it enters dA's terms
+// (chunk_scan_bwd_dstates, _ddA_intra and _dx with SSD_FLAG_Z).
+struct GateBwdZParams : GateBwdParams {
+  void* dy_lo;  // rn_T(dy − float(rn_T(dy))) of the fp32 dy, element type T, laid out as dy
+};
+
 }  // namespace ssd_kernels

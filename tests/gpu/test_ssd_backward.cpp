@@ -1,7 +1,8 @@
 // The SSD backward's stages on the GPU against ssd::ref::backward (issue 4, in progress):
-// gate_bwd (B-a): dy, dz and dD.
+// gate_bwd (B-a): dy (with z as two T terms, dy and dy_lo), dz and dD.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -33,7 +34,7 @@ struct GateProblem {
   GateCase c;
   ssd::ref::SsdGradients ref;
   HostArray x, z, D, dout, out_x;
-  DeviceBuffer d_x, d_z, d_D, d_dout, d_out_x, d_dy, d_dz, d_dD, d_ws;
+  DeviceBuffer d_x, d_z, d_D, d_dout, d_out_x, d_dy, d_dy_lo, d_dz, d_dD, d_ws;
 
   explicit GateProblem(const GateCase& cc) : c(cc) {
     const int64_t g = 2, n = 16;
@@ -54,6 +55,7 @@ struct GateProblem {
     out_x = make_array(c.dtype, c.z ? fwd.out_x : std::vector<double>(nx, 0.0));
     d_x = upload_array(x); d_z = upload_array(z); d_D = upload_array(D); d_dout = upload_array(dout); d_out_x = upload_array(out_x);
     d_dy = DeviceBuffer(x.bytes.size());
+    d_dy_lo = DeviceBuffer(x.bytes.size());
     d_dz = DeviceBuffer(x.bytes.size());
     d_dD = DeviceBuffer(D.bytes.size());
     size_t ws = 0;
@@ -72,6 +74,7 @@ struct GateProblem {
       t.z = tensor(d_z, c.dtype, {c.b, c.L, c.h, c.p});
       t.out_x = tensor(d_out_x, c.dtype, {c.b, c.L, c.h, c.p});
       t.dy = tensor(d_dy, c.dtype, {c.b, c.L, c.h, c.p});
+      t.dy_lo = tensor(d_dy_lo, c.dtype, {c.b, c.L, c.h, c.p});
       t.dz = tensor(d_dz, c.dtype, {c.b, c.L, c.h, c.p});
     }
     if (c.D) {
@@ -82,13 +85,14 @@ struct GateProblem {
   }
 
   std::vector<uint8_t> run(ssd_runtime* rt, ssd_mode mode, int32_t max_blocks = 0) {
-    d_dy.poison(); d_dz.poison(); d_dD.poison(); d_ws.poison();
+    d_dy.poison(); d_dy_lo.poison(); d_dz.poison(); d_dD.poison(); d_ws.poison();
     ssd::Status s = ssd::gate_backward(*rt, tensors(), mode, d_ws.get(), max_blocks, nullptr);
     REQUIRE_MESSAGE(s.ok(), s.detail);
     std::vector<uint8_t> r;
     if (c.z) {
-      std::vector<uint8_t> dy = download_bytes(d_dy), dz = download_bytes(d_dz);
+      std::vector<uint8_t> dy = download_bytes(d_dy), dy_lo = download_bytes(d_dy_lo), dz = download_bytes(d_dz);
       r.insert(r.end(), dy.begin(), dy.end());
+      r.insert(r.end(), dy_lo.begin(), dy_lo.end());
       r.insert(r.end(), dz.begin(), dz.end());
     }
     if (c.D) {
@@ -114,15 +118,31 @@ TEST_CASE("gate_bwd: dy, dz, dD against the float64 oracle; D1 and D4 bitwise" *
     const std::vector<uint8_t> det = prob.run(rt, SSD_MODE_DETERMINISTIC);
     const size_t nx = size_t(c.b * c.L * c.h * c.p);
     const double tol = c.dtype == SSD_DTYPE_BF16 ? 8e-3 : 1e-3;
-    double e_dy = 0, e_dz = 0, e_dD = 0;
+    double e_dy = 0, e_dy2 = 0, e_dz = 0, e_dD = 0;
     if (c.z) {
       std::vector<double> dy = download_values(prob.d_dy, c.dtype, nx), dz = download_values(prob.d_dz, c.dtype, nx);
+      const std::vector<double> dy_lo = download_values(prob.d_dy_lo, c.dtype, nx);
       REQUIRE(all_finite(dy));
+      REQUIRE(all_finite(dy_lo));
       REQUIRE(all_finite(dz));
       e_dy = ssd::ref::rel_l2(dy.data(), prob.ref.inter.dy.data(), nx);
       e_dz = ssd::ref::rel_l2(dz.data(), prob.ref.dz.data(), nx);
       CHECK(e_dy < tol);
       CHECK(e_dz < tol);
+      // dy + dy_lo is the fp32 dy to ~2^-8 of dy_lo: fp32-level against the oracle, and each dy_lo
+      // is at most half a unit in the last place of its dy (it is the residual of dy's rounding).
+      std::vector<double> two(nx);
+      size_t over_half_ulp = 0;
+      for (size_t i = 0; i < nx; ++i) {
+        two[i] = dy[i] + dy_lo[i];
+        const int e = std::ilogb(dy[i] == 0 ? 1.0 : dy[i]);  // fp16: subnormal ulp 2^-24
+        const double ulp = c.dtype == SSD_DTYPE_BF16 ? std::ldexp(1.0, e - 7) : std::ldexp(1.0, std::max(e - 10, -24));
+        over_half_ulp += dy[i] != 0 && std::fabs(dy_lo[i]) > 0.5 * ulp;
+      }
+      e_dy2 = ssd::ref::rel_l2(two.data(), prob.ref.inter.dy.data(), nx);
+      CHECK(e_dy2 < 1e-5);
+      CHECK(e_dy2 < e_dy / 50);
+      CHECK(over_half_ulp == 0);
     }
     if (c.D) {
       std::vector<double> dD = download_values(prob.d_dD, SSD_DTYPE_FP32, prob.ref.dD.size());
@@ -133,7 +153,8 @@ TEST_CASE("gate_bwd: dy, dz, dD against the float64 oracle; D1 and D4 bitwise" *
       std::vector<double> fast = download_values(prob.d_dD, SSD_DTYPE_FP32, prob.ref.dD.size());
       CHECK(ssd::ref::rel_l2(fast.data(), dD.data(), dD.size()) < 1e-5);
     }
-    MESSAGE("gate_bwd " << describe(c) << ": rel_l2 dy " << e_dy << ", dz " << e_dz << ", dD " << e_dD);
+    MESSAGE("gate_bwd " << describe(c) << ": rel_l2 dy " << e_dy << ", dy + dy_lo " << e_dy2 << ", dz " << e_dz
+                        << ", dD " << e_dD);
     for (int i = 0; i < 5; ++i) CHECK(same_bytes(prob.run(rt, SSD_MODE_DETERMINISTIC), det));
     for (int grid : {1, 7, 64}) CHECK(same_bytes(prob.run(rt, SSD_MODE_DETERMINISTIC, grid), det));
   });

@@ -343,8 +343,19 @@ TEST_CASE("backward kernels: defaults are legal for every shape; fields they do 
   c = default_config(SSD_KERNEL_STATE_PASSING_BWD);
   c.dtype = SSD_DTYPE_FP32;  // ds is stored in the input dtype
   CHECK(contains(error_of(c), "dtype"));
-  c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
-  c.flags = SSD_FLAG_Z;  // z is gate_bwd's business
+  c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DCB);
+  c.flags = SSD_FLAG_Z;  // dCB does not read dy's second term: z would only split the cache
+  CHECK(contains(error_of(c), "flags"));
+  // With z, the kernels that build dA's terms from dy take gate_bwd's two terms of dy.
+  for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES, SSD_KERNEL_CHUNK_SCAN_BWD_DX,
+                          SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA}) {
+    c = default_config(k);
+    c.flags |= SSD_FLAG_Z;
+    CAPTURE(kernel_name(k));
+    CHECK(validate_config(c).ok());
+  }
+  c = default_config(SSD_KERNEL_CHUNK_STATE_FWD);
+  c.flags = SSD_FLAG_Z;  // the forward's chunk states have no dy
   CHECK(contains(error_of(c), "flags"));
   c = default_config(SSD_KERNEL_CHUNK_CUMSUM_FWD);
   c.flags = SSD_FLAG_DDA_INCREMENTS;  // only the backward cumsum reads it

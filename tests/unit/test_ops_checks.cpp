@@ -152,6 +152,61 @@ TEST_CASE("workspace sizes: the backward's gate and cumsum sections are pure fun
   }
 }
 
+TEST_CASE("workspace sizes: the backward's dy and its second term dy_lo exist only with z, laid out alike") {
+  // With z, gate_bwd writes the gated dy as two terms in x's dtype (dy, dy_lo); without z, dy is the
+  // caller's dout and neither section takes space (the other sections keep their offsets).
+  const Shape s{2, 1000, 8, 64, 2, 64, 64};
+  for (int32_t mode : {int32_t(SSD_MODE_DETERMINISTIC), int32_t(SSD_MODE_FAST)}) {
+    CAPTURE(mode);
+    ssd_backward_args a = backward_args(s);
+    auto plain = backward_layout(&a, mode);
+    REQUIRE(plain.ok());
+    CHECK(plain->dy_lo == plain->dy);
+    CHECK(plain->dP == plain->dy);
+    a.z = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+    a.out_x = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+    a.dz = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+    auto gated = backward_layout(&a, mode);
+    REQUIRE(gated.ok());
+    const size_t section = align256(size_t(s.b * s.L * s.h * s.p) * 2);  // bf16
+    CHECK(gated->dy == plain->dy);
+    CHECK(gated->dy_lo - gated->dy == section);
+    CHECK(gated->dP - gated->dy_lo == section);
+    CHECK(gated->total - plain->total == 2 * section);
+  }
+}
+
+TEST_CASE("gate_bwd's tensors: with z, dy_lo is required and laid out as dy; without z it is refused") {
+  GateBwdTensors t;
+  t.chunk_size = 64;
+  t.dout = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  t.x = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  t.z = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  t.out_x = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  t.dy = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  t.dz = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  auto missing = gate_backward_workspace(t, SSD_MODE_DETERMINISTIC);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(contains(missing.status().detail, "dy_lo"));
+  t.dy_lo = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  CHECK(gate_backward_workspace(t, SSD_MODE_DETERMINISTIC).ok());
+  t.dy_lo.strides[1] = 2 * t.dy.strides[1];  // a legal tensor, but not laid out as dy
+  t.dy_lo.strides[0] = 100 * t.dy_lo.strides[1];
+  auto strided = gate_backward_workspace(t, SSD_MODE_DETERMINISTIC);
+  REQUIRE_FALSE(strided.ok());
+  CHECK(strided.status().code == SSD_ERROR_INVALID_STRIDE);
+  CHECK(contains(strided.status().detail, "dy_lo"));
+  t.z = t.out_x = t.dy = t.dz = ssd_tensor{};  // without z: dy is dout, so dy_lo is refused too
+  t.dy_lo = dense(SSD_DTYPE_BF16, {2, 100, 4, 32});
+  t.D = dense(SSD_DTYPE_FP32, {4});
+  t.dD = dense(SSD_DTYPE_FP32, {4});
+  auto without_z = gate_backward_workspace(t, SSD_MODE_DETERMINISTIC);
+  REQUIRE_FALSE(without_z.ok());
+  CHECK(contains(without_z.status().detail, "dy_lo"));
+  t.dy_lo = ssd_tensor{};
+  CHECK(gate_backward_workspace(t, SSD_MODE_DETERMINISTIC).ok());
+}
+
 // The forward's and the backward's (both modes) layouts refuse the shape: INVALID_SHAPE, with these words.
 void check_shape_refused(const Shape& s, const char* forward_words, const char* backward_words) {
   const ssd_forward_args fa = forward_args(s);

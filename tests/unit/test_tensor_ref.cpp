@@ -49,6 +49,25 @@ TEST_CASE("the F2 parameter blocks lay out their ChunkStateInputs base as the me
   CHECK(std::is_trivially_copyable<ssd_kernels::ChunkStatePassingFwdParams>::value);
 }
 
+TEST_CASE("the z parameter blocks extend their base at its end (the specializations without z read the prefix)") {
+  auto at = [](const void* base, const void* member) {
+    return static_cast<const char*>(member) - static_cast<const char*>(base);
+  };
+  ssd_kernels::GateBwdZParams g{};
+  ssd_kernels::ChunkStateXLoParams s{};
+  ssd_kernels::ChunkScanBwdDxZParams x{};
+  ssd_kernels::ChunkScanBwdDdaIntraZParams i{};
+  CHECK(at(&g, &g.dy_lo) == sizeof(ssd_kernels::GateBwdParams));
+  CHECK(at(&s, &s.x_lo) == sizeof(ssd_kernels::ChunkStateFwdParams));
+  CHECK(at(&x, &x.dy_lo) == sizeof(ssd_kernels::ChunkScanBwdDxParams));
+  CHECK(at(&i, &i.dy_lo) == sizeof(ssd_kernels::ChunkScanBwdDdaIntraParams));
+  CHECK(at(&x, &x.v) == at(static_cast<const ssd_kernels::ChunkScanBwdDxParams*>(&x), &x.v));
+  CHECK(std::is_trivially_copyable<ssd_kernels::GateBwdZParams>::value);
+  CHECK(std::is_trivially_copyable<ssd_kernels::ChunkStateXLoParams>::value);
+  CHECK(std::is_trivially_copyable<ssd_kernels::ChunkScanBwdDxZParams>::value);
+  CHECK(std::is_trivially_copyable<ssd_kernels::ChunkScanBwdDdaIntraZParams>::value);
+}
+
 TEST_CASE("offset, ptr, operator() and ptr_as address the element; missing trailing indices are 0") {
   float buf[2 * 3 * 5] = {};
   for (int i = 0; i < 30; ++i) buf[i] = float(i);
