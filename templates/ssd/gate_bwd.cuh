@@ -45,8 +45,9 @@ __device__ void gate_bwd(const Params& p) {
         dy = __fmul_rn(__fmul_rn(g, z), sig);
         const float dz = __fmul_rn(__fmul_rn(__fmul_rn(g, y), sig), __fmaf_rn(z, 1.f - sig, 1.f));
         const long long dy_off = p.dy.offset(b, t, h, e);
-        store_from_float<T>(p.dy.data, dy_off, dy);
-        store_from_float<T>(p.dy_lo, dy_off, __fsub_rn(dy, to_float(from_float<T>(dy))));  // laid out as dy
+        const T dy_hi = from_float<T>(dy);
+        static_cast<T*>(p.dy.data)[dy_off] = dy_hi;
+        static_cast<T*>(p.dy_lo)[dy_off] = lo_term<T>(dy, dy_hi);  // laid out as dy
         store_from_float<T>(p.dz.data, p.dz.offset(b, t, h, e), dz);
       }
       if (Spec::kD) {
