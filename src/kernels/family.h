@@ -41,6 +41,9 @@ struct KernelSpec {
   // that reads more fields takes a block that extends the family's at its end, so the others keep
   // their parameter layout (and machine code). The launcher may always pass the larger block.
   const char* params = nullptr;
+  // Dynamic shared memory per block in bytes (the launch passes it; above 48 KiB the loader raises
+  // the function's limit). 0 for kernels whose shared memory is all static.
+  int dynamic_shared_bytes = 0;
 };
 
 struct KernelFamily {
