@@ -195,6 +195,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--forward-only", action="store_true",
+                    help="skip the backward section (mamba_ssm's backward autotuning takes minutes on a fresh machine)")
     args = ap.parse_args()
     sys.path.insert(0, args.peer)
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
@@ -247,6 +249,10 @@ def main():
         print(f"{r['batch']:>3} {r['seqlen']:>6} {r['ssdgen_ms']:>10.3f} {r['mamba_ssm_ms']:>13.3f} "
               f"{r['mamba_ssm_ms'] / r['ssdgen_ms']:>7.2f}x")
 
+    if args.forward_only:
+        with open(os.path.join(args.out, "peer_bench.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        return
     bwd = backward_section(ours, mamba_chunk_scan_combined, gen, max(args.iters // 2, 20), args.warmup, h, p, g, n, Q)
     results["backward"] = bwd
     print(f"backward, {results['preset']}, bf16, D, dt_bias, softplus: rel L2 vs float64 autograd (b=1 L=2048)")
