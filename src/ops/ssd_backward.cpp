@@ -648,12 +648,17 @@ ssd_backward_args default_backward_args() {
   return a;
 }
 
-Result<BackwardLayout> backward_layout(const ssd_backward_args* user_args, int32_t mode) {
+ssd_mode backward_kernel_mode(ssd_mode requested, const BackwardTuning* tuning) {
+  const bool fast_kernels = tuning && tuning->fast_kernels;
+  return requested == SSD_MODE_FAST && !fast_kernels ? SSD_MODE_DETERMINISTIC : requested;
+}
+
+Result<BackwardLayout> backward_layout(const ssd_backward_args* user_args, int32_t mode, const BackwardTuning* tuning) {
   ssd_backward_args a;
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   if (mode < 0) mode = a.mode >= 0 ? a.mode : SSD_MODE_DETERMINISTIC;
-  return layout_for(a, d, ssd_mode(mode));
+  return layout_for(a, d, backward_kernel_mode(ssd_mode(mode), tuning));
 }
 
 Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backward_args* user_args, ssd_arch arch,
@@ -661,7 +666,7 @@ Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backwar
   ssd_backward_args a;
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
-  return configs_for(a, d, arch, mode, tuning ? *tuning : BackwardTuning{});
+  return configs_for(a, d, arch, backward_kernel_mode(mode, tuning), tuning ? *tuning : BackwardTuning{});
 }
 
 Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* workspace, size_t workspace_bytes,
@@ -673,7 +678,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
-  const ssd_mode mode = a.mode >= 0 ? ssd_mode(a.mode) : rt.mode;
+  const ssd_mode mode = backward_kernel_mode(a.mode >= 0 ? ssd_mode(a.mode) : rt.mode, &tn);
   auto layout = layout_for(a, d, mode);
   if (!layout.ok()) return layout.status();
   const BackwardLayout& L = layout.value();

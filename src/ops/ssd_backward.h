@@ -35,7 +35,15 @@ struct BackwardTuning {
   ForwardTuning forward{};  // the recompute: bmm, state_pass (or staged: state, passing); scan unused
   ssd_tile dstates{}, passing{}, dx{}, dcb{}, intra{}, db{}, dc{}, dda{}, cumsum{}, reduce{};
   int32_t max_blocks = 0;  // > 0: every grid axis capped (persistent-style grid-stride)
+  // SSD_MODE_FAST runs the deterministic kernels (issue 10: on the H200 the fast backward was slower
+  // than the deterministic one at every measured shape, docs/perf.md); set this to run the fast
+  // (atomic) kernels in fast mode anyway: their benchmark and their own tests.
+  bool fast_kernels = false;
 };
+
+// The mode whose kernels a backward call in mode `requested` runs (the layout, the configs and the
+// launches all follow it): SSD_MODE_FAST runs the deterministic kernels unless tuning->fast_kernels.
+ssd_mode backward_kernel_mode(ssd_mode requested, const BackwardTuning* tuning);
 
 // Stage ids passed to `after_stage` (the benchmark records events there).
 enum BackwardStage {
@@ -49,8 +57,10 @@ struct BackwardLayout {
   size_t dt_out, dA_cumsum, CB, states, dy, dy_lo, dP, ds, ds_lo, states_t, states_t_lo, rho, ddt_x, w, v, ddA, dCB, intra,
       dtx_intra, gate, cumsum, total;
 };
-// mode: the mode the call will run in (-1: deterministic, the larger).
-Result<BackwardLayout> backward_layout(const ssd_backward_args* args, int32_t mode);
+// mode: the mode the call will run in (-1: the args' mode, else deterministic); tuning: the call's
+// (only fast_kernels matters here: the layout is that of backward_kernel_mode's kernels).
+Result<BackwardLayout> backward_layout(const ssd_backward_args* args, int32_t mode,
+                                       const BackwardTuning* tuning = nullptr);
 
 Status ssd_backward(ssd_runtime& runtime, const ssd_backward_args* args, void* workspace, size_t workspace_bytes,
                     CUstream stream, const BackwardTuning* tuning = nullptr,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "call_args_support.h"
+#include "config/config.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/ssd_backward.h"
 #include "ops/ssd_forward.h"
@@ -144,12 +145,62 @@ TEST_CASE("workspace sizes: the backward's gate and cumsum sections are pure fun
       const size_t gate = D_rank ? align256(2 * nc * 8 * (D_rank == 2 ? 64 : 1) * 8) : 0;
       CHECK(det->cumsum - det->gate == gate);
       CHECK(det->total - det->cumsum == align256(2 * nc * 8 * (bias ? 2 : 1) * 8));
-      auto fast = backward_layout(&a, SSD_MODE_FAST);
+      BackwardTuning fast_kernels;
+      fast_kernels.fast_kernels = true;
+      auto fast = backward_layout(&a, SSD_MODE_FAST, &fast_kernels);
       REQUIRE(fast.ok());
       CHECK(fast->cumsum == fast->gate);
       CHECK(fast->total == fast->cumsum);
     }
   }
+}
+
+TEST_CASE("fast mode: the backward runs the deterministic kernels unless the fast kernels are asked for") {
+  // Issue 10: SSD_MODE_FAST keeps the fast (atomic) kernels only where they are faster; on the H200
+  // the whole fast backward was slower (docs/perf.md), so a fast-mode call runs the deterministic
+  // plan: its layout and every kernel config. BackwardTuning::fast_kernels (benchmarks, the fast
+  // kernels' tests) still selects them, and the mode stays in each kernel's config (cache key).
+  const Shape s{2, 1000, 8, 64, 2, 64, 64};
+  ssd_backward_args a = backward_args(s);
+  a.D = dense(SSD_DTYPE_FP32, {s.h});
+  a.dD = dense(SSD_DTYPE_FP32, {s.h});
+  a.dt_bias = dense(SSD_DTYPE_FP32, {s.h});
+  a.ddt_bias = dense(SSD_DTYPE_FP32, {s.h});
+  CHECK(backward_kernel_mode(SSD_MODE_FAST, nullptr) == SSD_MODE_DETERMINISTIC);
+  CHECK(backward_kernel_mode(SSD_MODE_DETERMINISTIC, nullptr) == SSD_MODE_DETERMINISTIC);
+  BackwardTuning fast_kernels;
+  fast_kernels.fast_kernels = true;
+  CHECK(backward_kernel_mode(SSD_MODE_FAST, &fast_kernels) == SSD_MODE_FAST);
+  CHECK(backward_kernel_mode(SSD_MODE_DETERMINISTIC, &fast_kernels) == SSD_MODE_DETERMINISTIC);
+
+  auto det = backward_layout(&a, SSD_MODE_DETERMINISTIC);
+  auto fast = backward_layout(&a, SSD_MODE_FAST);
+  auto fast_k = backward_layout(&a, SSD_MODE_FAST, &fast_kernels);
+  REQUIRE(det.ok());
+  REQUIRE(fast.ok());
+  REQUIRE(fast_k.ok());
+  CHECK(fast->total == det->total);
+  CHECK(fast->rho == det->rho);
+  CHECK(fast_k->total < det->total);  // the fast kernels' layout has no partial slots
+  a.mode = SSD_MODE_FAST;  // the args' own mode, as the C API's workspace size reads it
+  auto by_args = backward_layout(&a, -1);
+  REQUIRE(by_args.ok());
+  CHECK(by_args->total == det->total);
+
+  auto det_configs = backward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  auto fast_configs = backward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_FAST);
+  auto fast_k_configs = backward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_FAST, &fast_kernels);
+  REQUIRE(det_configs.ok());
+  REQUIRE(fast_configs.ok());
+  REQUIRE(fast_k_configs.ok());
+  REQUIRE(fast_configs->size() == det_configs->size());
+  for (size_t i = 0; i < det_configs->size(); ++i) {
+    CHECK(config_record((*fast_configs)[i]) == config_record((*det_configs)[i]));
+    CHECK((*fast_configs)[i].mode == SSD_MODE_DETERMINISTIC);
+  }
+  bool any_fast = false;
+  for (const ssd_kernel_config& c : fast_k_configs.value()) any_fast |= c.mode == SSD_MODE_FAST;
+  CHECK(any_fast);
 }
 
 TEST_CASE("workspace sizes: the backward's dy and its second term dy_lo exist only with z, laid out alike") {
