@@ -257,6 +257,44 @@ double median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The host path of one call (issues 9 and 10: <= 20 us of CPU with the kernels loaded): `call`
+// (one C-API call with the workspace given) back-to-back, the thread's CPU time
+// (CLOCK_THREAD_CPUTIME_ID) per call. One untimed call first loads what the timed ones use. Nothing
+// is waited for inside a round; between rounds the stream is drained, untimed, so a round's
+// launches stay below the launch queue's depth (a full queue blocks the launching thread, and
+// that wait is not the host path).
+struct HostPath {
+  double cpu_us = 0, wall_us = 0;  // per call
+};
+ssd::Status measure_host_path(const Driver& drv, CUstream stream, int rounds, int calls_per_round,
+                              const std::function<ssd_status()>& call, HostPath& out) {
+  auto one = [&]() -> ssd::Status {
+    const ssd_status st = call();
+    return st == SSD_OK ? ssd::Status::Ok() : ssd::make_error(st, ssd_last_error_detail());
+  };
+  auto drain = [&] { return ssd::cuda::check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize"); };
+  SSD_RETURN_IF_ERROR(one());
+  SSD_RETURN_IF_ERROR(drain());
+  auto us = [](const timespec& t0, const timespec& t1) {
+    return (double(t1.tv_sec - t0.tv_sec) * 1e9 + double(t1.tv_nsec - t0.tv_nsec)) / 1e3;
+  };
+  double cpu = 0, wall = 0;
+  for (int r = 0; r < rounds; ++r) {
+    timespec cpu0{}, cpu1{}, wall0{}, wall1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    clock_gettime(CLOCK_MONOTONIC, &wall0);
+    for (int i = 0; i < calls_per_round; ++i) SSD_RETURN_IF_ERROR(one());
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    clock_gettime(CLOCK_MONOTONIC, &wall1);
+    cpu += us(cpu0, cpu1);
+    wall += us(wall0, wall1);
+    SSD_RETURN_IF_ERROR(drain());
+  }
+  out.cpu_us = cpu / (rounds * calls_per_round);
+  out.wall_us = wall / (rounds * calls_per_round);
+  return ssd::Status::Ok();
+}
+
 // `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
 // Event timing of one operation with `stages` stages: `call(after_stage)` runs it once on `stream`
 // (after_stage(i) once stage i is enqueued); warm-up calls first, then `iters` timed ones, each
@@ -339,11 +377,21 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       return ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tuning, after_stage);
     }, times);
     if (!s.ok()) return fail(ctx, s);
+    // The host path (issue 10), through the C API (the default tiles, whatever --tiles chose):
+    // up to 15 kernels and 5 memsets per call, so 20 calls per round stay within the 400 queued
+    // operations bench fwd's single round of 100 calls uses.
+    constexpr int kHostRounds = 5, kHostCallsPerRound = 20;
+    HostPath host;
+    s = measure_host_path(drv, stream, kHostRounds, kHostCallsPerRound, [&] {
+      return ::ssd_backward(session.rt.get(), &a, ws.ptr_void(), ws_bytes, stream);
+    }, host);
+    if (!s.ok()) return fail(ctx, s);
     const std::vector<float>& total = times.total;
     const std::vector<std::vector<float>>& stage = times.stage;
     const char* mname = mode == SSD_MODE_DETERMINISTIC ? "deterministic" : "fast";
     if (ctx.json) {
-      nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total}};
+      nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total},
+                       {"host_cpu_us_per_call", host.cpu_us}, {"host_wall_us_per_call", host.wall_us}};
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
@@ -351,6 +399,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
                  m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles);
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
+      fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_backward calls in {} rounds, "
+                 "C API, workspace given, kernels loaded)\n", host.cpu_us, host.wall_us,
+                 kHostRounds * kHostCallsPerRound, kHostRounds);
     }
   }
   for (CUevent& e : ev) drv.cuEventDestroy(e);
