@@ -4,7 +4,8 @@
 // invalidates the capture; the graph holds exactly the plan's kernels (and fast mode's memsets) and
 // no memory node, and two replays into freshly poisoned outputs and workspace give the eager call's
 // bits. Without a workspace the call's stream-ordered allocation is captured as one allocation and
-// one free node, and the replays give the same bits too. A call refused by validation during a
+// one free node, and the replays give the same bits too. A runtime's first call, whose modules load
+// during the capture, works on drivers from CUDA 12.3. A call refused by validation during a
 // capture returns its status and leaves the capture intact.
 #include <doctest/doctest.h>
 
@@ -316,8 +317,11 @@ size_t planned_kernels(ssd_runtime* rt, GraphProblem& pr, bool backward, ssd_mod
 }
 
 // Eager once (loads the kernels), then capture with or without the caller's workspace,
-// instantiate, and replay twice into poisoned outputs: the eager bits each time.
-void check_capture(ssd_runtime* rt, GraphProblem& pr, bool backward, ssd_mode mode, bool with_workspace) {
+// instantiate, and replay twice into poisoned outputs: the eager bits each time. capture_rt: the
+// runtime of the captured call (default: the eager call's, whose kernels are then loaded).
+void check_capture(ssd_runtime* rt, GraphProblem& pr, bool backward, ssd_mode mode, bool with_workspace,
+                   ssd_runtime* capture_rt = nullptr) {
+  if (!capture_rt) capture_rt = rt;
   const bool fast = mode == SSD_MODE_FAST;
   CAPTURE(backward);
   CAPTURE(fast);
@@ -336,7 +340,7 @@ void check_capture(ssd_runtime* rt, GraphProblem& pr, bool backward, ssd_mode mo
 
   Graph g;
   const CaptureResult r =
-      capture(stream.s, g, [&](CUstream s) { return launch(rt, pr, with_workspace, mode, s); });
+      capture(stream.s, g, [&](CUstream s) { return launch(capture_rt, pr, with_workspace, mode, s); });
   INFO("captured call: " << ssd_status_string(r.status) << ": " << r.detail);
   REQUIRE(r.status == SSD_OK);
   CHECK(r.during == CU_STREAM_CAPTURE_STATUS_ACTIVE);  // nothing in the call invalidated the capture
@@ -418,4 +422,31 @@ TEST_CASE("graph capture: a call refused by validation returns its status and le
   poison(pr, pr.fwd_outputs());
   GPU_CHECK_SSD(launch_forward(rt.rt, pr, true, SSD_MODE_DETERMINISTIC, stream.s));
   GPU_CHECK_CU(drv().cuStreamSynchronize(stream.s));
+}
+
+TEST_CASE("graph capture: a runtime's first call loads its kernels inside the capture (drivers >= 12.3)" *
+          doctest::skip(!gpu_available())) {
+  // A fresh runtime has loaded nothing into the context: the captured call builds its kernels
+  // (from the disk cache the eager call filled) and loads their modules during the capture, which
+  // drivers from CUDA 12.3 on allow. Older drivers must refuse it with a status, not crash.
+  int version = 0;
+  GPU_CHECK_CU(drv().cuDriverGetVersion(&version));
+  RuntimeHolder eager_rt;
+  GraphProblem pr(kGraphCases[1]);
+  for (bool backward : {false, true}) {
+    CAPTURE(backward);
+    RuntimeHolder fresh;
+    if (version >= 12030) {
+      check_capture(eager_rt.rt, pr, backward, SSD_MODE_DETERMINISTIC, true, fresh.rt);
+      continue;
+    }
+    Stream stream;
+    Graph g;
+    const CaptureResult r = capture(stream.s, g, [&](CUstream s) {
+      return (backward ? launch_backward : launch_forward)(fresh.rt, pr, true, SSD_MODE_DETERMINISTIC, s);
+    });
+    MESSAGE("driver " << version << ": first call captured -> " << ssd_status_string(r.status) << ": " << r.detail);
+    CHECK(r.status != SSD_OK);
+    CHECK_FALSE(r.detail.empty());
+  }
 }
