@@ -1,12 +1,15 @@
-// config_key (src/runtime/runtime.h): the packed form of a config that the get_kernel hot path looks
-// loaded kernels up by, in place of the formatted config_record. It must hold every field the
-// record holds (else two different kernels would share a cache slot) and nothing else.
+// Pieces of a call's host path (issues 9 and 10: <= 20 us of CPU per call). config_key
+// (src/runtime/runtime.h): the packed form of a config that the get_kernel hot path looks loaded
+// kernels up by, in place of the formatted config_record; it must hold every field the record
+// holds (else two different kernels would share a cache slot) and nothing else. CheckedSize's
+// status formats its message only on overflow.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "ops/tensor_check.h"
 #include "presets.h"
 #include "runtime/runtime.h"
 
@@ -78,4 +81,22 @@ TEST_CASE("config_key: equal keys exactly for equal records over every preset ke
     }
   CHECK(mismatches == 0);
   CHECK(equal_pairs > 0);  // the set has duplicates (a legal tile that is the default): both sides seen
+}
+
+TEST_CASE("CheckedSize::status formats the shapes only on overflow") {
+  int formatted = 0;
+  auto shapes = [&] {
+    ++formatted;
+    return std::string("b=1");
+  };
+  CheckedSize fits;
+  fits.mul({1 << 20, 1 << 20});
+  CHECK(fits.status("op", shapes).ok());
+  CHECK(formatted == 0);  // the success path of every call sizes a workspace: no text built there
+  CheckedSize wraps;
+  wraps.mul({int64_t(1) << 40, int64_t(1) << 40});
+  const Status s = wraps.status("op", shapes);
+  CHECK(formatted == 1);
+  CHECK(s.code == SSD_ERROR_INVALID_SHAPE);
+  CHECK(s.detail == "op needs more than 2^64 bytes of workspace (shapes b=1)");
 }
