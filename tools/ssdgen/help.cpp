@@ -143,7 +143,8 @@ kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd.
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic then fast mode, with the workspace each mode needs, and each mode's
-host path (CPU time of one C-API call, kernels loaded).
+host path (CPU time of one C-API call, kernels loaded) and that of one replay of the call captured
+into a CUDA graph.
 Exit 6 without a driver or device.
 )";
 
