@@ -266,7 +266,8 @@ void check_replay(const std::vector<Output>& outputs, const std::vector<std::vec
   REQUIRE(replay.size() == outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Output& o = outputs[k];
-    CAPTURE(o.name);
+    const std::string output = o.name;
+    CAPTURE(output);
     if (!fast || !o.atomic) {
       CHECK(same_bytes(eager[k], replay[k]));
       continue;
