@@ -354,9 +354,10 @@ void check_capture(ssd_runtime* rt, GraphProblem& pr, bool backward, ssd_mode mo
   CHECK(nodes[CU_GRAPH_NODE_TYPE_MEM_ALLOC] == (with_workspace ? 0u : 1u));
   CHECK(nodes[CU_GRAPH_NODE_TYPE_MEM_FREE] == (with_workspace ? 0u : 1u));
   if (!fast) CHECK(nodes[CU_GRAPH_NODE_TYPE_MEMSET] == 0u);  // deterministic mode zeroes nothing
-  MESSAGE((backward ? "bwd " : "fwd ") << (fast ? "fast" : "det") << (with_workspace ? " ws" : " no-ws") << " "
-                                       << describe(pr.c) << ": " << nodes[CU_GRAPH_NODE_TYPE_KERNEL] << " kernel, "
-                                       << nodes[CU_GRAPH_NODE_TYPE_MEMSET] << " memset nodes");
+  const std::string label = std::string(backward ? "bwd " : "fwd ") + (fast ? "fast" : "det") +
+                            (with_workspace ? " ws " : " no-ws ") + describe(pr.c);
+  MESSAGE(label << ": " << nodes[CU_GRAPH_NODE_TYPE_KERNEL] << " kernel, " << nodes[CU_GRAPH_NODE_TYPE_MEMSET]
+                << " memset nodes");
 
   GPU_CHECK_CU(drv().cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
   for (int replay = 0; replay < 2; ++replay) {
