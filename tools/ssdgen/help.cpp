@@ -140,11 +140,10 @@ warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per hea
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
-chunk_state_passing_fwd.
+chunk_state_passing_fwd. The output ends with the host path: the CPU time of one C-API call, kernels
+loaded (bwd: per mode, and also that of one replay of the call captured into a CUDA graph).
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
-the total, in deterministic then fast mode, with the workspace each mode needs, and each mode's
-host path (CPU time of one C-API call, kernels loaded) and that of one replay of the call captured
-into a CUDA graph.
+the total, in deterministic then fast mode, with the workspace each mode needs.
 Exit 6 without a driver or device.
 )";
 
