@@ -7,6 +7,8 @@
 #include <cuda.h>
 #include <cstring>
 extern "C" {
+// Every entry point without an output: called through its own signature, it ignores its arguments
+// and returns CUDA_SUCCESS in the return register (the x86-64 and AArch64 calling conventions).
 static CUresult ok_any() { return CUDA_SUCCESS; }
 static CUresult s_ctx(CUcontext* c) { *c = reinterpret_cast<CUcontext>(0x1); return CUDA_SUCCESS; }
 static CUresult s_count(int* n) { *n = 1; return CUDA_SUCCESS; }

@@ -17,7 +17,7 @@
 namespace ssd {
 // A config as the caller spelled it, packed: every field config_record writes (not struct_size), as
 // integers. Equal keys mean equal records. The get_kernel hot path looks loaded kernels up by it:
-// building and comparing it costs next to nothing, where the record is a formatted string (~0.5 us
+// building and comparing it costs next to nothing, where the record is a formatted string (~0.4 us
 // per kernel per call: 15 kernels per ssd_backward).
 using ConfigKey = std::array<int64_t, 15>;
 ConfigKey config_key(const ssd_kernel_config& config);

@@ -263,7 +263,7 @@ ssd::Status api_status(ssd_status st) {
 }
 
 // The host path of one call (issues 9 and 10: <= 20 us of CPU with the kernels loaded): `call`
-// (one C-API call with the workspace given) back-to-back, the thread's CPU time
+// (one C-API call with the workspace given, or one graph launch) back-to-back, the thread's CPU time
 // (CLOCK_THREAD_CPUTIME_ID) per call. One untimed call first loads what the timed ones use. Nothing
 // is waited for inside a round; between rounds the stream is drained, untimed, so a round's
 // launches stay below the launch queue's depth (a full queue blocks the launching thread, and
