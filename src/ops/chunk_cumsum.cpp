@@ -112,7 +112,8 @@ Result<size_t> partials_bytes(const Dims& d, bool bias) {
   CheckedSize z;  // absurd shapes must not wrap into a small size
   const size_t bytes = z.align_up(z.mul({d.batch, d.nchunks, d.nheads, bias ? 2 : 1, int64_t(sizeof(double))}),
                                   kWorkspaceAlign);
-  SSD_RETURN_IF_ERROR(z.status("chunk_cumsum_bwd", fmt::format("b={} L={} h={}", d.batch, d.seqlen, d.nheads)));
+  SSD_RETURN_IF_ERROR(
+      z.status("chunk_cumsum_bwd", [&] { return fmt::format("b={} L={} h={}", d.batch, d.seqlen, d.nheads); }));
   return bytes;
 }
 

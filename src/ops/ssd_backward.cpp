@@ -71,7 +71,7 @@ Status check_gate(const GateBwdTensors& t, GateDims& d) {
 Result<size_t> partial_bytes(bool D_per_headdim, const GateDims& d) {
   CheckedSize z;
   const size_t bytes = z.mul({d.b, d.nc, d.h, D_per_headdim ? d.p : 1, int64_t(sizeof(double))});
-  SSD_RETURN_IF_ERROR(z.status("gate_bwd", fmt::format("b={} L={} h={} p={}", d.b, d.L, d.h, d.p)));
+  SSD_RETURN_IF_ERROR(z.status("gate_bwd", [&] { return fmt::format("b={} L={} h={} p={}", d.b, d.L, d.h, d.p); }));
   return bytes;
 }
 
@@ -321,7 +321,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.intra = take(intra);
   l.dtx_intra = take(intra);
   // Before the gate's and the cumsum's own sizing, which multiply the same extents.
-  SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
   // Pure functions of the extents (check_backward has validated every tensor): the dD partials
   // (deterministic mode, with D) and chunk_cumsum_bwd's fp64 partials.
   size_t gate = 0;
@@ -333,7 +333,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   SSD_ASSIGN_OR_RETURN(cumsum, chunk_cumsum_bwd_workspace_bytes(d.b, d.L, d.h, d.nc, a.dt_bias.data != nullptr, mode));
   l.cumsum = take(cumsum);
   l.total = at;
-  SSD_RETURN_IF_ERROR(z.status("ssd_backward", dims_text(d)));
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
   return l;
 }
 

@@ -112,7 +112,7 @@ Result<ssd_forward_layout> layout_for(const ForwardDims& d, int64_t state_bytes)
   l.CB_offset = z.add(l.dA_cumsum_offset, chunked);
   l.states_offset = z.add(l.CB_offset, cb);
   l.total_bytes = z.add(l.states_offset, states);
-  SSD_RETURN_IF_ERROR(z.status("ssd_forward", dims_text(d)));
+  SSD_RETURN_IF_ERROR(z.status("ssd_forward", [&] { return dims_text(d); }));
   return l;
 }
 

@@ -68,8 +68,7 @@ size_t CheckedSize::align_up(size_t v, size_t alignment) {
   return overflowed_ ? 0 : r / alignment * alignment;
 }
 
-Status CheckedSize::status(const std::string& what, const std::string& shapes) const {
-  if (!overflowed_) return Status::Ok();
+Status CheckedSize::overflow_error(const char* what, const std::string& shapes) {
   return make_error(SSD_ERROR_INVALID_SHAPE,
                     fmt::format("{} needs more than 2^64 bytes of workspace (shapes {})", what, shapes));
 }

@@ -27,10 +27,16 @@ class CheckedSize {
   size_t add(size_t a, size_t b);
   size_t align_up(size_t v, size_t alignment);
   bool overflowed() const { return overflowed_; }
-  // SSD_ERROR_INVALID_SHAPE: "<what> needs more than 2^64 bytes of workspace (shapes <shapes>)".
-  Status status(const std::string& what, const std::string& shapes) const;
+  // SSD_ERROR_INVALID_SHAPE: "<what> needs more than 2^64 bytes of workspace (shapes <shapes()>)".
+  // shapes() (the text) is called only on overflow: every call sizes its workspace, and
+  // formatting the shapes each time cost ~0.2 us of the host path.
+  template <class Shapes>
+  Status status(const char* what, const Shapes& shapes) const {
+    return overflowed_ ? overflow_error(what, shapes()) : Status::Ok();
+  }
 
  private:
+  static Status overflow_error(const char* what, const std::string& shapes);
   bool overflowed_ = false;
 };
 

@@ -65,12 +65,18 @@ Result<ssd_arch> runtime_arch(ssd_runtime& runtime) {
                     fmt::format("device compute capability {}.{}: ssdgen targets sm_80 (8.x) and sm_90a (9.0)", major, minor));
 }
 
+ConfigKey config_key(const ssd_kernel_config& c) {
+  return ConfigKey{int64_t(c.kernel), c.headdim, c.dstate, c.chunk_size, c.heads_per_group, int64_t(c.dtype),
+                   int64_t(c.flags), c.tile.m, c.tile.n, c.tile.k, c.tile.warps, c.tile.stages, int64_t(c.mode),
+                   int64_t(c.arch), c.partials};
+}
+
 Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_config& config) {
   CUcontext ctx = nullptr;
   SSD_ASSIGN_OR_RETURN(ctx, cuda::current_context());
   // Hot path: a config this context has loaded before, as the caller spelled it. Skips codegen and
   // key hashing, which cost far more than the kernels they launch.
-  const std::string spelled = config_record(config);
+  const ConfigKey spelled = config_key(config);
   {
     std::lock_guard<std::mutex> lock(runtime.mutex);
     auto hit = runtime.loaded_by_config.find(std::make_pair(ctx, spelled));

@@ -2,6 +2,7 @@
 // context. Memory first, then disk, then NVRTC; one module per (context, key).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -12,6 +13,15 @@
 #include "cache/disk_cache.h"
 #include "compile/kernel_builder.h"
 #include "runtime/driver.h"
+
+namespace ssd {
+// A config as the caller spelled it, packed: every field config_record writes (not struct_size), as
+// integers. Equal keys mean equal records. The get_kernel hot path looks loaded kernels up by it:
+// building and comparing it costs next to nothing, where the record is a formatted string (~0.4 us
+// per kernel per call: 15 kernels per ssd_backward).
+using ConfigKey = std::array<int64_t, 15>;
+ConfigKey config_key(const ssd_kernel_config& config);
+}  // namespace ssd
 
 struct ssd_kernel {
   CUcontext context = nullptr;
@@ -29,7 +39,7 @@ struct ssd_runtime {
 
   std::mutex mutex;
   std::map<std::pair<CUcontext, std::string>, std::unique_ptr<ssd_kernel>> kernels;  // by key
-  std::map<std::pair<CUcontext, std::string>, const ssd_kernel*> loaded_by_config;    // by config_record
+  std::map<std::pair<CUcontext, ssd::ConfigKey>, const ssd_kernel*> loaded_by_config;  // by config_key
 
   ~ssd_runtime();
 };

@@ -257,6 +257,69 @@ double median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// A C-API status as a Status with the call's detail.
+ssd::Status api_status(ssd_status st) {
+  return st == SSD_OK ? ssd::Status::Ok() : ssd::make_error(st, ssd_last_error_detail());
+}
+
+// The host path of one call (issues 9 and 10: <= 20 us of CPU with the kernels loaded): `call`
+// (one C-API call with the workspace given, or one graph launch) back-to-back, the thread's CPU time
+// (CLOCK_THREAD_CPUTIME_ID) per call. One untimed call first loads what the timed ones use. Nothing
+// is waited for inside a round; between rounds the stream is drained, untimed, so a round's
+// launches stay below the launch queue's depth (a full queue blocks the launching thread, and
+// that wait is not the host path).
+struct HostPath {
+  double cpu_us = 0, wall_us = 0;  // per call
+};
+ssd::Status measure_host_path(const Driver& drv, CUstream stream, int rounds, int calls_per_round,
+                              const std::function<ssd::Status()>& call, HostPath& out) {
+  auto drain = [&] { return ssd::cuda::check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize"); };
+  SSD_RETURN_IF_ERROR(call());
+  SSD_RETURN_IF_ERROR(drain());
+  auto us = [](const timespec& t0, const timespec& t1) {
+    return (double(t1.tv_sec - t0.tv_sec) * 1e9 + double(t1.tv_nsec - t0.tv_nsec)) / 1e3;
+  };
+  double cpu = 0, wall = 0;
+  for (int r = 0; r < rounds; ++r) {
+    timespec cpu0{}, cpu1{}, wall0{}, wall1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    clock_gettime(CLOCK_MONOTONIC, &wall0);
+    for (int i = 0; i < calls_per_round; ++i) SSD_RETURN_IF_ERROR(call());
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    clock_gettime(CLOCK_MONOTONIC, &wall1);
+    cpu += us(cpu0, cpu1);
+    wall += us(wall0, wall1);
+    SSD_RETURN_IF_ERROR(drain());
+  }
+  out.cpu_us = cpu / (rounds * calls_per_round);
+  out.wall_us = wall / (rounds * calls_per_round);
+  return ssd::Status::Ok();
+}
+
+// The same call captured once into a CUDA graph (global capture mode, the workspace given) and
+// replayed back-to-back with cuGraphLaunch, measured as measure_host_path measures calls: the host
+// cost per step of a caller that captures instead of calling.
+ssd::Status measure_graph_replay(const Driver& drv, CUstream stream, int rounds, int replays_per_round,
+                                 const std::function<ssd::Status()>& call, HostPath& out) {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  ssd::Status s = ssd::cuda::check(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                                   "cuStreamBeginCapture");
+  if (s.ok()) {
+    s = call();
+    const CUresult end = drv.cuStreamEndCapture(stream, &graph);  // always ended: the stream stays usable
+    if (s.ok()) s = ssd::cuda::check(end, "cuStreamEndCapture");
+  }
+  if (s.ok()) s = ssd::cuda::check(drv.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  if (s.ok())
+    s = measure_host_path(drv, stream, rounds, replays_per_round, [&] {
+      return ssd::cuda::check(drv.cuGraphLaunch(exec, stream), "cuGraphLaunch");
+    }, out);
+  if (exec) drv.cuGraphExecDestroy(exec);
+  if (graph) drv.cuGraphDestroy(graph);
+  return s;
+}
+
 // `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
 // Event timing of one operation with `stages` stages: `call(after_stage)` runs it once on `stream`
 // (after_stage(i) once stage i is enqueued); warm-up calls first, then `iters` timed ones, each
@@ -343,11 +406,24 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       return ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tn, after_stage);
     }, times);
     if (!s.ok()) return fail(ctx, s);
+    // The host path (issue 10), through the C API (the default tiles, whatever --tiles chose):
+    // 15 kernels (deterministic) or 13 kernels and 6 memsets (fast) per call, so 20 calls per
+    // round stay within the 400 queued operations of bench fwd's single round of 100 calls. Then
+    // the same call replayed from a captured graph.
+    constexpr int kHostRounds = 5, kHostCallsPerRound = 20;
+    auto one_call = [&] { return api_status(::ssd_backward(session.rt.get(), &a, ws.ptr_void(), ws_bytes, stream)); };
+    HostPath host, replay;
+    s = measure_host_path(drv, stream, kHostRounds, kHostCallsPerRound, one_call, host);
+    if (s.ok()) s = measure_graph_replay(drv, stream, kHostRounds, kHostCallsPerRound, one_call, replay);
+    if (!s.ok()) return fail(ctx, s);
     const std::vector<float>& total = times.total;
     const std::vector<std::vector<float>>& stage = times.stage;
     const char* mname = mode == SSD_MODE_DETERMINISTIC ? "deterministic" : "fast kernels";
     if (ctx.json) {
-      nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total}};
+      nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total},
+                       {"host_cpu_us_per_call", host.cpu_us}, {"host_wall_us_per_call", host.wall_us},
+                       {"graph_replay_cpu_us_per_call", replay.cpu_us},
+                       {"graph_replay_wall_us_per_call", replay.wall_us}};
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
@@ -355,6 +431,11 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
                  m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles);
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
+      fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_backward calls in {} rounds, "
+                 "C API, workspace given, kernels loaded)\n", host.cpu_us, host.wall_us,
+                 kHostRounds * kHostCallsPerRound, kHostRounds);
+      fmt::print("  graph replay: {:.1f} us of CPU per call ({:.1f} us wall; the same call captured once, {} "
+                 "back-to-back cuGraphLaunch)\n", replay.cpu_us, replay.wall_us, kHostRounds * kHostCallsPerRound);
     }
   }
   for (CUevent& e : ev) drv.cuEventDestroy(e);

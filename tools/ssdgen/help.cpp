@@ -140,7 +140,8 @@ warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per hea
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
-chunk_state_passing_fwd.
+chunk_state_passing_fwd. The output ends with the host path: the CPU time of one C-API call, kernels
+loaded (bwd: per mode, and also that of one replay of the call captured into a CUDA graph).
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md).

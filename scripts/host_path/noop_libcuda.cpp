@@ -1,0 +1,40 @@
+// A no-op CUDA driver (built as libcuda.so.1 into a temporary directory by
+// scripts/host-path-bench.sh, never installed) for measuring the library's own host path on a
+// machine without a GPU: every entry point succeeds and does nothing; the few with outputs give
+// fixed values (one sm_90 device, one context, one module, one function, one allocation). What
+// the library does around the driver — validation, plans, kernel lookups, parameter blocks — runs
+// for real.
+#include <cuda.h>
+#include <cstring>
+extern "C" {
+// Every entry point without an output: called through its own signature, it ignores its arguments
+// and returns CUDA_SUCCESS in the return register (the x86-64 and AArch64 calling conventions).
+static CUresult ok_any() { return CUDA_SUCCESS; }
+static CUresult s_ctx(CUcontext* c) { *c = reinterpret_cast<CUcontext>(0x1); return CUDA_SUCCESS; }
+static CUresult s_count(int* n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult s_devget(CUdevice* d, int) { *d = 0; return CUDA_SUCCESS; }
+static CUresult s_retain(CUcontext* c, CUdevice) { *c = reinterpret_cast<CUcontext>(0x1); return CUDA_SUCCESS; }
+static CUresult s_ctxdev(CUdevice* d) { *d = 0; return CUDA_SUCCESS; }
+static CUresult s_attr(int* v, CUdevice_attribute a, CUdevice) {
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0 : 65536;
+  return CUDA_SUCCESS;
+}
+static CUresult s_modload(CUmodule* m, const void*) { *m = reinterpret_cast<CUmodule>(0x2); return CUDA_SUCCESS; }
+static CUresult s_getfn(CUfunction* f, CUmodule, const char*) { *f = reinterpret_cast<CUfunction>(0x3); return CUDA_SUCCESS; }
+static CUresult s_errname(CUresult, const char** s) { *s = "STUB"; return CUDA_SUCCESS; }
+static CUresult s_alloc(CUdeviceptr* p, size_t, CUstream) { *p = 0x10000000; return CUDA_SUCCESS; }
+static CUresult s_version(int* v) { *v = 13000; return CUDA_SUCCESS; }
+CUresult cuGetProcAddress_v2(const char* sym, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* q) {
+  if (q) *q = CU_GET_PROC_ADDRESS_SUCCESS;
+  struct { const char* n; void* f; } t[] = {
+      {"cuCtxGetCurrent", (void*)s_ctx}, {"cuDeviceGetCount", (void*)s_count}, {"cuDeviceGet", (void*)s_devget},
+      {"cuDevicePrimaryCtxRetain", (void*)s_retain}, {"cuCtxGetDevice", (void*)s_ctxdev},
+      {"cuDeviceGetAttribute", (void*)s_attr}, {"cuModuleLoadData", (void*)s_modload},
+      {"cuModuleGetFunction", (void*)s_getfn}, {"cuGetErrorName", (void*)s_errname}, {"cuGetErrorString", (void*)s_errname},
+      {"cuMemAllocAsync", (void*)s_alloc}, {"cuDriverGetVersion", (void*)s_version}};
+  for (auto& e : t)
+    if (!std::strcmp(sym, e.n)) { *pfn = e.f; return CUDA_SUCCESS; }
+  *pfn = (void*)ok_any;
+  return CUDA_SUCCESS;
+}
+}
