@@ -10,8 +10,24 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-constexpr auto tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>;
-ssd_tile default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0}; }
+// Two implementations of one formula and one order (templates/ssd/chunk_scan.cuh): on sm_90a,
+// for shapes in 64-wide steps, the wgmma kernel (chunk_scan_sm90a.cuh, Spec::kWgmma, its own tiles
+// and dynamic shared memory); everywhere else the mma.sync kernel with its tiles.
+bool uses_wgmma(const ssd_kernel_config& c) {
+  return c.arch == SSD_ARCH_SM90A && ssd_kernels::fwd_geom::chunk_scan_wg_shape(c.chunk_size, c.headdim, c.dstate);
+}
+const char* tile_problem(const ssd_kernel_config& c) {
+  if (uses_wgmma(c))
+    return ssd_kernels::fwd_geom::chunk_scan_wg_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
+                                                             c.tile.k, c.flags & SSD_FLAG_SEQ_IDX);
+  return shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>(c);
+}
+ssd_tile default_tile(const ssd_kernel_config& c) {
+  // wgmma: 64 columns per block, 4 blocks per SM (128 columns halve the W work per output but run
+  // 2 blocks per SM; not measured yet).
+  if (uses_wgmma(c)) return ssd_tile{64, 64, 64, 0, 0};
+  return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0};
+}
 using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
@@ -21,6 +37,21 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
+  const bool seq = c.flags & SSD_FLAG_SEQ_IDX;
+  if (uses_wgmma(c)) {
+    // Written only here: the mma.sync specializations keep their Spec (and machine code).
+    s.boolean("kWgmma", true);
+    namespace g = ssd_kernels::fwd_geom;
+    // Blocks per SM (__launch_bounds__, so the register cap): what shared memory allows (4 at 64
+    // columns: 128 registers), else 2 (232 registers): at 128 columns (the 64-register accumulator)
+    // and with fp32 P (its conversion; no plan uses it) ptxas spills a few bytes at 128 and at 168
+    // registers with every option, none at 232.
+    const int by_registers = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 2 : 4;
+    const int blocks = std::min(g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.n, seq), by_registers);
+    KernelSpec k{s.members(), g::chunk_scan_threads(), blocks};
+    k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.n, seq);
+    return k;
+  }
   // With P in the element type (no fp32 register staging) the kernel needs 158 registers; capping
   // it at 128 (4 blocks of 128 threads per SM instead of 3) spills nothing on sm_90a (docs/perf.md).
   const bool p_in_dtype = c.flags & SSD_FLAG_STATES_IN_DTYPE;

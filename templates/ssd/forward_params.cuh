@@ -264,6 +264,47 @@ SSD_HOST_DEVICE constexpr const char* chunk_scan_tile_problem(int q, int p, int 
              : nullptr;
 }
 
+// ---- chunk_scan_fwd on sm_90a (wgmma; templates/ssd/chunk_scan_sm90a.cuh). One warpgroup (128
+// threads) per BLOCK_M = 64 rows x BLOCK_N = 64 or 128 columns of headdim; every K step is 64 wide
+// (one 128-byte swizzle atom of 16-bit elements): N / 64 steps over dstate (phase A), then
+// ceil(min(m0 + 64, valid) / 64) steps over positions (phase B), through one cp.async ring of 2
+// stages spanning both phases. A stage holds [tile 0: C (64 x 64, K-major) | x (64 s x BLOCK_N,
+// MN-major), both 128-byte swizzled] then [tile 1: P (BLOCK_N x 64, K-major, swizzled) | CB (64 x
+// 64 fp32, rows padded by kPad)]; the epilogue's fp32 [l][p] tile reuses the stages. Dynamic shared
+// memory: the chunk's A, Δ (and seq_idx) rows, 1 KiB of alignment slack, the stages.
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages() { return 2; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile0_bytes(int bn) { return imax(64 * 128, bn * 128); }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_cb_ld() { return 64 + kPad; }  // fp32 CB row stride
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile1_bytes(int bn) { return imax(bn * 128, 64 * chunk_scan_wg_cb_ld() * 4); }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_bytes(int bn) {
+  return (chunk_scan_wg_tile0_bytes(bn) + chunk_scan_wg_tile1_bytes(bn) + 1023) / 1024 * 1024;
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_epilogue_bytes(int bn) { return 64 * (bn + kPad) * 4; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_body_bytes(int bn) {
+  return imax(chunk_scan_wg_stages() * chunk_scan_wg_stage_bytes(bn), chunk_scan_wg_epilogue_bytes(bn));
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bn, bool seq) {
+  return chunk_scan_wg_fixed_bytes(q, seq) + 1024 + chunk_scan_wg_body_bytes(bn);
+}
+// Resident blocks per SM by shared memory (228 KiB per SM, 1 KiB reserved per block), at most 4:
+// __launch_bounds__'s second argument (4 caps the registers at 128).
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_blocks_per_sm(int q, int bn, bool seq) {
+  return imin(4, 228 * 1024 / (chunk_scan_wg_smem_bytes(q, bn, seq) + 1024));
+}
+// The shape the wgmma path takes (otherwise sm_90a runs the mma.sync kernel): 64-wide K steps over
+// dstate and positions, headdim in 64-column swizzle atoms.
+SSD_HOST_DEVICE constexpr bool chunk_scan_wg_shape(int q, int p, int n) {
+  return q % 64 == 0 && p % 64 == 0 && n % 64 == 0 && q >= 64 && p >= 64 && n >= 64;
+}
+SSD_HOST_DEVICE constexpr const char* chunk_scan_wg_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return !chunk_scan_wg_shape(q, p, n) ? "the wgmma path needs chunk_size, headdim and dstate multiples of 64"
+         : bm != 64 || (bn != 64 && bn != 128) || bk != 64 ? "m = 64, n in 64, 128, k = 64 (sm_90a wgmma path)"
+         : !divides(bn, p)                                 ? "n | headdim"
+         : chunk_scan_wg_smem_bytes(q, bn, seq) > 227 * 1024 ? "the tiles' shared memory must fit in 227 KiB"
+                                                             : nullptr;
+}
+
 // state_passing_fwd and state_passing_bwd: one block of `m` state elements.
 SSD_HOST_DEVICE constexpr const char* state_passing_tile_problem(int bm, int bn, int bk) {
   return !pow2_in(bm, 64, 512) || bn != 0 || bk != 0 ? "m in 64, 128, 256, 512; n = k = 0" : nullptr;
