@@ -23,8 +23,9 @@ const char* tile_problem(const ssd_kernel_config& c) {
   return shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>(c);
 }
 ssd_tile default_tile(const ssd_kernel_config& c) {
-  // wgmma: 64 columns per block, 4 blocks per SM (128 columns halve the W work per output but run
-  // 2 blocks per SM; not measured yet).
+  // wgmma: 64 x 64 (4 blocks of one warpgroup per SM, 128 registers, no spill). 128 rows (two
+  // warpgroups sharing the P and x tiles: a fifth less traffic per output) run 2 blocks per SM at
+  // 128 registers and spill a few bytes; to be measured (docs/perf.md, entry 6).
   if (uses_wgmma(c)) return ssd_tile{64, 64, 64, 0, 0};
   return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0};
 }
@@ -42,14 +43,13 @@ KernelSpec spec(const ssd_kernel_config& c) {
     // Written only here: the mma.sync specializations keep their Spec (and machine code).
     s.boolean("kWgmma", true);
     namespace g = ssd_kernels::fwd_geom;
-    // Blocks per SM (__launch_bounds__, so the register cap): what shared memory allows (4 at 64
-    // columns: 128 registers), else 2 (232 registers): at 128 columns (the 64-register accumulator)
-    // and with fp32 P (its conversion; no plan uses it) ptxas spills a few bytes at 128 and at 168
-    // registers with every option, none at 232.
-    const int by_registers = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 2 : 4;
-    const int blocks = std::min(g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.n, seq), by_registers);
-    KernelSpec k{s.members(), g::chunk_scan_threads(), blocks};
-    k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.n, seq);
+    // Registers per thread: 128 with a 64-column accumulator and P in x's dtype; else 232 (at 128
+    // columns, or with fp32 P's conversion, ptxas spills a few bytes at 128 and at 168 registers with
+    // every option, none at 232). Blocks per SM (__launch_bounds__) follow from them and shared memory.
+    const int regs = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 232 : 128;
+    KernelSpec k{s.members(), g::chunk_scan_wg_threads(c.tile.m),
+                 g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.m, c.tile.n, seq, regs)};
+    k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, seq);
     return k;
   }
   // With P in the element type (no fp32 register staging) the kernel needs 158 registers; capping

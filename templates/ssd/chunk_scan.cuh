@@ -26,7 +26,13 @@
 // CB is read as 16-byte groups (l, s0..s0+3) and only when s0 <= l and l <= λ_c: tiles that
 // bmm_chunk_fwd skips (all s > l) and padding rows are never read.
 //
-// Launch: block = fwd_geom::chunk_scan_threads() = 128 threads (4 warps; warp w owns rows
+// Two implementations of this formula and this order: the mma.sync one below (sm_80, sm_90, and
+// sm_90a shapes off the 64 grid), and on sm_90a chunk_scan_sm90a.cuh (wgmma: the same K=16 chains,
+// HGMMA instead of HMMA; Spec::kWgmma, set by src/kernels/chunk_scan.cpp; its own tiles, launch and
+// dynamic shared memory, fwd_geom::chunk_scan_wg_*). Whether the two give the same bits is what
+// tests/gpu/test_ssd_forward.cpp's "sm_90a (wgmma) against sm_80 (mma.sync)" measures.
+//
+// Launch (mma.sync): block = fwd_geom::chunk_scan_threads() = 128 threads (4 warps; warp w owns rows
 //         [w·BLOCK_M/4, (w+1)·BLOCK_M/4) of the tile and all BLOCK_N columns);
 //         grid = (fwd_geom::chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N), batch * nchunks, nheads), each
 //         axis grid-stride (x is walked with the longest l-tiles first); static shared memory

@@ -7,27 +7,30 @@
 // Per output (l, p), one fp32 accumulator from 0 (the same chain as the mma.sync kernel):
 //   1. n = 0, 16, 32, ... N-16: acc += C[l, n..n+15] · rn_T(P_c)[p, n..n+15] (one HGMMA k16 step
 //      each, in increasing n);  2. acc *= e_l;
-//   3. s = 0, 16, ... up to min(m0 + 64, λ_c + 1) rounded up to 64 (the steps past it are all-zero
-//      and skipped; the ones before it past l contribute exact zeros): acc += rn_T(W(l, s..s+15)) ·
-//      x[s..s+15, p], W formed in fp32 by the same expression as the mma.sync kernel;
+//   3. s = 0, 16, ... up to min(m0 + BLOCK_M, λ_c + 1) rounded up to 64 (the steps past it are
+//      all-zero and skipped; the ones before it past l contribute exact zeros): acc += rn_T(W(l,
+//      s..s+15)) · x[s..s+15, p], W formed in fp32 by the same expression as the mma.sync kernel;
 //   4. the same epilogue (D, z gate, one rounding) through the same shared fp32 tile.
 // If an HGMMA k16 step gives the bits of an HMMA m16n8k16 step (its products and its sum onto the
 // accumulator), the outputs equal the mma.sync kernel's bitwise; tests/gpu/test_ssd_forward.cpp
-// compares the two on the device ("chunk_scan_fwd sm_90a wgmma vs sm_80 mma.sync").
+// compares the two on the device ("chunk_scan_fwd: sm_90a (wgmma) against sm_80 (mma.sync)").
 //
-// Work split: one warpgroup (128 threads) per (b, c, h) and 64 x BLOCK_N output tile (grid as the
-// mma.sync kernel's: fwd_geom::chunk_scan_tiles). Warp w owns rows 16w..16w+15 (the wgmma m64
-// accumulator layout, which is the m16n8 layout of the mma.sync kernel's warp w with BLOCK_M = 64).
+// Work split: BLOCK_M / 64 warpgroups (128 threads each) per (b, c, h) and BLOCK_M x BLOCK_N output
+// tile (grid as the mma.sync kernel's: fwd_geom::chunk_scan_tiles); warpgroup wg owns tile rows
+// 64 wg .. 64 wg + 63, its warp w rows 16 w .. 16 w + 15 of those (the wgmma m64 accumulator layout,
+// which is the m16n8 layout of the mma.sync kernel's warp w with BLOCK_M = 64). The warpgroups share
+// the P and x tiles.
 //   phase A (N / 64 steps): wgmma m64nBLOCK_Nk16, A = C tile [l][n], B = P tile [p][n], both K-major
 //     in 128-byte swizzled shared tiles (mma_ss<T, 0, 0>);
-//   phase B (ceil(kend / 64) steps): A = W from registers (each thread forms its FragA from the fp32 CB
-//     tile and the chunk's A, Δ rows in shared memory), B = x tile [s][p] MN-major, swizzled
-//     (mma_rs<T, 1>).
-// One cp.async ring of fwd_geom::chunk_scan_wg_stages() stages spans both phases (the copies of
-// phase B's first step are in flight during phase A's last). cp.async writes through the generic
-// proxy: each thread waits for its copies, fences (fence.proxy.async) and the block barrier hands
-// the stage to wgmma. Each step waits for its wgmma group before the next barrier, so the stage a
-// barrier frees is never read by wgmma again. Dynamic shared memory: chunk_scan_wg_smem_bytes.
+//   phase B (ceil(kend / 64) steps): A = W from registers (each thread forms its FragA from the fp32
+//     CB tile and the chunk's A, Δ rows in shared memory, one k16 step's while the previous step's
+//     wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>).
+// Each phase runs a cp.async ring of fwd_geom::chunk_scan_wg_stages() stages. cp.async writes
+// through the generic proxy: each thread waits for its copies, fences (fence.proxy.async) and the
+// block barrier hands the stage to wgmma. Each step waits for its wgmma groups before the next
+// barrier, so the stage a barrier frees is never read by wgmma again. Dynamic shared memory:
+// fwd_geom::chunk_scan_wg_smem_bytes. Registers: the loaders' row loops stay rolled (unrolled, their
+// per-row addresses become K-loop invariants held in registers) so that 4 blocks fit at 128.
 #pragma once
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -52,29 +55,30 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
 // A ROWS x 64 tile of 16-bit T into a 128-byte swizzled shared tile `s` (1024-byte aligned):
 // element (r, c) from g[r * row_stride + c * col_stride] to s + swizzle128_offset(r, c). pred(r, c0)
 // per 16-byte chunk (columns c0..c0+7): chunks not read are zero-filled. vec (16-byte aligned rows,
-// col_stride 1): cp.async; otherwise synchronous element copies. 128 threads.
-template <int ROWS, class T, class Pred>
+// col_stride 1): cp.async; otherwise synchronous element copies. Threads 0..NT-1, NT / 8 rows a pass.
+template <int NT, int ROWS, class T, class Pred>
 __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, long long row_stride,
                                                 long long col_stride, bool vec, const T* safe, Pred pred) {
-  static_assert(sizeof(T) == 2 && ROWS % 16 == 0, "16-bit elements, rows in steps of 16");
+  constexpr int RS = NT / 8;
+  static_assert(sizeof(T) == 2 && ROWS % RS == 0 && RS % 8 == 0, "16-bit elements, whole passes of rows");
   const int c0 = (int(threadIdx.x) & 7) * 8, r0 = int(threadIdx.x) >> 3;
   if (vec) {
     // Not unrolled: an unrolled copy's per-row addresses are loop invariants of the K loop that the
     // compiler keeps in registers (over a hundred with every tile), so it would spill.
     const T* src = g + (long long)r0 * row_stride + c0;
-    const long long step = 16 * row_stride;
-    unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));  // rows r0 + 16 it: + 2048 it
+    const long long step = RS * row_stride;
+    unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));  // rows r0 + RS it: + 128 RS it
 #pragma unroll 1
-    for (int it = 0; it < ROWS / 16; ++it) {
-      const bool ok = pred(r0 + 16 * it, c0);
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const bool ok = pred(r0 + RS * it, c0);
       ptx::cp_async_16(dst, ok ? src : safe, ok);
       src += step;
-      dst += 16 * 128;
+      dst += RS * 128;
     }
   } else {
 #pragma unroll 1
-    for (int it = 0; it < ROWS / 16; ++it) {
-      const int r = r0 + 16 * it;
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const int r = r0 + RS * it;
       const bool ok = pred(r, c0);
 #pragma unroll
       for (int v = 0; v < 8; ++v) {
@@ -92,13 +96,14 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, lo
 
 // The same for fp32 P (unit n-stride) rounded to T on the way (pack2, as the mma.sync kernel's
 // register staging): synchronous loads, ordinary stores.
-template <int ROWS, class T>
+template <int NT, int ROWS, class T>
 __device__ __forceinline__ void load_tile_sw128_f32(unsigned char* s, const float* g, long long row_stride, bool vec) {
-  static_assert(ROWS % 16 == 0, "rows in steps of 16");
+  constexpr int RS = NT / 8;
+  static_assert(ROWS % RS == 0 && RS % 8 == 0, "whole passes of rows");
   const int c0 = (int(threadIdx.x) & 7) * 8, r0 = int(threadIdx.x) >> 3;
 #pragma unroll 1
-  for (int it = 0; it < ROWS / 16; ++it) {
-    const float* q = g + (long long)(r0 + 16 * it) * row_stride + c0;
+  for (int it = 0; it < ROWS / RS; ++it) {
+    const float* q = g + (long long)(r0 + RS * it) * row_stride + c0;
     float4 v0, v1;
     if (vec) {
       v0 = *reinterpret_cast<const float4*>(q);
@@ -112,32 +117,34 @@ __device__ __forceinline__ void load_tile_sw128_f32(unsigned char* s, const floa
     u.y = ptx::pack2<T>(v0.z, v0.w);
     u.z = ptx::pack2<T>(v1.x, v1.y);
     u.w = ptx::pack2<T>(v1.z, v1.w);
-    *reinterpret_cast<uint4*>(s + smem::swizzle128_offset(r0 + 16 * it, c0)) = u;
+    *reinterpret_cast<uint4*>(s + smem::swizzle128_offset(r0 + RS * it, c0)) = u;
   }
 }
 
-// The 64 x 64 fp32 CB tile into shared rows of LD floats: element (r, c) from g[r * row_stride + c]
+// The ROWS x 64 fp32 CB tile into shared rows of LD floats: element (r, c) from g[r * row_stride + c]
 // to s[r * LD + c]; pred(r, c0) per 16-byte chunk (c0..c0+3) as load_tile_sw128 (block::load_tile's
-// contract, with the row loop kept rolled for the same reason).
-template <int LD, class Pred>
+// contract, with the row loop kept rolled for the same reason). NT / 16 rows a pass.
+template <int NT, int ROWS, int LD, class Pred>
 __device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long row_stride, bool vec, const float* safe,
                                              Pred pred) {
-  const int c0 = (int(threadIdx.x) & 15) * 4, r0 = int(threadIdx.x) >> 4;  // 16 chunks per row, 8 rows per pass
+  constexpr int RS = NT / 16;
+  static_assert(ROWS % RS == 0, "whole passes of rows");
+  const int c0 = (int(threadIdx.x) & 15) * 4, r0 = int(threadIdx.x) >> 4;  // 16 chunks per row
   if (vec) {
     const float* src = g + (long long)r0 * row_stride + c0;
-    const long long step = 8 * row_stride;
+    const long long step = RS * row_stride;
     unsigned dst = ptx::smem_addr(s + r0 * LD + c0);
 #pragma unroll 1
-    for (int it = 0; it < 8; ++it) {
-      const bool ok = pred(r0 + 8 * it, c0);
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const bool ok = pred(r0 + RS * it, c0);
       ptx::cp_async_16(dst, ok ? src : safe, ok);
       src += step;
-      dst += 8 * LD * 4;
+      dst += RS * LD * 4;
     }
   } else {
 #pragma unroll 1
-    for (int it = 0; it < 8; ++it) {
-      const int r = r0 + 8 * it;
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const int r = r0 + RS * it;
       const bool ok = pred(r, c0);
 #pragma unroll
       for (int v = 0; v < 4; ++v) s[r * LD + c0 + v] = ok ? g[(long long)r * row_stride + c0 + v] : 0.f;
@@ -155,11 +162,10 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   static_assert(chunk_scan_wg_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(same_type<S, float>::value || same_type<S, T>::value, "state type must be float or the element type");
-  constexpr int NT = chunk_scan_threads();  // one warpgroup
-  static_assert(NT == 128, "one warpgroup");
+  constexpr int NT = chunk_scan_wg_threads(BLOCK_M);  // BLOCK_M / 64 warpgroups
   constexpr int STAGES = chunk_scan_wg_stages();
-  constexpr int STAGE = chunk_scan_wg_stage_bytes(BLOCK_N);
-  constexpr int TILE0 = chunk_scan_wg_tile0_bytes(BLOCK_N);
+  constexpr int STAGE = chunk_scan_wg_stage_bytes(BLOCK_M, BLOCK_N);
+  constexpr int TILE0 = chunk_scan_wg_tile0_bytes(BLOCK_M, BLOCK_N);
   constexpr int LDCB = chunk_scan_wg_cb_ld();
   constexpr int LDO = BLOCK_N + kPad;  // epilogue tile [l][p], fp32
   constexpr int KA = N / 64;            // phase-A steps (64 n each)
@@ -167,7 +173,8 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   constexpr int TILES_M = Q / BLOCK_M;
   constexpr int TILES = chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N);
   static_assert(TILE0 % 1024 == 0 && STAGE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
-  static_assert(chunk_scan_wg_epilogue_bytes(BLOCK_N) <= chunk_scan_wg_body_bytes(BLOCK_N), "epilogue tile");
+  static_assert(chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= chunk_scan_wg_body_bytes(BLOCK_M, BLOCK_N),
+                "epilogue tile");
   using Acc = WgAcc<BLOCK_N>;
 
   extern __shared__ unsigned char s_dyn[];
@@ -177,8 +184,10 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   unsigned char* s_body = sm90a_detail::align1024(s_dyn + chunk_scan_wg_fixed_bytes(Q, Spec::kSeqIdx));
 
   const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
+  const int wg = BLOCK_M == 64 ? 0 : tid >> 7;  // warpgroup: tile rows 64 wg .. 64 wg + 63
+  const int lane = tid & 31;
   const int lg = lane >> 2, lt = lane & 3;
+  const int r_lo = 64 * wg + 16 * ((tid >> 5) & 3) + lg;  // this thread's tile rows: r_lo and r_lo + 8
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Cg = static_cast<const T*>(p.C.data);
@@ -217,7 +226,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         const int p0 = (tile % TILES_N) * BLOCK_N;
         if (m0 >= valid) continue;  // rows all padding (uniform over the block; no shared memory touched)
         const int kend = (m0 + BLOCK_M < valid) ? m0 + BLOCK_M : valid;  // positions s < kend are needed
-        const int KB = (kend + 63) / 64;  // phase-B steps (64 s each)
+        const int KB = (kend + 63) / 64;                                   // phase-B steps (64 s each)
 
         // Per-position fp32 data of the whole chunk (visible after phase A's first barrier).
         for (int l = tid; l < Q; l += NT) {
@@ -228,7 +237,6 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
 
         Acc acc;
         acc.zero();
-        const int r_lo = 16 * warp + lg;  // this thread's rows: r_lo and r_lo + 8
 
         // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n, 64 per step) ----------------
         {
@@ -237,13 +245,13 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           auto load_a = [&](int buf, int st) {
             unsigned char* sc = s_body + buf * STAGE;
             const int k0 = st * 64;
-            sm90a_detail::load_tile_sw128<64>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c, safe_c,
-                                              [&](int r, int) { return m0 + r < valid; });
+            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c,
+                                                       safe_c, [&](int r, int) { return m0 + r < valid; });
             if constexpr (same_type<S, float>::value) {
-              sm90a_detail::load_tile_sw128_f32<BLOCK_N, T>(sc + TILE0, pt + k0, p.states.stride[3], vec_p);
+              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + TILE0, pt + k0, p.states.stride[3], vec_p);
             } else {
-              sm90a_detail::load_tile_sw128<BLOCK_N>(sc + TILE0, pt + k0, p.states.stride[3], 1, vec_p, pt,
-                                                     [&](int, int) { return true; });
+              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + TILE0, pt + k0, p.states.stride[3], 1, vec_p, pt,
+                                                         [&](int, int) { return true; });
             }
           };
 #pragma unroll
@@ -251,23 +259,27 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             if (st < KA) load_a(st, st);
             ptx::cp_async_commit();
           }
+#pragma unroll 1
           for (int ks = 0; ks < KA; ++ks) {
             ptx::cp_async_wait<STAGES - 2>();
             ptx::fence_proxy_async_shared();  // this thread's copies / stores, before wgmma reads them
             __syncthreads();                  // step ks visible to all; every wgmma of step ks-1 is complete
             if (ks + STAGES - 1 < KA) load_a((ks + STAGES - 1) % STAGES, ks + STAGES - 1);
             ptx::cp_async_commit();
-            const T* sC = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE);
-            const T* sP = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE + TILE0);
-            warpgroup::fence_operand(acc);
-            warpgroup::fence();
+            {
+              // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further).
+              const T* sC = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE + wg * 64 * 128);
+              const T* sP = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE + TILE0);
+              warpgroup::fence_operand(acc);
+              warpgroup::fence();
 #pragma unroll
-            for (int kk = 0; kk < 64; kk += 16)
-              warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_k_major_sw128(sC, 64, kk),
-                                         smem::desc_k_major_sw128(sP, BLOCK_N, kk), true);
-            warpgroup::commit_group();
-            warpgroup::wait_group<0>();
-            warpgroup::fence_operand(acc);
+              for (int kk = 0; kk < 64; kk += 16)
+                warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_k_major_sw128(sC, 64, kk),
+                                           smem::desc_k_major_sw128(sP, BLOCK_N, kk), true);
+              warpgroup::commit_group();
+              warpgroup::wait_group<0>();
+              warpgroup::fence_operand(acc);
+            }
           }
           ptx::cp_async_wait<0>();
           __syncthreads();  // phase-A stages are reused by phase B
@@ -297,20 +309,22 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           auto load_b = [&](int buf, int st) {
             unsigned char* sx = s_body + buf * STAGE;
             const int k0 = st * 64;
-            sm90a_detail::load_cb_tile<LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3], vec_cb,
-                                             cb_base,
-                                             [&](int r, int c0) { return k0 + c0 <= m0 + r && m0 + r < valid; });
+            sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
+                                                          vec_cb, cb_base, [&](int r, int c0) {
+                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
+                                                          });
 #pragma unroll
             for (int j = 0; j < BLOCK_N / 64; ++j)
-              sm90a_detail::load_tile_sw128<64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
-                                                p.x.stride[1], p.x.stride[3], vec_x, safe_x,
-                                                [&](int r, int) { return k0 + r < valid; });
+              sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
+                                                    p.x.stride[1], p.x.stride[3], vec_x, safe_x,
+                                                    [&](int r, int) { return k0 + r < valid; });
           };
 #pragma unroll
           for (int st = 0; st < STAGES - 1; ++st) {
             if (st < KB) load_b(st, st);
             ptx::cp_async_commit();
           }
+#pragma unroll 1
           for (int ks = 0; ks < KB; ++ks) {
             ptx::cp_async_wait<STAGES - 2>();
             ptx::fence_proxy_async_shared();
@@ -319,44 +333,38 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             ptx::cp_async_commit();
             const T* sx = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE);
             const float* scb = reinterpret_cast<const float*>(s_body + (ks % STAGES) * STAGE + TILE0);
-            // Two k16 steps at a time: their fragments are formed while the previous pair's wgmma run
-            // (all four at once would need more than the 128 registers of 4 blocks per SM).
+            // One k16 step at a time: its fragment is formed while the previous step's wgmma runs
+            // (forming more at once would need more than the 128 registers of the launch bounds).
 #pragma unroll
-            for (int kp = 0; kp < 4; kp += 2) {
-              FragA a[2];
+            for (int kq = 0; kq < 4; ++kq) {
+              FragA a;
+              const int kk = 16 * kq;
+              const int s01 = ks * 64 + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
+              const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
+              const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
+              const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
+              const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
 #pragma unroll
-              for (int q = 0; q < 2; ++q) {
-                const int kk = 16 * (kp + q);
-                const int s01 = ks * 64 + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
-                const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
-                const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
-                const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
-                const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                  const int r = r_lo + 8 * half;  // row inside the tile
-                  const int l = m0 + r;
-                  const float al = a_row[half];
-                  const float* cbr = scb + r * LDCB + kk + 2 * lt;
-                  const float2 c01 = *reinterpret_cast<const float2*>(cbr);
-                  const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
-                  const float w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
-                  const float w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
-                  const float w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
-                  const float w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
-                  a[q].x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
-                  a[q].x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
-                }
+              for (int half = 0; half < 2; ++half) {
+                const int r = r_lo + 8 * half;  // row inside the tile
+                const int l = m0 + r;
+                const float al = a_row[half];
+                const float* cbr = scb + r * LDCB + kk + 2 * lt;
+                const float2 c01 = *reinterpret_cast<const float2*>(cbr);
+                const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
+                const float w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
+                const float w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
+                const float w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
+                const float w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
+                a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+                a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
               }
               warpgroup::fence_operand(acc);
               warpgroup::fence();
-#pragma unroll
-              for (int q = 0; q < 2; ++q)
-                warpgroup::mma_rs<T, 1>(acc, a[q], smem::desc_mn_major_sw128(sx, 64, 16 * (kp + q)), true);
+              warpgroup::mma_rs<T, 1>(acc, a, smem::desc_mn_major_sw128(sx, 64, kk), true);
               warpgroup::commit_group();
               warpgroup::fence_operand(acc);
             }
-            warpgroup::commit_group();
             warpgroup::wait_group<0>();
             warpgroup::fence_operand(acc);
           }
@@ -368,7 +376,8 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         float* so = reinterpret_cast<float*>(s_body);
 #pragma unroll
         for (int i = 0; i < Acc::kRegs; i += 2)
-          *reinterpret_cast<float2*>(so + Acc::row(i) * LDO + Acc::col(i)) = make_float2(acc.x[i], acc.x[i + 1]);
+          *reinterpret_cast<float2*>(so + (64 * wg + Acc::row(i)) * LDO + Acc::col(i)) =
+              make_float2(acc.x[i], acc.x[i + 1]);
         __syncthreads();
         {
           constexpr int CPR = BLOCK_N / 8;
