@@ -23,9 +23,9 @@ const char* tile_problem(const ssd_kernel_config& c) {
   return shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>(c);
 }
 ssd_tile default_tile(const ssd_kernel_config& c) {
-  // wgmma: 64 x 64 (4 blocks of one warpgroup per SM, 128 registers, no spill). 128 rows (two
-  // warpgroups sharing the P and x tiles: a fifth less traffic per output) run 2 blocks per SM at
-  // 128 registers and spill a few bytes; to be measured (docs/perf.md, entry 6).
+  // wgmma: 64 x 64 (3 blocks of one warpgroup per SM, no spill). 128 rows (two warpgroups sharing
+  // the P and x tiles: a fifth less traffic per output) run 2 blocks per SM at 128 registers and
+  // spill a few bytes; to be measured (docs/perf.md, entry 6).
   if (uses_wgmma(c)) return ssd_tile{64, 64, 64, 0, 0};
   return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0};
 }
@@ -43,10 +43,12 @@ KernelSpec spec(const ssd_kernel_config& c) {
     // Written only here: the mma.sync specializations keep their Spec (and machine code).
     s.boolean("kWgmma", true);
     namespace g = ssd_kernels::fwd_geom;
-    // Registers per thread: 128 with a 64-column accumulator and P in x's dtype; else 232 (at 128
-    // columns, or with fp32 P's conversion, ptxas spills a few bytes at 128 and at 168 registers with
-    // every option, none at 232). Blocks per SM (__launch_bounds__) follow from them and shared memory.
-    const int regs = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 232 : 128;
+    // Registers per thread (the launch bounds' cap): 168 for 64 x 64 with P in x's dtype (3 blocks
+    // per SM; at 128, 4 blocks, ptxas spills 4-36 bytes in about half of the option combinations);
+    // 232 with 128 columns or fp32 P (2 blocks; 168 spills there); 128 for 128 rows (2 blocks of 256
+    // threads; a few bytes of spill, 8-52 by option: the tile is there to measure its traffic saving).
+    // Blocks per SM follow from them and shared memory.
+    const int regs = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 232 : c.tile.m == 128 ? 128 : 168;
     KernelSpec k{s.members(), g::chunk_scan_wg_threads(c.tile.m),
                  g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.m, c.tile.n, seq, regs)};
     k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, seq);

@@ -30,7 +30,7 @@
 // block barrier hands the stage to wgmma. Each step waits for its wgmma groups before the next
 // barrier, so the stage a barrier frees is never read by wgmma again. Dynamic shared memory:
 // fwd_geom::chunk_scan_wg_smem_bytes. Registers: the loaders' row loops stay rolled (unrolled, their
-// per-row addresses become K-loop invariants held in registers) so that 4 blocks fit at 128.
+// per-row addresses become K-loop invariants held in registers: over 250 registers).
 #pragma once
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -334,7 +334,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             const T* sx = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE);
             const float* scb = reinterpret_cast<const float*>(s_body + (ks % STAGES) * STAGE + TILE0);
             // One k16 step at a time: its fragment is formed while the previous step's wgmma runs
-            // (forming more at once would need more than the 128 registers of the launch bounds).
+            // (forming more at once needs more registers).
 #pragma unroll
             for (int kq = 0; kq < 4; ++kq) {
               FragA a;
@@ -373,7 +373,14 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         __syncthreads();  // every thread's wgmma is complete: the stages are reused by the epilogue tile
 
         // ---------------- Epilogue: D, z, 16-byte stores ----------------
-        float* so = reinterpret_cast<float*>(s_body);
+        // With 64 rows the last phase-B step's x tile holds exactly this tile's rows (its s-block is
+        // m0 / 64): D·x reads x there instead of from global memory, and the fp32 tile goes to the
+        // other stage.
+        constexpr bool kXFromTile = BLOCK_M == 64;
+        static_assert(!kXFromTile || (STAGES == 2 && chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= STAGE),
+                      "epilogue tile next to the last x tile");
+        const int other = kXFromTile ? KB & 1 : 0;  // the stage the last step (KB - 1) did not use
+        float* so = reinterpret_cast<float*>(s_body + other * STAGE);
 #pragma unroll
         for (int i = 0; i < Acc::kRegs; i += 2)
           *reinterpret_cast<float2*>(so + (64 * wg + Acc::row(i)) * LDO + Acc::col(i)) =
@@ -397,7 +404,16 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             }
             if (Spec::kD) {
               float xv[8];
-              detail::load8<T>(xg, p.x.offset(b, t, h, pp), p.x.stride[3], vec_x, xv);
+              if constexpr (kXFromTile) {
+                const uint4 u = *reinterpret_cast<const uint4*>(s_body + (other ^ 1) * STAGE + (cc >> 6) * 64 * 128 +
+                                                                smem::swizzle128_offset(r, cc & 63));
+                ptx::unpack2<T>(u.x, xv[0], xv[1]);
+                ptx::unpack2<T>(u.y, xv[2], xv[3]);
+                ptx::unpack2<T>(u.z, xv[4], xv[5]);
+                ptx::unpack2<T>(u.w, xv[6], xv[7]);
+              } else {
+                detail::load8<T>(xg, p.x.offset(b, t, h, pp), p.x.stride[3], vec_x, xv);
+              }
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
                 const float d = Spec::kDPerHeaddim ? p.D(h, pp + v) : d_head;

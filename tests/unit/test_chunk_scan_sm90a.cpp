@@ -62,14 +62,16 @@ TEST_CASE("chunk_scan_fwd sm_90a: the preset takes the wgmma kernel, 64x64x64, d
   CHECK(same_tiles(legal_tiles(c), {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{128, 64, 64, 0, 0}}));
   const GeneratedUnit u = unit_of(c);
   CHECK(contains(u.source, "static constexpr bool kWgmma = true;"));
-  CHECK(contains(u.source, "__launch_bounds__(128, 4)"));
+  CHECK(contains(u.source, "__launch_bounds__(128, 3)"));
   CHECK(u.block_threads == 128);
   namespace g = ssd_kernels::fwd_geom;
   CHECK(u.dynamic_shared_bytes == g::chunk_scan_wg_smem_bytes(256, 64, 64, false));
-  // Two stages of (C or x 8 KiB | P 8 KiB or CB 18 KiB), A and Δ rows, 1 KiB slack: 4 blocks per SM.
+  // Two stages of (C or x 8 KiB | P 8 KiB or CB 18 KiB), A and Δ rows, 1 KiB slack: 4 blocks per SM
+  // by shared memory, 3 by registers (168 each).
   CHECK(u.dynamic_shared_bytes == 2 * 26 * 1024 + 2 * 1024 + 1024);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, false, 128) == 4);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, true, 128) == 4);
+  CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, false, 168) == 3);
   CHECK(std::find(u.headers.begin(), u.headers.end(), "ssd/chunk_scan_sm90a.cuh") != u.headers.end());
   // 128 rows: two warpgroups (256 threads), 2 blocks per SM (registers and shared memory).
   ssd_kernel_config m128 = c;
@@ -87,7 +89,7 @@ TEST_CASE("chunk_scan_fwd sm_90a: headdim 128 has three tiles; 128 columns run 2
                    {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 64, 0, 0}, ssd_tile{128, 64, 64, 0, 0}}));
   const ssd_tile d = default_tile(c);
   CHECK((d.m == 64 && d.n == 64 && d.k == 64));
-  CHECK(contains(unit_of(c).source, "__launch_bounds__(128, 4)"));
+  CHECK(contains(unit_of(c).source, "__launch_bounds__(128, 3)"));
   c.tile = ssd_tile{64, 128, 64, 0, 0};
   const GeneratedUnit u = unit_of(c);
   CHECK(contains(u.source, "__launch_bounds__(128, 2)"));
@@ -194,6 +196,6 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     // ptxas warns when it serializes wgmma (a fragment or accumulator touched while in flight).
     CHECK_FALSE(contains(cubin->log, "wgmma"));
     // 128 rows at 2 blocks per SM (128 registers) spill a few bytes; everything else none.
-    if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 32 : 0));
+    if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 64 : 0));
   }
 }
