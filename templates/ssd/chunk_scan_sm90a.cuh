@@ -25,7 +25,8 @@
 //   phase B (ceil(kend / 64) steps): A = W from registers (each thread forms its FragA from the fp32
 //     CB tile and the chunk's A, Δ rows in shared memory, one k16 step's while the previous step's
 //     wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>).
-// Each phase runs a cp.async ring of fwd_geom::chunk_scan_wg_stages() stages. cp.async writes
+// Each phase runs a cp.async ring over the same shared body: phase B of fwd_geom::chunk_scan_wg_stages()
+// stages, phase A of chunk_scan_wg_stages_a() smaller ones (3 at 64 x 64). cp.async writes
 // through the generic proxy: each thread waits for its copies, fences (fence.proxy.async) and the
 // block barrier hands the stage to wgmma. Each step waits for its wgmma groups before the next
 // barrier, so the stage a barrier frees is never read by wgmma again. Dynamic shared memory:
@@ -165,6 +166,9 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   constexpr int NT = chunk_scan_wg_threads(BLOCK_M);  // BLOCK_M / 64 warpgroups
   constexpr int STAGES = chunk_scan_wg_stages();
   constexpr int STAGE = chunk_scan_wg_stage_bytes(BLOCK_M, BLOCK_N);
+  constexpr int STAGES_A = chunk_scan_wg_stages_a(BLOCK_M, BLOCK_N);  // phase A's ring: smaller stages
+  constexpr int STAGE_A = chunk_scan_wg_stage_a_bytes(BLOCK_M, BLOCK_N);
+  static_assert(STAGES_A >= 2 && STAGE_A % 1024 == 0, "phase A ring");
   constexpr int TILE0 = chunk_scan_wg_tile0_bytes(BLOCK_M, BLOCK_N);
   constexpr int LDCB = chunk_scan_wg_cb_ld();
   constexpr int LDO = BLOCK_N + kPad;  // epilogue tile [l][p], fp32
@@ -243,33 +247,33 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
           const S* pt = Pg + p.states.offset(b, c, h, p0);
           auto load_a = [&](int buf, int st) {
-            unsigned char* sc = s_body + buf * STAGE;
+            unsigned char* sc = s_body + buf * STAGE_A;
             const int k0 = st * 64;
             sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c,
                                                        safe_c, [&](int r, int) { return m0 + r < valid; });
             if constexpr (same_type<S, float>::value) {
-              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + TILE0, pt + k0, p.states.stride[3], vec_p);
+              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], vec_p);
             } else {
-              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + TILE0, pt + k0, p.states.stride[3], 1, vec_p, pt,
+              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], 1, vec_p, pt,
                                                          [&](int, int) { return true; });
             }
           };
 #pragma unroll
-          for (int st = 0; st < STAGES - 1; ++st) {
+          for (int st = 0; st < STAGES_A - 1; ++st) {
             if (st < KA) load_a(st, st);
             ptx::cp_async_commit();
           }
 #pragma unroll 1
           for (int ks = 0; ks < KA; ++ks) {
-            ptx::cp_async_wait<STAGES - 2>();
+            ptx::cp_async_wait<STAGES_A - 2>();
             ptx::fence_proxy_async_shared();  // this thread's copies / stores, before wgmma reads them
             __syncthreads();                  // step ks visible to all; every wgmma of step ks-1 is complete
-            if (ks + STAGES - 1 < KA) load_a((ks + STAGES - 1) % STAGES, ks + STAGES - 1);
+            if (ks + STAGES_A - 1 < KA) load_a((ks + STAGES_A - 1) % STAGES_A, ks + STAGES_A - 1);
             ptx::cp_async_commit();
             {
               // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further).
-              const T* sC = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE + wg * 64 * 128);
-              const T* sP = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE + TILE0);
+              const T* sC = reinterpret_cast<const T*>(s_body + (ks % STAGES_A) * STAGE_A + wg * 64 * 128);
+              const T* sP = reinterpret_cast<const T*>(s_body + (ks % STAGES_A) * STAGE_A + BLOCK_M * 128);
               warpgroup::fence_operand(acc);
               warpgroup::fence();
 #pragma unroll

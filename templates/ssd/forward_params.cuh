@@ -269,7 +269,7 @@ SSD_HOST_DEVICE constexpr const char* chunk_scan_tile_problem(int q, int p, int 
 // (128 threads each, 64 rows each) per BLOCK_M = 64 or 128 rows x BLOCK_N = 64 or 128 columns of
 // headdim (m * n <= 8192); every K step is 64 wide (one 128-byte swizzle atom of 16-bit elements):
 // N / 64 steps over dstate (phase A), then ceil(min(m0 + BLOCK_M, valid) / 64) steps over positions
-// (phase B), each through a cp.async ring of 2 stages. A stage holds [tile 0: C (BLOCK_M x 64,
+// (phase B), each through a cp.async ring (phase B: 2 stages; phase A: chunk_scan_wg_stages_a). A stage holds [tile 0: C (BLOCK_M x 64,
 // K-major) | x (64 s x BLOCK_N, MN-major), both 128-byte swizzled] then [tile 1: P (BLOCK_N x 64,
 // K-major, swizzled) | CB (BLOCK_M x 64 fp32, rows padded by kPad)]; the epilogue's fp32 [l][p] tile
 // reuses the stages. Dynamic shared memory: the chunk's A, Δ (and seq_idx) rows, 1 KiB of alignment
@@ -289,6 +289,12 @@ SSD_HOST_DEVICE constexpr int chunk_scan_wg_epilogue_bytes(int bm, int bn) { ret
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_body_bytes(int bm, int bn) {
   return imax(chunk_scan_wg_stages() * chunk_scan_wg_stage_bytes(bm, bn), chunk_scan_wg_epilogue_bytes(bm, bn));
+}
+// Phase A's stages are smaller (C and P tiles only: [C (BLOCK_M x 64) | P (BLOCK_N x 64)]): as many as
+// the body holds, up to 4 (3 at 64 x 64), for a deeper prefetch over dstate.
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_a_bytes(int bm, int bn) { return (bm + bn) * 128; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages_a(int bm, int bn) {
+  return imin(4, chunk_scan_wg_body_bytes(bm, bn) / chunk_scan_wg_stage_a_bytes(bm, bn));
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq) {
   return chunk_scan_wg_fixed_bytes(q, seq) + 1024 + chunk_scan_wg_body_bytes(bm, bn);

@@ -72,6 +72,10 @@ TEST_CASE("chunk_scan_fwd sm_90a: the preset takes the wgmma kernel, 64x64x64, d
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, false, 128) == 4);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, true, 128) == 4);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, false, 168) == 3);
+  // Phase A's ring (C and P only) holds more, smaller stages in the same body.
+  CHECK(g::chunk_scan_wg_stages_a(64, 64) == 3);
+  CHECK(g::chunk_scan_wg_stages_a(128, 64) == 4);
+  CHECK(g::chunk_scan_wg_stages_a(64, 128) == 2);
   CHECK(std::find(u.headers.begin(), u.headers.end(), "ssd/chunk_scan_sm90a.cuh") != u.headers.end());
   // 128 rows: two warpgroups (256 threads), 2 blocks per SM (registers and shared memory).
   ssd_kernel_config m128 = c;
