@@ -132,6 +132,7 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 )";
 
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
+                        [--arch sm_80|sm_90|sm_90a]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,dda=M]   (bwd)
 
@@ -140,7 +141,9 @@ warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per hea
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
-chunk_state_passing_fwd.
+chunk_state_passing_fwd. --arch builds every kernel for that target instead of the device's (an
+sm_80 or sm_90 build runs on Hopper): e.g. `--arch sm_90` times the mma.sync chunk_scan_fwd next to
+sm_90a's wgmma one.
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic then fast mode, with the workspace each mode needs.
 Exit 6 without a driver or device.
