@@ -118,7 +118,9 @@ enum {
  *   bmm_chunk_fwd:         m x n = (l x s) output tile, each 16..128 dividing chunk_size.
  *   chunk_state_fwd:       m = headdim tile, n = dstate tile, k = positions per K step.
  *   state_passing_fwd:     m = state elements per block (64, 128, 256, 512).
- *   chunk_scan_fwd:        m = positions tile (64, 128), n = headdim tile, k = K step (16, 32, 64).
+ *   chunk_scan_fwd:        m = positions tile (64, 128), n = headdim tile, k = K step (16, 32, 64);
+ *                          on sm_90a with chunk_size, headdim, dstate multiples of 64 (the wgmma
+ *                          kernel): m 64 or 128, n 64 or 128 (m * n <= 8192), k = 64.
  *   gate_bwd:              no tile (one thread per headdim element of one head): all zeros.
  *   chunk_scan_bwd_dstates: as chunk_state_fwd (m = headdim, n = dstate, k = positions per step).
  *   state_passing_bwd:     m = state elements per block (64, 128, 256, 512).

@@ -10,8 +10,25 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-constexpr auto tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>;
-ssd_tile default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0}; }
+// Two implementations of one formula and one order (templates/ssd/chunk_scan.cuh): on sm_90a,
+// for shapes in 64-wide steps, the wgmma kernel (chunk_scan_sm90a.cuh, Spec::kWgmma, its own tiles
+// and dynamic shared memory); everywhere else the mma.sync kernel with its tiles.
+bool uses_wgmma(const ssd_kernel_config& c) {
+  return c.arch == SSD_ARCH_SM90A && ssd_kernels::fwd_geom::chunk_scan_wg_shape(c.chunk_size, c.headdim, c.dstate);
+}
+const char* tile_problem(const ssd_kernel_config& c) {
+  if (uses_wgmma(c))
+    return ssd_kernels::fwd_geom::chunk_scan_wg_tile_problem(c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.n,
+                                                             c.tile.k, c.flags & SSD_FLAG_SEQ_IDX);
+  return shape_tile_problem<ssd_kernels::fwd_geom::chunk_scan_tile_problem>(c);
+}
+ssd_tile default_tile(const ssd_kernel_config& c) {
+  // wgmma: 64 x 64 (3 blocks of one warpgroup per SM, no spill). 128 rows (two warpgroups sharing
+  // the P and x tiles: a fifth less traffic per output) run 2 blocks per SM at 128 registers and
+  // spill a few bytes; to be measured (docs/perf.md, entry 6).
+  if (uses_wgmma(c)) return ssd_tile{64, 64, 64, 0, 0};
+  return ssd_tile{64, std::min(64, c.headdim), 32, 0, 0};
+}
 using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
@@ -21,6 +38,22 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX);
+  const bool seq = c.flags & SSD_FLAG_SEQ_IDX;
+  if (uses_wgmma(c)) {
+    // Written only here: the mma.sync specializations keep their Spec (and machine code).
+    s.boolean("kWgmma", true);
+    namespace g = ssd_kernels::fwd_geom;
+    // Registers per thread (the launch bounds' cap): 168 for 64 x 64 with P in x's dtype (3 blocks
+    // per SM; at 128, 4 blocks, ptxas spills 4-36 bytes in about half of the option combinations);
+    // 232 with 128 columns or fp32 P (2 blocks; 168 spills there); 128 for 128 rows (2 blocks of 256
+    // threads; a few bytes of spill, 8-52 by option: the tile is there to measure its traffic saving).
+    // Blocks per SM follow from them and shared memory.
+    const int regs = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 232 : c.tile.m == 128 ? 128 : 168;
+    KernelSpec k{s.members(), g::chunk_scan_wg_threads(c.tile.m),
+                 g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.m, c.tile.n, seq, regs)};
+    k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, seq);
+    return k;
+  }
   // With P in the element type (no fp32 register staging) the kernel needs 158 registers; capping
   // it at 128 (4 blocks of 128 threads per SM instead of 3) spills nothing on sm_90a (docs/perf.md).
   const bool p_in_dtype = c.flags & SSD_FLAG_STATES_IN_DTYPE;

@@ -26,7 +26,13 @@
 // CB is read as 16-byte groups (l, s0..s0+3) and only when s0 <= l and l <= λ_c: tiles that
 // bmm_chunk_fwd skips (all s > l) and padding rows are never read.
 //
-// Launch: block = fwd_geom::chunk_scan_threads() = 128 threads (4 warps; warp w owns rows
+// Two implementations of this formula and this order: the mma.sync one below (sm_80, sm_90, and
+// sm_90a shapes off the 64 grid), and on sm_90a chunk_scan_sm90a.cuh (wgmma: the same K=16 chains,
+// HGMMA instead of HMMA; Spec::kWgmma, set by src/kernels/chunk_scan.cpp; its own tiles, launch and
+// dynamic shared memory, fwd_geom::chunk_scan_wg_*). Whether the two give the same bits is what
+// tests/gpu/test_ssd_forward.cpp's "sm_90a (wgmma) against sm_80 (mma.sync)" measures.
+//
+// Launch (mma.sync): block = fwd_geom::chunk_scan_threads() = 128 threads (4 warps; warp w owns rows
 //         [w·BLOCK_M/4, (w+1)·BLOCK_M/4) of the tile and all BLOCK_N columns);
 //         grid = (fwd_geom::chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N), batch * nchunks, nheads), each
 //         axis grid-stride (x is walked with the longest l-tiles first); static shared memory
@@ -76,10 +82,25 @@ __device__ __forceinline__ bool vec16_bhlp(const void* ptr, long long sb, long l
   return aligned16(ptr) && sp == 1 && ((sb | sl | sh) & 7) == 0;
 }
 
-}  // namespace detail
+// Spec::kWgmma when the Spec has it (the descriptor writes it only for the sm_90a wgmma path), else false.
+template <class S>
+__host__ __device__ constexpr auto spec_wgmma(int) -> decltype(bool(S::kWgmma)) { return S::kWgmma; }
+template <class S>
+__host__ __device__ constexpr bool spec_wgmma(long) { return false; }
 
+}  // namespace detail
+}  // namespace ssd_kernels
+
+// The wgmma implementation exists only for sm_90a (hopper.cuh refuses every other target).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "ssd/chunk_scan_sm90a.cuh"
+#endif
+
+namespace ssd_kernels {
+
+// The mma.sync (HMMA) implementation: sm_80, sm_90, and sm_90a shapes the wgmma path does not take.
 template <class Spec>
-__device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
+__device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   using S = typename Spec::State;
   static_assert(fwd_geom::chunk_scan_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
@@ -391,6 +412,19 @@ __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
         __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile
       }
     }
+  }
+}
+
+template <class Spec>
+__device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
+  if constexpr (detail::spec_wgmma<Spec>(0)) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    chunk_scan_fwd_wgmma<Spec>(p);
+#else
+    static_assert(!detail::spec_wgmma<Spec>(0), "the wgmma chunk_scan_fwd needs the sm_90a target");
+#endif
+  } else {
+    chunk_scan_fwd_mma<Spec>(p);
   }
 }
 

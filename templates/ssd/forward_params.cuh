@@ -89,7 +89,8 @@ struct ChunkScanFwdParams {
 // ------------------------------------------------------------------------------------------------
 // Launch geometry. Grids are (x = tiles inside one (batch, chunk, head|group), y = batch * nchunks
 // with batch fastest, z = heads | groups); every kernel is grid-stride in all three axes, so the
-// host may clamp y and z to 65535. All shared memory is static (dynamic = 0) and <= 48 KiB.
+// host may clamp y and z to 65535. All shared memory is static (dynamic = 0) and <= 48 KiB, except
+// chunk_scan_fwd's sm_90a path (chunk_scan_wg_*: dynamic).
 // Requirements: blockDim = (*_threads(...), 1, 1) exactly (the warp layout is derived from it);
 // nchunks = ceil(seqlen / Q); batch * nchunks, nheads and ngroups < 2^31 (work indices are 32-bit,
 // all global offsets are 64-bit).
@@ -262,6 +263,62 @@ SSD_HOST_DEVICE constexpr const char* chunk_scan_tile_problem(int q, int p, int 
          : chunk_scan_smem_bytes(q, n, bm, bn, bk, seq) > kMaxStaticSmem
              ? "the tiles' shared memory must fit in 48 KiB"
              : nullptr;
+}
+
+// ---- chunk_scan_fwd on sm_90a (wgmma; templates/ssd/chunk_scan_sm90a.cuh). BLOCK_M / 64 warpgroups
+// (128 threads each, 64 rows each) per BLOCK_M = 64 or 128 rows x BLOCK_N = 64 or 128 columns of
+// headdim (m * n <= 8192); every K step is 64 wide (one 128-byte swizzle atom of 16-bit elements):
+// N / 64 steps over dstate (phase A), then ceil(min(m0 + BLOCK_M, valid) / 64) steps over positions
+// (phase B), each through a cp.async ring (phase B: 2 stages; phase A: chunk_scan_wg_stages_a). A stage holds [tile 0: C (BLOCK_M x 64,
+// K-major) | x (64 s x BLOCK_N, MN-major), both 128-byte swizzled] then [tile 1: P (BLOCK_N x 64,
+// K-major, swizzled) | CB (BLOCK_M x 64 fp32, rows padded by kPad)]; the epilogue's fp32 [l][p] tile
+// reuses the stages. Dynamic shared memory: the chunk's A, Δ (and seq_idx) rows, 1 KiB of alignment
+// slack, the stages. The warpgroups of a block share the P and x tiles (BLOCK_M = 128 reads them
+// half as often per row as 64).
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_threads(int bm) { return 2 * bm; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages() { return 2; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile0_bytes(int bm, int bn) { return imax(bm * 128, bn * 128); }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_cb_ld() { return 64 + kPad; }  // fp32 CB row stride
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile1_bytes(int bm, int bn) {
+  return imax(bn * 128, bm * chunk_scan_wg_cb_ld() * 4);
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_bytes(int bm, int bn) {
+  return (chunk_scan_wg_tile0_bytes(bm, bn) + chunk_scan_wg_tile1_bytes(bm, bn) + 1023) / 1024 * 1024;
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_body_bytes(int bm, int bn) {
+  return imax(chunk_scan_wg_stages() * chunk_scan_wg_stage_bytes(bm, bn), chunk_scan_wg_epilogue_bytes(bm, bn));
+}
+// Phase A's stages are smaller (C and P tiles only: [C (BLOCK_M x 64) | P (BLOCK_N x 64)]): as many as
+// the body holds, up to 4 (3 at 64 x 64), for a deeper prefetch over dstate.
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_a_bytes(int bm, int bn) { return (bm + bn) * 128; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages_a(int bm, int bn) {
+  return imin(4, chunk_scan_wg_body_bytes(bm, bn) / chunk_scan_wg_stage_a_bytes(bm, bn));
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq) {
+  return chunk_scan_wg_fixed_bytes(q, seq) + 1024 + chunk_scan_wg_body_bytes(bm, bn);
+}
+// Resident blocks per SM (__launch_bounds__'s second argument, so also the register cap): shared
+// memory (228 KiB per SM, 1 KiB reserved per block) and the 64 K registers per SM at `regs` per
+// thread, at most 4.
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_blocks_per_sm(int q, int bm, int bn, bool seq, int regs) {
+  return imin(imin(4, 228 * 1024 / (chunk_scan_wg_smem_bytes(q, bm, bn, seq) + 1024)),
+              65536 / (chunk_scan_wg_threads(bm) * regs));
+}
+// The shape the wgmma path takes (otherwise sm_90a runs the mma.sync kernel): 64-wide K steps over
+// dstate and positions, headdim in 64-column swizzle atoms.
+SSD_HOST_DEVICE constexpr bool chunk_scan_wg_shape(int q, int p, int n) {
+  return q % 64 == 0 && p % 64 == 0 && n % 64 == 0 && q >= 64 && p >= 64 && n >= 64;
+}
+SSD_HOST_DEVICE constexpr const char* chunk_scan_wg_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return !chunk_scan_wg_shape(q, p, n) ? "the wgmma path needs chunk_size, headdim and dstate multiples of 64"
+         : (bm != 64 && bm != 128) || (bn != 64 && bn != 128) || bk != 64
+             ? "m in 64, 128, n in 64, 128, k = 64 (sm_90a wgmma path)"
+         : bm * bn > 8192                                  ? "m * n <= 8192 (accumulator registers)"
+         : !divides(bm, q) || !divides(bn, p)              ? "m | chunk_size, n | headdim"
+         : chunk_scan_wg_smem_bytes(q, bm, bn, seq) > 227 * 1024 ? "the tiles' shared memory must fit in 227 KiB"
+                                                                 : nullptr;
 }
 
 // state_passing_fwd and state_passing_bwd: one block of `m` state elements.

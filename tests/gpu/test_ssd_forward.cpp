@@ -93,6 +93,8 @@ const FwdCase kFwdCases[] = {
     {2, 513, 16, 128, 8, 128, 128, SSD_DTYPE_BF16, true, true, false, false, false, true, true},
     {2, 512, 8, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false},
     {2, 400, 6, 64, 3, 32, 128, SSD_DTYPE_FP16, true, false, true, true, true, true, true},
+    // fp16 on sm_90a's wgmma chunk_scan_fwd (chunk 64, every option, partial last chunk).
+    {2, 230, 4, 64, 2, 64, 64, SSD_DTYPE_FP16, true, true, true, true, true, true, true},
 };
 
 }  // namespace
@@ -183,6 +185,7 @@ TEST_CASE("ssd_forward: bad arguments are refused by name, nothing written" * do
   for (double v : download_values(prob.d_out, SSD_DTYPE_FP16, prob.x.values.size())) REQUIRE(std::isnan(v));
 }
 
+#include "codegen/codegen.h"
 #include "ops/ssd_forward.h"
 #include "runtime/runtime.h"
 
@@ -323,4 +326,86 @@ TEST_CASE("ssd_forward: tile shapes of every stage, and the staged states, give 
       }
     MESSAGE("fwd tiles " << describe(c) << ": " << variants << " tile variants (fused and staged states) checked bitwise");
   }
+}
+
+TEST_CASE("chunk_scan_fwd: sm_90a (wgmma) against sm_90 (mma.sync) on the same inputs" *
+          doctest::skip(!gpu_available())) {
+  // The same forward on two runtimes: the device's (sm_90a: chunk_scan_fwd on wgmma where the shape
+  // allows) and one built for sm_90 (every stage on mma.sync; sm_80 cubins do not load on Hopper, sm_90 ones do). The stages
+  // before chunk_scan_fwd are the same kernels on both: when their workspace sections (Δ, A, CB, P)
+  // agree bitwise, out / out_x differ only by chunk_scan_fwd. Same canonical order on both paths
+  // (chunk_scan.cuh); whether an HGMMA k16 step gives an HMMA m16n8k16 step's bits is what this
+  // measures: equal-element counts, max abs and relative L2 of the difference are reported, and
+  // both must stay within the oracle bound of each other.
+  RuntimeHolder rt;
+  auto arch = ssd::runtime_arch(*rt.rt);
+  REQUIRE(arch.ok());
+  if (arch.value() != SSD_ARCH_SM90A) {
+    MESSAGE("the device is not sm_90a: no wgmma path to compare");
+    return;
+  }
+  RuntimeHolder rt80(SSD_ARCH_SM90);  // the mma.sync kernels (sm_90 keeps them)
+  const FwdCase cases[] = {
+      kFwdCases[0], kFwdCases[2], kFwdCases[3], kFwdCases[5], kFwdCases[1],
+      // nemotronh-56b's head shape (p 64, n 256, chunk 256, 32 heads per group), D per head.
+      {1, 1024, 64, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false},
+  };
+  int wgmma_cases = 0;
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    ssd_forward_args a = prob.args();
+    // Does the plan pick the wgmma kernel on sm_90a for this shape?
+    auto configs = ssd::forward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+    REQUIRE(configs.ok());
+    bool wgmma = false;
+    for (const ssd_kernel_config& k : configs.value()) {
+      if (k.kernel != SSD_KERNEL_CHUNK_SCAN_FWD) continue;
+      auto n = ssd::normalize_config(k);
+      REQUIRE(n.ok());
+      auto u = ssd::generate_unit(n.value());
+      REQUIRE(u.ok());
+      wgmma = u->source.find("kWgmma = true") != std::string::npos;
+    }
+    wgmma_cases += wgmma;
+    const std::vector<uint8_t> r90 = prob.run(rt.rt), ws90 = download_bytes(prob.d_ws);
+    const std::vector<uint8_t> r80 = prob.run(rt80.rt), ws80 = download_bytes(prob.d_ws);
+    REQUIRE(r90.size() == r80.size());
+    const size_t nch = size_t(c.b * c.h * prob.nc * c.Q), ncb = size_t(c.b * prob.nc * c.g * c.Q * c.Q);
+    const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n);
+    auto same_section = [&](size_t offset, size_t bytes) {
+      return std::equal(ws90.begin() + offset, ws90.begin() + offset + bytes, ws80.begin() + offset);
+    };
+    const bool upstream_equal = same_section(prob.layout.dt_out_offset, 4 * nch) &&
+                                same_section(prob.layout.dA_cumsum_offset, 4 * nch) &&
+                                same_section(prob.layout.CB_offset, 4 * ncb) &&
+                                same_section(prob.layout.states_offset, 2 * nst);
+    // out (and out_x) in x's dtype: the first (1 or 2) * nx elements of the run's bytes.
+    const size_t nx = size_t(c.b * c.L * c.h * c.p), nout = (c.z ? 2 : 1) * nx;
+    size_t equal = 0;
+    double max_abs = 0, d2 = 0, r2 = 0;
+    for (size_t i = 0; i < nout; ++i) {
+      uint16_t u90, u80;
+      std::memcpy(&u90, r90.data() + 2 * i, 2);
+      std::memcpy(&u80, r80.data() + 2 * i, 2);
+      equal += u90 == u80;
+      const double v90 = c.dtype == SSD_DTYPE_BF16 ? ssd::bf16_to_float(u90) : ssd::fp16_to_float(u90);
+      const double v80 = c.dtype == SSD_DTYPE_BF16 ? ssd::bf16_to_float(u80) : ssd::fp16_to_float(u80);
+      REQUIRE(std::isfinite(v90));
+      REQUIRE(std::isfinite(v80));
+      max_abs = std::max(max_abs, std::fabs(v90 - v80));
+      d2 += (v90 - v80) * (v90 - v80);
+      r2 += v80 * v80;
+    }
+    const double rel = r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+    MESSAGE("chunk_scan_fwd " << (wgmma ? "wgmma" : "mma.sync (shape off the wgmma grid)") << " vs sm_90 mma.sync "
+                              << describe(c) << ": upstream workspace " << (upstream_equal ? "equal" : "DIFFERENT")
+                              << "; out" << (c.z ? "+out_x" : "") << " bitwise equal " << equal << " / " << nout
+                              << ", max abs diff " << max_abs << ", rel L2 diff " << rel);
+    CHECK(rel < (c.dtype == SSD_DTYPE_BF16 ? 3e-3 : 1e-3));
+    // The final states come from the state pass alone: the same on both runtimes when upstream is.
+    if (upstream_equal)
+      CHECK(std::equal(r90.begin() + 2 * nout, r90.end(), r80.begin() + 2 * nout));
+  }
+  CHECK(wgmma_cases >= 5);  // the plan picks the wgmma kernel on sm_90a where the shape allows
 }

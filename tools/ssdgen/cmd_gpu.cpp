@@ -132,6 +132,7 @@ struct GpuArgs {
   int64_t batch = -1, seqlen = -1;
   int iters = 100, warmup = 10;
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
+  int32_t arch = 0;     // 0: the device's; else kernels built for this target (older ones run on newer GPUs)
 };
 
 int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want_what, GpuArgs& out) {
@@ -140,6 +141,11 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
     if (auto v = cur.value("--preset")) out.preset = *v;
     else if (auto v = cur.value("--tiles")) out.tiles = *v;
     else if (cur.flag("--staged")) out.staged = true;
+    else if (auto v = cur.value("--arch")) {
+      auto a = ssd::parse_arch(*v);
+      if (!a.ok()) return fail(ctx, a.status());
+      out.arch = a.value();
+    }
     else if (auto v = cur.value("--batch")) {
       auto n = parse_positive_int(*v, "--batch", 1 << 16);
       if (!n.ok()) return fail(ctx, n.status());
@@ -241,6 +247,7 @@ ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
   ro.struct_size = sizeof(ro);
   ro.mode = SSD_MODE_DETERMINISTIC;
   ro.cache_mode = -1;
+  ro.arch = ga.arch;
   SSD_ASSIGN_OR_RETURN(s.rt, ssd::create_runtime(ro));
   const ModelPreset& m = s.preset;
   const Problem pr{ga.batch, ga.seqlen, m.nheads, m.headdim, m.ngroups, m.dstate, m.chunk_size};

@@ -132,6 +132,7 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 )";
 
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
+                        [--arch sm_80|sm_90|sm_90a]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,dda=M]   (bwd)
 
@@ -140,8 +141,11 @@ warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per hea
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
-chunk_state_passing_fwd. The output ends with the host path: the CPU time of one C-API call, kernels
-loaded (bwd: per mode, and also that of one replay of the call captured into a CUDA graph).
+chunk_state_passing_fwd. --arch builds every kernel for that target instead of the device's (an
+sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g. `--arch sm_90` times
+the mma.sync chunk_scan_fwd next to sm_90a's wgmma one. The output ends with the host path: the CPU
+time of one C-API call, kernels loaded (bwd: per mode, and also that of one replay of the call
+captured into a CUDA graph).
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md).

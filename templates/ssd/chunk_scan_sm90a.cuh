@@ -1,0 +1,444 @@
+// chunk_scan_fwd on sm_90a: the formula, the operand precision and the reduction order of
+// chunk_scan.cuh's header, on the warpgroup tensor-core instruction (wgmma, HGMMA) instead of
+// mma.sync (HMMA). Included by chunk_scan.cuh only when compiling for sm_90a; the descriptor
+// (src/kernels/chunk_scan.cpp) sets Spec::kWgmma for sm_90a configs whose shape fits
+// (fwd_geom::chunk_scan_wg_shape), and every other config keeps the mma.sync kernel.
+//
+// Per output (l, p), one fp32 accumulator from 0 (the same chain as the mma.sync kernel):
+//   1. n = 0, 16, 32, ... N-16: acc += C[l, n..n+15] · rn_T(P_c)[p, n..n+15] (one HGMMA k16 step
+//      each, in increasing n);  2. acc *= e_l;
+//   3. s = 0, 16, ... up to min(m0 + BLOCK_M, λ_c + 1) rounded up to 64 (the steps past it are
+//      all-zero and skipped; the ones before it past l contribute exact zeros): acc += rn_T(W(l,
+//      s..s+15)) · x[s..s+15, p], W formed in fp32 by the same expression as the mma.sync kernel;
+//   4. the same epilogue (D, z gate, one rounding) through the same shared fp32 tile.
+// If an HGMMA k16 step gives the bits of an HMMA m16n8k16 step (its products and its sum onto the
+// accumulator), the outputs equal the mma.sync kernel's bitwise; tests/gpu/test_ssd_forward.cpp
+// compares the two on the device ("chunk_scan_fwd: sm_90a (wgmma) against sm_80 (mma.sync)").
+//
+// Work split: BLOCK_M / 64 warpgroups (128 threads each) per (b, c, h) and BLOCK_M x BLOCK_N output
+// tile (grid as the mma.sync kernel's: fwd_geom::chunk_scan_tiles); warpgroup wg owns tile rows
+// 64 wg .. 64 wg + 63, its warp w rows 16 w .. 16 w + 15 of those (the wgmma m64 accumulator layout,
+// which is the m16n8 layout of the mma.sync kernel's warp w with BLOCK_M = 64). The warpgroups share
+// the P and x tiles.
+//   phase A (N / 64 steps): wgmma m64nBLOCK_Nk16, A = C tile [l][n], B = P tile [p][n], both K-major
+//     in 128-byte swizzled shared tiles (mma_ss<T, 0, 0>);
+//   phase B (ceil(kend / 64) steps): A = W from registers (each thread forms its FragA from the fp32
+//     CB tile and the chunk's A, Δ rows in shared memory, one k16 step's while the previous step's
+//     wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>).
+// Each phase runs a cp.async ring over the same shared body: phase B of fwd_geom::chunk_scan_wg_stages()
+// stages, phase A of chunk_scan_wg_stages_a() smaller ones (3 at 64 x 64). cp.async writes
+// through the generic proxy: each thread waits for its copies, fences (fence.proxy.async) and the
+// block barrier hands the stage to wgmma. Each step waits for its wgmma groups before the next
+// barrier, so the stage a barrier frees is never read by wgmma again. Dynamic shared memory:
+// fwd_geom::chunk_scan_wg_smem_bytes. Registers: the loaders' row loops stay rolled (unrolled, their
+// per-row addresses become K-loop invariants held in registers: over 250 registers).
+#pragma once
+
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "ssd/chunk_scan_sm90a.cuh needs the sm_90a target (wgmma)"
+#endif
+
+#include "ssd/forward_params.cuh"
+#include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/hopper.cuh"
+#include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/spec.cuh"
+
+namespace ssd_kernels {
+namespace sm90a_detail {
+
+// p advanced to the next 1024-byte boundary of the shared window (the 128-byte swizzle atom). Pointer
+// arithmetic, not an integer round trip: the compiler keeps knowing that the result is shared memory.
+__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
+  return p + ((1024u - (ptx::smem_addr(p) & 1023u)) & 1023u);
+}
+
+// A ROWS x 64 tile of 16-bit T into a 128-byte swizzled shared tile `s` (1024-byte aligned):
+// element (r, c) from g[r * row_stride + c * col_stride] to s + swizzle128_offset(r, c). pred(r, c0)
+// per 16-byte chunk (columns c0..c0+7): chunks not read are zero-filled. vec (16-byte aligned rows,
+// col_stride 1): cp.async; otherwise synchronous element copies. Threads 0..NT-1, NT / 8 rows a pass.
+template <int NT, int ROWS, class T, class Pred>
+__device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, long long row_stride,
+                                                long long col_stride, bool vec, const T* safe, Pred pred) {
+  constexpr int RS = NT / 8;
+  static_assert(sizeof(T) == 2 && ROWS % RS == 0 && RS % 8 == 0, "16-bit elements, whole passes of rows");
+  const int c0 = (int(threadIdx.x) & 7) * 8, r0 = int(threadIdx.x) >> 3;
+  if (vec) {
+    // Not unrolled: an unrolled copy's per-row addresses are loop invariants of the K loop that the
+    // compiler keeps in registers (over a hundred with every tile), so it would spill.
+    const T* src = g + (long long)r0 * row_stride + c0;
+    const long long step = RS * row_stride;
+    unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));  // rows r0 + RS it: + 128 RS it
+#pragma unroll 1
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const bool ok = pred(r0 + RS * it, c0);
+      ptx::cp_async_16(dst, ok ? src : safe, ok);
+      src += step;
+      dst += RS * 128;
+    }
+  } else {
+#pragma unroll 1
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const int r = r0 + RS * it;
+      const bool ok = pred(r, c0);
+#pragma unroll
+      for (int v = 0; v < 8; ++v) {
+        T val;
+        if (ok) {
+          val = g[(long long)r * row_stride + (long long)(c0 + v) * col_stride];
+        } else {
+          val = from_float<T>(0.f);
+        }
+        *reinterpret_cast<T*>(s + smem::swizzle128_offset(r, c0 + v)) = val;
+      }
+    }
+  }
+}
+
+// The same for fp32 P (unit n-stride) rounded to T on the way (pack2, as the mma.sync kernel's
+// register staging): synchronous loads, ordinary stores.
+template <int NT, int ROWS, class T>
+__device__ __forceinline__ void load_tile_sw128_f32(unsigned char* s, const float* g, long long row_stride, bool vec) {
+  constexpr int RS = NT / 8;
+  static_assert(ROWS % RS == 0 && RS % 8 == 0, "whole passes of rows");
+  const int c0 = (int(threadIdx.x) & 7) * 8, r0 = int(threadIdx.x) >> 3;
+#pragma unroll 1
+  for (int it = 0; it < ROWS / RS; ++it) {
+    const float* q = g + (long long)(r0 + RS * it) * row_stride + c0;
+    float4 v0, v1;
+    if (vec) {
+      v0 = *reinterpret_cast<const float4*>(q);
+      v1 = *reinterpret_cast<const float4*>(q + 4);
+    } else {
+      v0 = make_float4(q[0], q[1], q[2], q[3]);
+      v1 = make_float4(q[4], q[5], q[6], q[7]);
+    }
+    uint4 u;
+    u.x = ptx::pack2<T>(v0.x, v0.y);
+    u.y = ptx::pack2<T>(v0.z, v0.w);
+    u.z = ptx::pack2<T>(v1.x, v1.y);
+    u.w = ptx::pack2<T>(v1.z, v1.w);
+    *reinterpret_cast<uint4*>(s + smem::swizzle128_offset(r0 + RS * it, c0)) = u;
+  }
+}
+
+// The ROWS x 64 fp32 CB tile into shared rows of LD floats: element (r, c) from g[r * row_stride + c]
+// to s[r * LD + c]; pred(r, c0) per 16-byte chunk (c0..c0+3) as load_tile_sw128 (block::load_tile's
+// contract, with the row loop kept rolled for the same reason). NT / 16 rows a pass.
+template <int NT, int ROWS, int LD, class Pred>
+__device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long row_stride, bool vec, const float* safe,
+                                             Pred pred) {
+  constexpr int RS = NT / 16;
+  static_assert(ROWS % RS == 0, "whole passes of rows");
+  const int c0 = (int(threadIdx.x) & 15) * 4, r0 = int(threadIdx.x) >> 4;  // 16 chunks per row
+  if (vec) {
+    const float* src = g + (long long)r0 * row_stride + c0;
+    const long long step = RS * row_stride;
+    unsigned dst = ptx::smem_addr(s + r0 * LD + c0);
+#pragma unroll 1
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const bool ok = pred(r0 + RS * it, c0);
+      ptx::cp_async_16(dst, ok ? src : safe, ok);
+      src += step;
+      dst += RS * LD * 4;
+    }
+  } else {
+#pragma unroll 1
+    for (int it = 0; it < ROWS / RS; ++it) {
+      const int r = r0 + RS * it;
+      const bool ok = pred(r, c0);
+#pragma unroll
+      for (int v = 0; v < 4; ++v) s[r * LD + c0 + v] = ok ? g[(long long)r * row_stride + c0 + v] : 0.f;
+    }
+  }
+}
+
+}  // namespace sm90a_detail
+
+template <class Spec>
+__device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
+  using S = typename Spec::State;
+  using namespace fwd_geom;
+  static_assert(chunk_scan_wg_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
+  static_assert(same_type<S, float>::value || same_type<S, T>::value, "state type must be float or the element type");
+  constexpr int NT = chunk_scan_wg_threads(BLOCK_M);  // BLOCK_M / 64 warpgroups
+  constexpr int STAGES = chunk_scan_wg_stages();
+  constexpr int STAGE = chunk_scan_wg_stage_bytes(BLOCK_M, BLOCK_N);
+  constexpr int STAGES_A = chunk_scan_wg_stages_a(BLOCK_M, BLOCK_N);  // phase A's ring: smaller stages
+  constexpr int STAGE_A = chunk_scan_wg_stage_a_bytes(BLOCK_M, BLOCK_N);
+  static_assert(STAGES_A >= 2 && STAGE_A % 1024 == 0, "phase A ring");
+  constexpr int TILE0 = chunk_scan_wg_tile0_bytes(BLOCK_M, BLOCK_N);
+  constexpr int LDCB = chunk_scan_wg_cb_ld();
+  constexpr int LDO = BLOCK_N + kPad;  // epilogue tile [l][p], fp32
+  constexpr int KA = N / 64;            // phase-A steps (64 n each)
+  constexpr int TILES_N = P / BLOCK_N;
+  constexpr int TILES_M = Q / BLOCK_M;
+  constexpr int TILES = chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N);
+  static_assert(TILE0 % 1024 == 0 && STAGE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+  static_assert(chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= chunk_scan_wg_body_bytes(BLOCK_M, BLOCK_N),
+                "epilogue tile");
+  using Acc = WgAcc<BLOCK_N>;
+
+  extern __shared__ unsigned char s_dyn[];
+  float* s_dA = reinterpret_cast<float*>(s_dyn);
+  float* s_dt = s_dA + Q;
+  int* s_seq = reinterpret_cast<int*>(s_dt + Q);  // Q entries with seq_idx
+  unsigned char* s_body = sm90a_detail::align1024(s_dyn + chunk_scan_wg_fixed_bytes(Q, Spec::kSeqIdx));
+
+  const int tid = threadIdx.x;
+  const int wg = BLOCK_M == 64 ? 0 : tid >> 7;  // warpgroup: tile rows 64 wg .. 64 wg + 63
+  const int lane = tid & 31;
+  const int lg = lane >> 2, lt = lane & 3;
+  const int r_lo = 64 * wg + 16 * ((tid >> 5) & 3) + lg;  // this thread's tile rows: r_lo and r_lo + 8
+
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* Cg = static_cast<const T*>(p.C.data);
+  const S* Pg = static_cast<const S*>(p.states.data);
+  const bool vec_x = detail::vec16_bhlp(xg, p.x.stride[0], p.x.stride[1], p.x.stride[2], p.x.stride[3]);
+  const bool vec_c = detail::vec16_bhlp(Cg, p.C.stride[0], p.C.stride[1], p.C.stride[2], p.C.stride[3]);
+  constexpr long long SV = 16 / sizeof(S);  // elements per 16 bytes of the state type
+  const bool vec_p = aligned16(Pg) &&
+                     ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & (SV - 1)) == 0;
+  const bool vec_cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
+  const bool vec_out = detail::vec16_bhlp(p.out.data, p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]);
+  bool vec_z = true, vec_ox = true;
+  if (Spec::kZ) {
+    vec_z = detail::vec16_bhlp(p.z.data, p.z.stride[0], p.z.stride[1], p.z.stride[2], p.z.stride[3]);
+    vec_ox = detail::vec16_bhlp(p.out_x.data, p.out_x.stride[0], p.out_x.stride[1], p.out_x.stride[2], p.out_x.stride[3]);
+  }
+  const int batch = int(p.batch), nheads = int(p.nheads);
+  const int nbc = int(p.batch * p.nchunks);
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    float d_head = 0.f;
+    if (Spec::kD && !Spec::kDPerHeaddim) d_head = p.D.data[h * p.D.stride[0]];
+    for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
+      SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
+      const float* dA = p.dA_cumsum.ptr(b, h, c);
+      const float* dt = p.dt.ptr(b, h, c);
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_c = Cg + p.C.offset(b, 0, g);
+      const float* cb_base = p.CB.ptr(b, c, g);
+      int q_prev = 0;
+      if (Spec::kSeqIdx && c > 0) q_prev = p.seq_idx(b, t0 - 1);
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        const int m0 = (TILES_M - 1 - tile / TILES_N) * BLOCK_M;  // longest rows first
+        const int p0 = (tile % TILES_N) * BLOCK_N;
+        if (m0 >= valid) continue;  // rows all padding (uniform over the block; no shared memory touched)
+        const int kend = (m0 + BLOCK_M < valid) ? m0 + BLOCK_M : valid;  // positions s < kend are needed
+        const int KB = (kend + 63) / 64;                                   // phase-B steps (64 s each)
+
+        // Per-position fp32 data of the whole chunk (visible after phase A's first barrier).
+        for (int l = tid; l < Q; l += NT) {
+          s_dA[l] = dA[l];
+          s_dt[l] = dt[l];
+          if (Spec::kSeqIdx) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
+        }
+
+        Acc acc;
+        acc.zero();
+
+        // ---------------- Phase A: acc = C_tile · P_cᵀ (contraction over n, 64 per step) ----------------
+        {
+          const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
+          const S* pt = Pg + p.states.offset(b, c, h, p0);
+          auto load_a = [&](int buf, int st) {
+            unsigned char* sc = s_body + buf * STAGE_A;
+            const int k0 = st * 64;
+            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c,
+                                                       safe_c, [&](int r, int) { return m0 + r < valid; });
+            if constexpr (same_type<S, float>::value) {
+              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], vec_p);
+            } else {
+              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], 1, vec_p, pt,
+                                                         [&](int, int) { return true; });
+            }
+          };
+#pragma unroll
+          for (int st = 0; st < STAGES_A - 1; ++st) {
+            if (st < KA) load_a(st, st);
+            ptx::cp_async_commit();
+          }
+#pragma unroll 1
+          for (int ks = 0; ks < KA; ++ks) {
+            ptx::cp_async_wait<STAGES_A - 2>();
+            ptx::fence_proxy_async_shared();  // this thread's copies / stores, before wgmma reads them
+            __syncthreads();                  // step ks visible to all; every wgmma of step ks-1 is complete
+            if (ks + STAGES_A - 1 < KA) load_a((ks + STAGES_A - 1) % STAGES_A, ks + STAGES_A - 1);
+            ptx::cp_async_commit();
+            {
+              // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further).
+              const T* sC = reinterpret_cast<const T*>(s_body + (ks % STAGES_A) * STAGE_A + wg * 64 * 128);
+              const T* sP = reinterpret_cast<const T*>(s_body + (ks % STAGES_A) * STAGE_A + BLOCK_M * 128);
+              warpgroup::fence_operand(acc);
+              warpgroup::fence();
+#pragma unroll
+              for (int kk = 0; kk < 64; kk += 16)
+                warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_k_major_sw128(sC, 64, kk),
+                                           smem::desc_k_major_sw128(sP, BLOCK_N, kk), true);
+              warpgroup::commit_group();
+              warpgroup::wait_group<0>();
+              warpgroup::fence_operand(acc);
+            }
+          }
+          ptx::cp_async_wait<0>();
+          __syncthreads();  // phase-A stages are reused by phase B
+        }
+
+        // Row scale e_l, and the rows' A(l) for phase B.
+        float a_row[2];
+        {
+          float e[2];
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int l = m0 + r_lo + 8 * half;
+            const float al = s_dA[l];
+            a_row[half] = al;
+            bool keep = l < valid;
+            if (Spec::kSeqIdx) keep = keep && s_seq[l] == q_prev;
+            e[half] = keep ? __expf(al) : 0.f;
+          }
+#pragma unroll
+          for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] *= e[(i >> 1) & 1];
+        }
+
+        // ---------------- Phase B: acc += W · X (contraction over s, 64 per step) ----------------
+        {
+          const float* cbt = cb_base + (long long)m0 * p.CB.stride[3];
+          const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
+          auto load_b = [&](int buf, int st) {
+            unsigned char* sx = s_body + buf * STAGE;
+            const int k0 = st * 64;
+            sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
+                                                          vec_cb, cb_base, [&](int r, int c0) {
+                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
+                                                          });
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 64; ++j)
+              sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
+                                                    p.x.stride[1], p.x.stride[3], vec_x, safe_x,
+                                                    [&](int r, int) { return k0 + r < valid; });
+          };
+#pragma unroll
+          for (int st = 0; st < STAGES - 1; ++st) {
+            if (st < KB) load_b(st, st);
+            ptx::cp_async_commit();
+          }
+#pragma unroll 1
+          for (int ks = 0; ks < KB; ++ks) {
+            ptx::cp_async_wait<STAGES - 2>();
+            ptx::fence_proxy_async_shared();
+            __syncthreads();
+            if (ks + STAGES - 1 < KB) load_b((ks + STAGES - 1) % STAGES, ks + STAGES - 1);
+            ptx::cp_async_commit();
+            const T* sx = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE);
+            const float* scb = reinterpret_cast<const float*>(s_body + (ks % STAGES) * STAGE + TILE0);
+            // One k16 step at a time: its fragment is formed while the previous step's wgmma runs
+            // (forming more at once needs more registers).
+#pragma unroll
+            for (int kq = 0; kq < 4; ++kq) {
+              FragA a;
+              const int kk = 16 * kq;
+              const int s01 = ks * 64 + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
+              const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
+              const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
+              const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
+              const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int r = r_lo + 8 * half;  // row inside the tile
+                const int l = m0 + r;
+                const float al = a_row[half];
+                const float* cbr = scb + r * LDCB + kk + 2 * lt;
+                const float2 c01 = *reinterpret_cast<const float2*>(cbr);
+                const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
+                const float w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
+                const float w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
+                const float w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
+                const float w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
+                a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+                a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+              }
+              warpgroup::fence_operand(acc);
+              warpgroup::fence();
+              warpgroup::mma_rs<T, 1>(acc, a, smem::desc_mn_major_sw128(sx, 64, kk), true);
+              warpgroup::commit_group();
+              warpgroup::fence_operand(acc);
+            }
+            warpgroup::wait_group<0>();
+            warpgroup::fence_operand(acc);
+          }
+        }
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // every thread's wgmma is complete: the stages are reused by the epilogue tile
+
+        // ---------------- Epilogue: D, z, 16-byte stores ----------------
+        // With 64 rows the last phase-B step's x tile holds exactly this tile's rows (its s-block is
+        // m0 / 64): D·x reads x there instead of from global memory, and the fp32 tile goes to the
+        // other stage.
+        constexpr bool kXFromTile = BLOCK_M == 64;
+        static_assert(!kXFromTile || (STAGES == 2 && chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= STAGE),
+                      "epilogue tile next to the last x tile");
+        const int other = kXFromTile ? KB & 1 : 0;  // the stage the last step (KB - 1) did not use
+        float* so = reinterpret_cast<float*>(s_body + other * STAGE);
+#pragma unroll
+        for (int i = 0; i < Acc::kRegs; i += 2)
+          *reinterpret_cast<float2*>(so + (64 * wg + Acc::row(i)) * LDO + Acc::col(i)) =
+              make_float2(acc.x[i], acc.x[i + 1]);
+        __syncthreads();
+        {
+          constexpr int CPR = BLOCK_N / 8;
+          constexpr int TOTAL = BLOCK_M * CPR;
+          for (int i = tid; i < TOTAL; i += NT) {
+            const int r = i / CPR, cc = (i % CPR) * 8;
+            const int l = m0 + r;
+            if (l >= valid) continue;
+            const long long t = t0 + l;
+            const long long pp = p0 + cc;
+            float y[8];
+            {
+              const float4 y0 = *reinterpret_cast<const float4*>(so + r * LDO + cc);
+              const float4 y1 = *reinterpret_cast<const float4*>(so + r * LDO + cc + 4);
+              y[0] = y0.x, y[1] = y0.y, y[2] = y0.z, y[3] = y0.w;
+              y[4] = y1.x, y[5] = y1.y, y[6] = y1.z, y[7] = y1.w;
+            }
+            if (Spec::kD) {
+              float xv[8];
+              if constexpr (kXFromTile) {
+                const uint4 u = *reinterpret_cast<const uint4*>(s_body + (other ^ 1) * STAGE + (cc >> 6) * 64 * 128 +
+                                                                smem::swizzle128_offset(r, cc & 63));
+                ptx::unpack2<T>(u.x, xv[0], xv[1]);
+                ptx::unpack2<T>(u.y, xv[2], xv[3]);
+                ptx::unpack2<T>(u.z, xv[4], xv[5]);
+                ptx::unpack2<T>(u.w, xv[6], xv[7]);
+              } else {
+                detail::load8<T>(xg, p.x.offset(b, t, h, pp), p.x.stride[3], vec_x, xv);
+              }
+#pragma unroll
+              for (int v = 0; v < 8; ++v) {
+                const float d = Spec::kDPerHeaddim ? p.D(h, pp + v) : d_head;
+                y[v] = __fmaf_rn(xv[v], d, y[v]);
+              }
+            }
+            if (Spec::kZ) {
+              detail::store8<T>(static_cast<T*>(p.out_x.data), p.out_x.offset(b, t, h, pp), p.out_x.stride[3], vec_ox,
+                                y);
+              float zv[8];
+              detail::load8<T>(static_cast<const T*>(p.z.data), p.z.offset(b, t, h, pp), p.z.stride[3], vec_z, zv);
+#pragma unroll
+              for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
+            }
+            detail::store8<T>(static_cast<T*>(p.out.data), p.out.offset(b, t, h, pp), p.out.stride[3], vec_out, y);
+          }
+        }
+        __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile
+      }
+    }
+  }
+}
+
+}  // namespace ssd_kernels
