@@ -269,5 +269,26 @@ SSD_HOST_DEVICE constexpr const char* state_passing_tile_problem(int bm, int bn,
   return !pow2_in(bm, 64, 512) || bn != 0 || bk != 0 ? "m in 64, 128, 256, 512; n = k = 0" : nullptr;
 }
 
+// ---- chunk_state_passing_fwd on sm_90a (wgmma; chunk_state_passing_sm90a.cuh): one warpgroup per
+// block, the state tile 64 (p: wgmma M) x BLOCK_N (n: wgmma N), K = positions in stages of BLOCK_K
+// through a ring of kStatePassWgmmaStages cp.async stages (x [k][64 p] and B [k][n], 128-byte
+// swizzled), dynamic shared memory. Used when the arch is sm_90a and the shape has whole 64 x 64
+// tiles (headdim and dstate multiples of 64); other shapes keep the mma.sync kernel.
+constexpr int kStatePassWgmmaThreads = 128;
+constexpr int kStatePassWgmmaStages = 4;  // two stages in flight ahead of the one wgmma reads
+SSD_HOST_DEVICE constexpr bool chunk_state_passing_wgmma_shape(int p, int n) { return p % 64 == 0 && n % 64 == 0; }
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_stage_bytes(int bn, int bk) { return bk * (64 + bn) * 2; }
+// The stages, the weights of two chunks (2 Q fp32) and 1024 bytes to align the base to the swizzle atom.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bn, int bk) {
+  return kStatePassWgmmaStages * chunk_state_passing_wgmma_stage_bytes(bn, bk) + 8 * q + 1024;
+}
+SSD_HOST_DEVICE constexpr const char* chunk_state_passing_wgmma_tile_problem(int q, int p, int n, int bm, int bn,
+                                                                             int bk) {
+  return bm != 64 || !pow2_in(bn, 64, 128) || !pow2_in(bk, 32, 64)
+             ? "on sm_90a (wgmma): m = 64; n in 64, 128; k in 32, 64"
+         : !divides(bm, p) || !divides(bn, n) || !divides(bk, q) ? "m | headdim, n | dstate, k | chunk_size"
+                                                                 : nullptr;
+}
+
 }  // namespace fwd_geom
 }  // namespace ssd_kernels
