@@ -26,11 +26,13 @@ const char* tile_problem(const ssd_kernel_config& c) {
 }
 Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 // mma.sync: 64 x 64 x 64 measured best of seven at the nemotronh-56b shape (0.567 ms against 0.602 for
-// 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit. wgmma: 64 x 64 x 64, the most
-// blocks per (batch, head) with whole 64-position stages (docs/perf.md, forward speed log entry 7).
+// 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit. wgmma: 64 x 128 x 64 (predicted,
+// not yet measured: x is re-read once per n tile, so 128-wide tiles move a quarter less from L2 than
+// 64-wide ones; 2 blocks per SM by registers; docs/perf.md, forward speed log entry 7), 64 x 64 x 64
+// where dstate is 64.
 ssd_tile default_tile(const ssd_kernel_config& c) {
   if (uses_wgmma(c))
-    return best_legal_tile(c, ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 64, 32, 0, 0}, tile_problem);
+    return best_legal_tile(c, ssd_tile{64, 128, 64, 0, 0}, ssd_tile{64, 64, 64, 0, 0}, tile_problem);
   return best_legal_tile(c, ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 64, 0, 0},
                          ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0}, tile_problem);
 }

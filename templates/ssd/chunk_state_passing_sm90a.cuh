@@ -102,9 +102,10 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   constexpr int KS = Q / BLOCK_K;  // K stages of a whole chunk
   using Acc = WgAcc<BLOCK_N>;
 
+  // The base rounded up to the 1024-byte swizzle atom by an offset into the shared array (so the compiler
+  // still knows the weights' loads below are shared-memory loads).
   extern __shared__ unsigned char smem_dynamic[];
-  unsigned char* const smem =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_dynamic) + 1023ull) & ~1023ull);
+  unsigned char* const smem = smem_dynamic + ((1024u - (ptx::smem_addr(smem_dynamic) & 1023u)) & 1023u);
   float* const s_w = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES);  // [2][Q]: chunk c in half c % 2
 
   const int tid = threadIdx.x;

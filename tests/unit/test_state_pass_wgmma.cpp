@@ -52,12 +52,15 @@ std::set<std::string> tile_texts(const std::vector<ssd_tile>& tiles) {
 
 }  // namespace
 
-TEST_CASE("state pass on sm_90a: wgmma tiles listed, the default first choice, other archs unchanged") {
+TEST_CASE("state pass on sm_90a: wgmma tiles listed, the default, other archs unchanged") {
   const ssd_kernel_config c = state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE);
   CHECK(tile_texts(legal_tiles(c)) == std::set<std::string>{"64x64x32", "64x64x64", "64x128x32", "64x128x64"});
   auto n = normalize_config(c);
   REQUIRE(n.ok());
-  CHECK(tile_text(n->tile) == "64x64x64");
+  CHECK(tile_text(n->tile) == "64x128x64");
+  ssd_kernel_config n64 = c;
+  n64.dstate = 64;
+  CHECK(tile_text(normalize_config(n64).value().tile) == "64x64x64");
   // sm_80 and sm_90 keep the mma.sync kernel's tiles (warp tiles of 32 x 32: 16-wide tiles among them).
   for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {
     const std::set<std::string> tiles = tile_texts(legal_tiles(state_pass(arch, SSD_FLAG_STATES_IN_DTYPE)));
