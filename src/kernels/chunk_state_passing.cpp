@@ -20,19 +20,26 @@ bool uses_wgmma(const ssd_kernel_config& c) {
 }
 
 constexpr auto mma_tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_state_passing_tile_problem>;
-constexpr auto wgmma_tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_state_passing_wgmma_tile_problem>;
+const char* wgmma_tile_problem(const ssd_kernel_config& c) {
+  return ssd_kernels::fwd_geom::chunk_state_passing_wgmma_tile_problem(c.chunk_size, c.headdim, c.dstate,
+                                                                       c.heads_per_group, c.tile.m, c.tile.n, c.tile.k);
+}
 const char* tile_problem(const ssd_kernel_config& c) {
   return uses_wgmma(c) ? wgmma_tile_problem(c) : mma_tile_problem(c);
 }
 Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
 // mma.sync: 64 x 64 x 64 measured best of seven at the nemotronh-56b shape (0.567 ms against 0.602 for
-// 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit. wgmma: 64 x 128 x 64 (predicted,
-// not yet measured: x is re-read once per n tile, so 128-wide tiles move a quarter less from L2 than
-// 64-wide ones; 2 blocks per SM by registers; docs/perf.md, forward speed log entry 7), 64 x 64 x 64
-// where dstate is 64.
+// 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit. wgmma (predicted, not yet
+// measured; docs/perf.md, forward speed log entry 7): 128 x 128 x 32, two warpgroups on two heads of a
+// group sharing each B stage — the least L2 traffic (x re-read once per n tile, B once per head pair),
+// and no spills with any option (k = 64 with n = 128 is at ptxas's limit); where it does not fit (an
+// odd number of heads per group with headdim 64) 64 x 128 x 32, and 64 x 64 x 64 where dstate is 64.
 ssd_tile default_tile(const ssd_kernel_config& c) {
-  if (uses_wgmma(c))
-    return best_legal_tile(c, ssd_tile{64, 128, 64, 0, 0}, ssd_tile{64, 64, 64, 0, 0}, tile_problem);
+  if (uses_wgmma(c)) {
+    const ssd_tile fallback =
+        best_legal_tile(c, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{64, 64, 64, 0, 0}, tile_problem);
+    return best_legal_tile(c, ssd_tile{128, 128, 32, 0, 0}, fallback, tile_problem);
+  }
   return best_legal_tile(c, ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 64, 0, 0},
                          ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0}, tile_problem);
 }
@@ -51,8 +58,9 @@ KernelSpec spec(const ssd_kernel_config& c) {
     return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
   s.boolean("kWgmma", uses_wgmma(c));
   if (!uses_wgmma(c)) return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
-  KernelSpec k{s.members(), ssd_kernels::fwd_geom::kStatePassWgmmaThreads, 0};
-  k.dynamic_shared_bytes = ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.n, c.tile.k);
+  KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 0};
+  k.dynamic_shared_bytes =
+      ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k);
   return k;
 }
 

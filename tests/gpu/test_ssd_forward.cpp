@@ -343,11 +343,13 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
     return;
   }
   RuntimeHolder rt90a(SSD_ARCH_SM90A), rt80(SSD_ARCH_SM80);
-  // The forward tests' shapes (those with headdim and dstate multiples of 64 take the wgmma kernel;
+  // The forward tests' shapes (those with headdim and dstate multiples of 64 take the wgmma kernel, by
+  // default two warpgroups per block on two heads of a group or on both halves of a 128-wide head;
   // the others check that the fallback is the mma.sync kernel), plus fp16 with a partial last chunk,
-  // seq_idx and initial states, and two 128-wide state tiles.
+  // seq_idx, initial states and 3 heads per group (one warpgroup per block), and headdim 128 with
+  // chunk 64.
   std::vector<FwdCase> cases(std::begin(kFwdCases), std::end(kFwdCases));
-  cases.push_back({1, 1000, 4, 64, 1, 128, 128, SSD_DTYPE_FP16, true, false, false, true, true, true, true});
+  cases.push_back({1, 1000, 6, 64, 2, 128, 128, SSD_DTYPE_FP16, true, false, false, true, true, true, true});
   cases.push_back({2, 777, 8, 128, 2, 256, 64, SSD_DTYPE_BF16, false, false, true, false, false, true, true});
   size_t all_equal = 0, all_total = 0;
   for (const FwdCase& c : cases) {

@@ -54,10 +54,18 @@ std::set<std::string> tile_texts(const std::vector<ssd_tile>& tiles) {
 
 TEST_CASE("state pass on sm_90a: wgmma tiles listed, the default, other archs unchanged") {
   const ssd_kernel_config c = state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE);
-  CHECK(tile_texts(legal_tiles(c)) == std::set<std::string>{"64x64x32", "64x64x64", "64x128x32", "64x128x64"});
+  const std::set<std::string> one_warpgroup = {"64x64x32", "64x64x64", "64x128x32", "64x128x64"};
+  std::set<std::string> all = one_warpgroup;
+  for (const char* t : {"128x64x32", "128x64x64", "128x128x32", "128x128x64"}) all.insert(t);
+  CHECK(tile_texts(legal_tiles(c)) == all);
   auto n = normalize_config(c);
   REQUIRE(n.ok());
-  CHECK(tile_text(n->tile) == "64x128x64");
+  CHECK(tile_text(n->tile) == "128x128x32");
+  // m = 128 stacks two heads of one group (headdim 64): not with an odd number of heads per group.
+  ssd_kernel_config odd = c;
+  odd.heads_per_group = 3;
+  CHECK(tile_texts(legal_tiles(odd)) == one_warpgroup);
+  CHECK(tile_text(normalize_config(odd).value().tile) == "64x128x32");
   ssd_kernel_config n64 = c;
   n64.dstate = 64;
   CHECK(tile_text(normalize_config(n64).value().tile) == "64x64x64");
@@ -75,22 +83,24 @@ TEST_CASE("state pass on sm_90a: wgmma tiles listed, the default, other archs un
   ssd_kernel_config small_n = c;
   small_n.dstate = 32;
   CHECK(tile_texts(legal_tiles(small_n)).count("64x32x64") == 1);
-  // headdim 128: two p tiles of 64.
+  // headdim 128: two p tiles of 64 (m = 64), or both halves of one head in one block (m = 128), any
+  // number of heads per group.
   ssd_kernel_config wide = c;
   wide.headdim = 128;
   wide.dstate = 128;
-  CHECK(tile_texts(legal_tiles(wide)) == std::set<std::string>{"64x64x32", "64x64x64", "64x128x32", "64x128x64"});
+  wide.heads_per_group = 1;
+  CHECK(tile_texts(legal_tiles(wide)) == all);
 }
 
 TEST_CASE("state pass on sm_90a: tiles outside the wgmma set are refused naming the tile and the rule") {
-  for (const ssd_tile& t : {ssd_tile{32, 64, 64, 0, 0}, ssd_tile{128, 64, 64, 0, 0}, ssd_tile{64, 256, 64, 0, 0},
-                            ssd_tile{64, 32, 64, 0, 0}, ssd_tile{64, 64, 16, 0, 0}}) {
+  for (const ssd_tile& t : {ssd_tile{32, 64, 64, 0, 0}, ssd_tile{16, 64, 64, 0, 0}, ssd_tile{64, 256, 64, 0, 0},
+                            ssd_tile{64, 32, 64, 0, 0}, ssd_tile{64, 64, 16, 0, 0}, ssd_tile{128, 128, 16, 0, 0}}) {
     CAPTURE(tile_text(t));
     const Status s = validate_config(state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE, t));
     CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
     CHECK(contains(s.detail, "tile: " + tile_text(t)));
     CHECK(contains(s.detail, "chunk_state_passing_fwd"));
-    CHECK(contains(s.detail, "on sm_90a (wgmma): m = 64; n in 64, 128; k in 32, 64"));
+    CHECK(contains(s.detail, "on sm_90a (wgmma): m in 64, 128; n in 64, 128; k in 32, 64"));
     // The same tile is fine for the mma.sync kernel where it fits its rules.
     if (t.m == 32) CHECK(validate_config(state_pass(SSD_ARCH_SM80, SSD_FLAG_STATES_IN_DTYPE, t)).ok());
   }
@@ -99,18 +109,29 @@ TEST_CASE("state pass on sm_90a: tiles outside the wgmma set are refused naming 
   c.dstate = 64;
   const Status s = validate_config(c);
   CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
-  CHECK(contains(s.detail, "m | headdim, n | dstate, k | chunk_size"));
+  CHECK(contains(s.detail, "tile: 64x128x64"));
+  CHECK(contains(s.detail, "n | dstate, k | chunk_size"));
+  // Two heads per block need an even number of heads per group.
+  ssd_kernel_config odd = state_pass(SSD_ARCH_SM90A, 0, ssd_tile{128, 64, 64, 0, 0});
+  odd.heads_per_group = 5;
+  const Status so = validate_config(odd);
+  CHECK(so.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(so.detail, "tile: 128x64x64"));
+  CHECK(contains(so.detail, "m | headdim, or m a multiple of headdim whose heads are in one group"));
 }
 
 TEST_CASE("state pass on sm_90a: the unit selects the wgmma kernel, 128 threads, dynamic shared memory") {
-  for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 32, 0, 0}}) {
+  for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{128, 128, 32, 0, 0}}) {
     auto u = generate_unit(state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE, t));
     REQUIRE(u.ok());
     CHECK(contains(u->source, "static constexpr bool kWgmma = true;"));
-    CHECK(u->block_threads == 128);
+    CHECK(u->block_threads == 2 * t.m);  // one warpgroup per 64 rows
     CHECK(u->dynamic_shared_bytes ==
-          ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(256, t.n, t.k));
-    CHECK(u->dynamic_shared_bytes == 4 * t.k * (64 + t.n) * 2 + 8 * 256 + 1024);
+          ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(256, t.m, t.n, t.k));
+    // Stages of k positions (128 positions ahead), x per warpgroup and B, the weights, the alignment.
+    const int stages = 2 + 128 / t.k;
+    CHECK(u->dynamic_shared_bytes == stages * t.k * (t.m + t.n) * 2 + (t.m / 64) * 8 * 256 + 1024);
+    CHECK(u->dynamic_shared_bytes <= 227 * 1024);
   }
   ssd_kernel_config narrow = state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE);
   narrow.headdim = 32;
@@ -146,10 +167,15 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
   }
   CHECK(forward);
   CHECK(recompute);
-  CHECK(configs.size() >= 8);  // two specializations x four tiles
+  CHECK(configs.size() >= 16);  // two specializations x eight tiles
   const uint32_t all = SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TWO_TERM_STATES;
+  // Every option the forward or the recompute passes: fp32 P with two terms, P in bf16 with one.
+  const uint32_t recompute_all = SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_TWO_TERM_STATES;
+  const uint32_t forward_all = SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE;
+  for (const ssd_tile& t : {ssd_tile{128, 128, 32, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{64, 64, 64, 0, 0},
+                            ssd_tile{128, 128, 64, 0, 0}, ssd_tile{64, 128, 64, 0, 0}})
+    for (uint32_t flags : {recompute_all, forward_all}) configs.push_back(state_pass(SSD_ARCH_SM90A, flags, t));
   configs.push_back(state_pass(SSD_ARCH_SM90A, all, ssd_tile{64, 64, 64, 0, 0}));
-  configs.push_back(state_pass(SSD_ARCH_SM90A, SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES, ssd_tile{64, 128, 32, 0, 0}));
   ssd_kernel_config half = state_pass(SSD_ARCH_SM90A, all, ssd_tile{64, 64, 32, 0, 0});
   half.dtype = SSD_DTYPE_FP16;
   configs.push_back(half);
@@ -165,10 +191,12 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
     const std::string& ptx = r->ptx;
     const std::string shape = std::string("wgmma.mma_async.sync.aligned.m64n") + std::to_string(c.tile.n) + "k16.f32." +
                               (c.dtype == SSD_DTYPE_BF16 ? "bf16.bf16" : "f16.f16");
-    // One wgmma per 16 positions of a stage (two with the two-term operand), A from registers.
+    // One wgmma per 16 positions of a stage (two with the two-term operand), A from registers, one commit
+    // group per 16 positions.
     const size_t per_stage = size_t(c.tile.k / 16) * ((c.flags & SSD_FLAG_TWO_TERM_STATES) ? 2 : 1);
     CHECK(count(ptx, shape) == per_stage);
     CHECK(count(ptx, "wgmma.mma_async") == per_stage);
+    CHECK(count(ptx, "wgmma.commit_group.sync.aligned") == size_t(c.tile.k / 16));
     for (size_t at = ptx.find("wgmma.mma_async"); at != std::string::npos; at = ptx.find("wgmma.mma_async", at + 1)) {
       const std::string line = ptx.substr(at, ptx.find('\n', at) - at);
       CHECK(contains(line, "}, {%r"));
