@@ -212,3 +212,25 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
     CHECK(r->report.spill_bytes == 0);
   }
 }
+
+TEST_CASE("state pass grid: heads per block and rows per head follow the tile, the mma.sync grid unchanged") {
+  using namespace ssd_kernels::fwd_geom;
+  // Two warpgroups on two heads of a group (headdim 64), or on both halves of one head (headdim 128).
+  CHECK(chunk_state_passing_heads_per_block(64, 128) == 2);
+  CHECK(chunk_state_passing_head_rows(64, 128) == 64);
+  CHECK(chunk_state_tiles(64, 256, chunk_state_passing_head_rows(64, 128), 128) == 2);
+  CHECK(chunk_state_passing_heads_per_block(128, 128) == 1);
+  CHECK(chunk_state_passing_head_rows(128, 128) == 128);
+  CHECK(chunk_state_tiles(128, 256, chunk_state_passing_head_rows(128, 128), 128) == 2);
+  // Every tile with m <= headdim (all mma.sync tiles): one head per block, the old grid.
+  for (int p : {32, 64, 128})
+    for (int m : {16, 32, 64, 128}) {
+      if (m > p) continue;
+      CHECK(chunk_state_passing_heads_per_block(p, m) == 1);
+      CHECK(chunk_state_passing_head_rows(p, m) == m);
+    }
+  CHECK(chunk_state_passing_wgmma_threads(64) == 128);
+  CHECK(chunk_state_passing_wgmma_threads(128) == 256);
+  CHECK(chunk_state_passing_wgmma_stages(64) == 4);
+  CHECK(chunk_state_passing_wgmma_stages(32) == 6);
+}
