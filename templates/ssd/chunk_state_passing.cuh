@@ -33,8 +33,9 @@
 // On sm_90a (Spec::kWgmma: the arch is sm_90a and headdim, dstate are multiples of 64) the entry runs
 // chunk_state_passing_fwd_wgmma (chunk_state_passing_sm90a.cuh) instead: the same formula in the same
 // order (s_c's K chain as wgmma m64nNk16 steps with the same A operand bits, then the same fma), one
-// warpgroup per 64 x BLOCK_N tile, dynamic shared memory; its own tiles (m = 64; n in 64, 128; k in
-// 32, 64: fwd_geom::chunk_state_passing_wgmma_tile_problem).
+// warpgroup per 64 x BLOCK_N tile (m = 128: two, on two heads of a group sharing B), dynamic shared
+// memory, its own tiles and grid (m in 64, 128; n in 64, 128; k in 32, 64:
+// fwd_geom::chunk_state_passing_wgmma_tile_problem, chunk_state_passing_heads_per_block).
 #pragma once
 
 #include "ssd/chunk_state.cuh"  // detail::chunk_state_step
