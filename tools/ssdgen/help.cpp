@@ -131,7 +131,7 @@ Lists the model presets of 'ssdgen compile --preset' and how many kernels each e
 given arch (default sm_90a) and mode (default both). --json also lists the configs.
 )";
 
-constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
+constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N] [--arch ARCH]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,dda=M]   (bwd)
 
@@ -143,6 +143,8 @@ kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd.
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic then fast mode, with the workspace each mode needs.
+--arch sm_80|sm_90|sm_90a builds the kernels for that target instead of the device's (an H200 runs
+all three): e.g. sm_90's mma.sync state pass beside sm_90a's wgmma one, in the same run.
 Exit 6 without a driver or device.
 )";
 
