@@ -32,8 +32,9 @@
 // step s, fences them for the async proxy, waits for its warpgroup's wgmma (kInFlight groups may still
 // run), and after the block barrier issues the copies of step s + STAGES - 2 into the buffer of step
 // s-2. Each 16 positions are one commit group: the A fragment is built (ldmatrix.trans, scale, round),
-// wgmma.fence, wgmma(s), commit; kInFlight = 0 keeps one A fragment live (the registers sit next to two
-// 64 x BLOCK_N fp32 accumulators), the other warpgroups on the SM keep the tensor cores busy. At a
+// wgmma.fence, wgmma(s), commit. With kInFlight = 1 the previous group still runs while the A fragment
+// is built (two A fragments live); with 0 it has finished (one live: the registers sit next to two
+// 64 x BLOCK_N fp32 accumulators) and the other warpgroups on the SM keep the tensor cores busy. At a
 // chunk's end the P_c stores go out while the last group runs; then wait_group 0 and the fma.
 //
 // Launch: block = fwd_geom::chunk_state_passing_wgmma_threads(BLOCK_M); grid = (chunk_state_tiles(P, N,
@@ -117,10 +118,9 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   constexpr int TILES_N = N / BLOCK_N;
   constexpr int TILES = chunk_state_tiles(P, N, MT, BLOCK_N);
   constexpr int KS = Q / BLOCK_K;  // K stages of a whole chunk
-  // wgmma groups (one per 16 positions) left running while the next one's A fragment is built. 0: one A
-  // fragment live at a time — registers are tight next to the two 64 x 128 fp32 accumulators (1 spilled
-  // with some options, ptxas 12.x); the other warpgroups of the SM keep the tensor cores busy meanwhile.
-  constexpr int kInFlight = 0;
+  // wgmma groups (one per 16 positions) left running while the next one's A fragment is built
+  // (fwd_geom::chunk_state_passing_wgmma_in_flight: 1 or 0, by registers).
+  constexpr int kInFlight = chunk_state_passing_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
   static_assert(kInFlight >= 0 && kInFlight <= BLOCK_K / 16, "the groups in flight at a stage's top are its predecessor's");
   using Acc = WgAcc<BLOCK_N>;
 

@@ -287,6 +287,13 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_threads(int bm) { return
 SSD_HOST_DEVICE constexpr int chunk_state_passing_heads_per_block(int p, int bm) { return bm > p ? bm / p : 1; }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_head_rows(int p, int bm) { return bm > p ? p : bm; }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_stage_bytes(int bm, int bn, int bk) { return bk * (bm + bn) * 2; }
+// wgmma groups (16 positions each) left running while the next A fragment is built: 1 (two A fragments
+// live) for two warpgroups per block, which hold one block per SM whatever their registers, where ptxas
+// fits it without spilling (n = 64, or k = 32); 0 elsewhere — a 64-row block keeps ~168 registers and
+// 3 blocks per SM at n = 64, and n = 128 with k = 64 is at the 255-register limit.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_in_flight(int bm, int bn, int bk) {
+  return bm == 128 && (bn == 64 || bk == 32) ? 1 : 0;
+}
 // The stages, the weights of two chunks per warpgroup (2 Q fp32 each) and 1024 bytes to align the base
 // to the swizzle atom.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bm, int bn, int bk) {

@@ -197,6 +197,10 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
     CHECK(count(ptx, shape) == per_stage);
     CHECK(count(ptx, "wgmma.mma_async") == per_stage);
     CHECK(count(ptx, "wgmma.commit_group.sync.aligned") == size_t(c.tile.k / 16));
+    // The waits: 0 at a chunk's end; before each A fragment, the groups left in flight.
+    CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 0;"));
+    const bool one_in_flight = ssd_kernels::fwd_geom::chunk_state_passing_wgmma_in_flight(c.tile.m, c.tile.n, c.tile.k);
+    CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1;") == one_in_flight);
     for (size_t at = ptx.find("wgmma.mma_async"); at != std::string::npos; at = ptx.find("wgmma.mma_async", at + 1)) {
       const std::string line = ptx.substr(at, ptx.find('\n', at) - at);
       CHECK(contains(line, "}, {%r"));
@@ -233,4 +237,10 @@ TEST_CASE("state pass grid: heads per block and rows per head follow the tile, t
   CHECK(chunk_state_passing_wgmma_threads(128) == 256);
   CHECK(chunk_state_passing_wgmma_stages(64) == 4);
   CHECK(chunk_state_passing_wgmma_stages(32) == 6);
+  // One wgmma group left running while the next A fragment is built only where registers allow it.
+  CHECK(chunk_state_passing_wgmma_in_flight(128, 128, 32) == 1);
+  CHECK(chunk_state_passing_wgmma_in_flight(128, 64, 64) == 1);
+  CHECK(chunk_state_passing_wgmma_in_flight(128, 128, 64) == 0);
+  CHECK(chunk_state_passing_wgmma_in_flight(64, 64, 64) == 0);
+  CHECK(chunk_state_passing_wgmma_in_flight(64, 128, 32) == 0);
 }
