@@ -332,9 +332,10 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
           doctest::skip(!gpu_available())) {
   // chunk_state_passing_fwd on sm_90a (chunk_state_passing_sm90a.cuh) keeps the mma.sync kernel's order:
   // the same A operand bits, s_c from +0 in 16-wide K steps, the same fma per chunk. Its bits equal
-  // the sm_80 kernel's exactly when one wgmma k16 step accumulates as one mma.m16n8k16 does; this
+  // the mma.sync kernel's exactly when one wgmma k16 step accumulates as one mma.m16n8k16 does; this
   // counts the equal elements of P (the workspace, x's dtype) and of the final states, and reports
-  // the largest differences if any. sm_80 cubins run on the H200 (a runtime with arch sm_80).
+  // the largest differences if any. The mma.sync kernel runs on the same device from a runtime with
+  // arch sm_90 (its units keep mma.sync; sm_80 cubins would not load on a 9.x device).
   RuntimeHolder probe;
   auto device_arch = ssd::runtime_arch(*probe.rt);
   REQUIRE(device_arch.ok());
@@ -342,7 +343,7 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
     MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
     return;
   }
-  RuntimeHolder rt90a(SSD_ARCH_SM90A), rt80(SSD_ARCH_SM80);
+  RuntimeHolder rt90a(SSD_ARCH_SM90A), rt90(SSD_ARCH_SM90);
   // The forward tests' shapes (those with headdim and dstate multiples of 64 take the wgmma kernel, by
   // default two warpgroups per block on two heads of a group or on both halves of a 128-wide head;
   // the others check that the fallback is the mma.sync kernel), plus fp16 with a partial last chunk,
@@ -369,9 +370,9 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
       }
       fin = download_values(prob.d_final, SSD_DTYPE_FP32, nfin);
     };
-    std::vector<double> P90a, fin90a, P80, fin80;
+    std::vector<double> P90a, fin90a, P90, fin90;
     run(rt90a.rt, P90a, fin90a);
-    run(rt80.rt, P80, fin80);
+    run(rt90.rt, P90, fin90);
     REQUIRE(all_finite(P90a));
     REQUIRE(all_finite(fin90a));
     auto compare = [&](const char* what, const std::vector<double>& a, const std::vector<double>& b) {
@@ -391,9 +392,9 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
       all_total += a.size();
       CHECK(equal == a.size());
     };
-    compare("P", P90a, P80);
-    compare("final states", fin90a, fin80);
+    compare("P", P90a, P90);
+    compare("final states", fin90a, fin90);
   }
-  MESSAGE("sm_90a (wgmma) vs sm_80 (mma.sync) state pass: " << all_equal << " of " << all_total
+  MESSAGE("sm_90a (wgmma) vs sm_90 (mma.sync) state pass: " << all_equal << " of " << all_total
                                                             << " elements bitwise equal");
 }

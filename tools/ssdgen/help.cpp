@@ -143,8 +143,9 @@ kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd.
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic then fast mode, with the workspace each mode needs.
---arch sm_80|sm_90|sm_90a builds the kernels for that target instead of the device's (an H200 runs
-all three): e.g. sm_90's mma.sync state pass beside sm_90a's wgmma one, in the same run.
+--arch sm_80|sm_90|sm_90a builds the kernels for that target instead of the device's (a cubin runs
+only on its major version: sm_90 and sm_90a on an H100/H200, sm_80 on 8.x): e.g. sm_90's mma.sync
+state pass beside sm_90a's wgmma one, in the same run.
 Exit 6 without a driver or device.
 )";
 
