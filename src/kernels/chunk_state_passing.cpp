@@ -12,11 +12,34 @@ constexpr SsdFieldUse kUses{true, true, true};
 
 void defaults(ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }
 
-constexpr auto tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_state_passing_tile_problem>;
+// sm_90a runs the wgmma kernel (chunk_state_passing_sm90a.cuh) on the shapes made of whole 64 x 64
+// tiles; every other specialization (sm_80, sm_90, sm_90a with headdim 32 or dstate below 64) the
+// mma.sync one. A pure function of the specialization, so each has one kernel, tile set and key.
+bool uses_wgmma(const ssd_kernel_config& c) {
+  return c.arch == SSD_ARCH_SM90A && ssd_kernels::fwd_geom::chunk_state_passing_wgmma_shape(c.headdim, c.dstate);
+}
+
+constexpr auto mma_tile_problem = shape_tile_problem<ssd_kernels::fwd_geom::chunk_state_passing_tile_problem>;
+const char* wgmma_tile_problem(const ssd_kernel_config& c) {
+  return ssd_kernels::fwd_geom::chunk_state_passing_wgmma_tile_problem(c.chunk_size, c.headdim, c.dstate,
+                                                                       c.heads_per_group, c.tile.m, c.tile.n, c.tile.k);
+}
+const char* tile_problem(const ssd_kernel_config& c) {
+  return uses_wgmma(c) ? wgmma_tile_problem(c) : mma_tile_problem(c);
+}
 Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
-// 64 x 64 x 64 measured best of seven at the nemotronh-56b shape (0.567 ms against 0.602 for
-// 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit.
+// mma.sync: 64 x 64 x 64 measured best of seven at the nemotronh-56b shape (0.567 ms against 0.602 for
+// 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit. wgmma (predicted, not yet
+// measured; docs/perf.md, forward speed log entry 7): 128 x 128 x 32, two warpgroups on two heads of a
+// group sharing each B stage — the least L2 traffic (x re-read once per n tile, B once per head pair),
+// and no spills with any option (k = 64 with n = 128 is at ptxas's limit); where it does not fit (an
+// odd number of heads per group with headdim 64) 64 x 128 x 32, and 64 x 64 x 64 where dstate is 64.
 ssd_tile default_tile(const ssd_kernel_config& c) {
+  if (uses_wgmma(c)) {
+    const ssd_tile fallback =
+        best_legal_tile(c, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{64, 64, 64, 0, 0}, tile_problem);
+    return best_legal_tile(c, ssd_tile{128, 128, 32, 0, 0}, fallback, tile_problem);
+  }
   return best_legal_tile(c, ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 64, 0, 0},
                          ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0}, tile_problem);
 }
@@ -31,7 +54,14 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES)
       .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
       .boolean("kTwoTerm", c.flags & SSD_FLAG_TWO_TERM_STATES);
-  return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
+  if (c.arch != SSD_ARCH_SM90A)  // the units of sm_80 and sm_90 stay as they were
+    return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
+  s.boolean("kWgmma", uses_wgmma(c));
+  if (!uses_wgmma(c)) return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
+  KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 0};
+  k.dynamic_shared_bytes =
+      ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k);
+  return k;
 }
 
 }  // namespace

@@ -247,9 +247,14 @@ Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   p.states = states_ref<void, 4>(c);
   p.final_states = ref<float, 2>(c.a.final_states);
   void* params[] = {&p};
+  // A tile taller than headdim (sm_90a) stacks heads of one group in a block: fewer blocks along z.
+  namespace geom = ssd_kernels::fwd_geom;
+  const int p_dim = int(c.d.p);
   return launch_kernel(
-      k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.max_blocks),
-      grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h, c.max_blocks), params, stream);
+      k, grid_x(geom::chunk_state_tiles(p_dim, int(c.d.n), geom::chunk_state_passing_head_rows(p_dim, t.m), t.n),
+                c.max_blocks),
+      grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h / geom::chunk_state_passing_heads_per_block(p_dim, t.m), c.max_blocks),
+      params, stream);
 }
 
 // F5: the output.

@@ -29,6 +29,13 @@
 //         at most 32 x 32); grid = (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch,
 //         nheads), each axis grid-stride; static shared memory chunk_state_passing_smem_bytes(...)
 //         <= 48 KiB. Requires nchunks * (Q / BLOCK_K) < 2^31 (the host checks).
+//
+// On sm_90a (Spec::kWgmma: the arch is sm_90a and headdim, dstate are multiples of 64) the entry runs
+// chunk_state_passing_fwd_wgmma (chunk_state_passing_sm90a.cuh) instead: the same formula in the same
+// order (s_c's K chain as wgmma m64nNk16 steps with the same A operand bits, then the same fma), one
+// warpgroup per 64 x BLOCK_N tile (m = 128: two, on two heads of a group sharing B), dynamic shared
+// memory, its own tiles and grid (m in 64, 128; n in 64, 128; k in 32, 64:
+// fwd_geom::chunk_state_passing_wgmma_tile_problem, chunk_state_passing_heads_per_block).
 #pragma once
 
 #include "ssd/chunk_state.cuh"  // detail::chunk_state_step
@@ -36,11 +43,15 @@
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "ssd/chunk_state_passing_sm90a.cuh"  // chunk_state_passing_fwd_wgmma (hopper.cuh: sm_90a only)
+#endif
 
 namespace ssd_kernels {
 
+// The mma.sync kernel (sm_80, sm_90, and the sm_90a shapes wgmma does not take).
 template <class Spec>
-__device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
+__device__ void chunk_state_passing_fwd_mma(const ChunkStatePassingFwdParams& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   using S = typename Spec::State;  // P's type in memory: float, or T (SSD_FLAG_STATES_IN_DTYPE)
   constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
@@ -253,6 +264,20 @@ __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
       }
     }
   }
+}
+
+// The entry: on sm_90a the family sets Spec::kWgmma (a pure function of the specialization:
+// src/kernels/chunk_state_passing.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
+template <class Spec>
+__device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (Spec::kWgmma)
+    chunk_state_passing_fwd_wgmma<Spec>(p);
+  else
+    chunk_state_passing_fwd_mma<Spec>(p);
+#else
+  chunk_state_passing_fwd_mma<Spec>(p);
+#endif
 }
 
 }  // namespace ssd_kernels

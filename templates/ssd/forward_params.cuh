@@ -326,5 +326,46 @@ SSD_HOST_DEVICE constexpr const char* state_passing_tile_problem(int bm, int bn,
   return !pow2_in(bm, 64, 512) || bn != 0 || bk != 0 ? "m in 64, 128, 256, 512; n = k = 0" : nullptr;
 }
 
+// ---- chunk_state_passing_fwd on sm_90a (wgmma; chunk_state_passing_sm90a.cuh): BLOCK_M / 64 warpgroups
+// per block, each a 64 (p) x BLOCK_N (n) state tile (wgmma M x N) of one head; K = positions in stages
+// of BLOCK_K through a ring of chunk_state_passing_wgmma_stages(BLOCK_K) cp.async stages (per warpgroup x [k][64 p], and
+// the B [k][n] they share; 128-byte swizzled), dynamic shared memory. A block's BLOCK_M rows are the
+// group's heads' states stacked (head-major, then p): BLOCK_M = 128 with headdim 64 is two heads of one
+// group, which then read each B stage once. Used when the arch is sm_90a and the shape has whole
+// 64 x 64 tiles (headdim and dstate multiples of 64); other shapes keep the mma.sync kernel.
+// Stages: 128 positions in flight ahead of the stage wgmma reads, plus that one and the one before (whose
+// last wgmma may still run).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_stages(int bk) { return 2 + 128 / bk; }
+SSD_HOST_DEVICE constexpr bool chunk_state_passing_wgmma_shape(int p, int n) { return p % 64 == 0 && n % 64 == 0; }
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_threads(int bm) { return 2 * bm; }  // 128 per warpgroup
+// Heads per block (BLOCK_M over headdim, at least 1) and the rows of one head in a block; the grid is
+// (chunk_state_tiles(P, N, chunk_state_passing_head_rows(P, BM), BN), batch, nheads / heads_per_block),
+// which is the mma.sync kernel's grid whenever BM <= headdim.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_heads_per_block(int p, int bm) { return bm > p ? bm / p : 1; }
+SSD_HOST_DEVICE constexpr int chunk_state_passing_head_rows(int p, int bm) { return bm > p ? p : bm; }
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_stage_bytes(int bm, int bn, int bk) { return bk * (bm + bn) * 2; }
+// wgmma groups (16 positions each) left running while the next A fragment is built: 1 (two A fragments
+// live) for two warpgroups per block, which hold one block per SM whatever their registers, where ptxas
+// fits it without spilling (n = 64, or k = 32); 0 elsewhere — a 64-row block keeps ~168 registers and
+// 3 blocks per SM at n = 64, and n = 128 with k = 64 is at the 255-register limit.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_in_flight(int bm, int bn, int bk) {
+  return bm == 128 && (bn == 64 || bk == 32) ? 1 : 0;
+}
+// The stages, the weights of two chunks per warpgroup (2 Q fp32 each) and 1024 bytes to align the base
+// to the swizzle atom.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bm, int bn, int bk) {
+  return chunk_state_passing_wgmma_stages(bk) * chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) + (bm / 64) * 8 * q +
+         1024;
+}
+SSD_HOST_DEVICE constexpr const char* chunk_state_passing_wgmma_tile_problem(int q, int p, int n, int heads_per_group,
+                                                                             int bm, int bn, int bk) {
+  return !pow2_in(bm, 64, 128) || !pow2_in(bn, 64, 128) || !pow2_in(bk, 32, 64)
+             ? "on sm_90a (wgmma): m in 64, 128; n in 64, 128; k in 32, 64"
+         : !divides(bn, n) || !divides(bk, q) ? "n | dstate, k | chunk_size"
+         : !divides(bm, p) && !(bm % p == 0 && divides(bm / p, heads_per_group))
+             ? "m | headdim, or m a multiple of headdim whose heads are in one group (m / headdim | nheads / ngroups)"
+             : nullptr;
+}
+
 }  // namespace fwd_geom
 }  // namespace ssd_kernels

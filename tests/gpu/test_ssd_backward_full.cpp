@@ -339,6 +339,31 @@ TEST_CASE("ssd_backward D1: twenty repeats give identical bits, caller or librar
   MESSAGE("bwd D1: " << same << "/20 repeats bitwise identical (" << describe(prob.c) << ")");
 }
 
+TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, fp32 P) keeps the mma.sync bits" *
+          doctest::skip(!gpu_available())) {
+  // The backward recomputes P with chunk_state_passing_fwd (SSD_FLAG_TWO_TERM_STATES, fp32 P), on
+  // sm_90a the wgmma kernel for headdim and dstate multiples of 64; every other backward kernel is
+  // the same code on both archs. Equal gradients on sm_90a and sm_90 (whose units keep mma.sync; both
+  // run on the H200, sm_80 cubins would not load on a 9.x device) mean the recomputed P kept its bits.
+  RuntimeHolder probe;
+  auto device_arch = ssd::runtime_arch(*probe.rt);
+  REQUIRE(device_arch.ok());
+  if (device_arch.value() != SSD_ARCH_SM90A) {
+    MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
+    return;
+  }
+  RuntimeHolder rt90a(SSD_ARCH_SM90A), rt90(SSD_ARCH_SM90);
+  for (const BwdCase& c : {kBwdCases[0], kBwdCases[2], kBwdCases[3], kBwdCases[5]}) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    const std::vector<uint8_t> on90a = prob.run(rt90a.rt), on90 = prob.run(rt90.rt);
+    size_t equal = 0;
+    for (size_t i = 0; i < on90a.size() && i < on90.size(); ++i) equal += on90a[i] == on90[i];
+    MESSAGE(describe(c) << ": " << equal << " of " << on90a.size() << " gradient bytes equal (sm_90a wgmma vs sm_90 mma.sync)");
+    CHECK(same_bytes(on90a, on90));
+  }
+}
+
 TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every backward kernel and grids "
           "of 1, 7, 64 blocks give identical bits; poisoned workspace; no write outside an output" *
           doctest::skip(!gpu_available())) {

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "gpu_support.h"
@@ -408,4 +411,75 @@ TEST_CASE("chunk_scan_fwd: sm_90a (wgmma) against sm_90 (mma.sync) on the same i
       CHECK(std::equal(r90.begin() + 2 * nout, r90.end(), r80.begin() + 2 * nout));
   }
   CHECK(wgmma_cases >= 5);  // the plan picks the wgmma kernel on sm_90a where the shape allows
+}
+
+TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel's P and final states" *
+          doctest::skip(!gpu_available())) {
+  // chunk_state_passing_fwd on sm_90a (chunk_state_passing_sm90a.cuh) keeps the mma.sync kernel's order:
+  // the same A operand bits, s_c from +0 in 16-wide K steps, the same fma per chunk. Its bits equal
+  // the mma.sync kernel's exactly when one wgmma k16 step accumulates as one mma.m16n8k16 does; this
+  // counts the equal elements of P (the workspace, x's dtype) and of the final states, and reports
+  // the largest differences if any. The mma.sync kernel runs on the same device from a runtime with
+  // arch sm_90 (its units keep mma.sync; sm_80 cubins would not load on a 9.x device).
+  RuntimeHolder probe;
+  auto device_arch = ssd::runtime_arch(*probe.rt);
+  REQUIRE(device_arch.ok());
+  if (device_arch.value() != SSD_ARCH_SM90A) {
+    MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
+    return;
+  }
+  RuntimeHolder rt90a(SSD_ARCH_SM90A), rt90(SSD_ARCH_SM90);
+  // The forward tests' shapes (those with headdim and dstate multiples of 64 take the wgmma kernel, by
+  // default two warpgroups per block on two heads of a group or on both halves of a 128-wide head;
+  // the others check that the fallback is the mma.sync kernel), plus fp16 with a partial last chunk,
+  // seq_idx, initial states and 3 heads per group (one warpgroup per block), and headdim 128 with
+  // chunk 64.
+  std::vector<FwdCase> cases(std::begin(kFwdCases), std::end(kFwdCases));
+  cases.push_back({1, 1000, 6, 64, 2, 128, 128, SSD_DTYPE_FP16, true, false, false, true, true, true, true});
+  cases.push_back({2, 777, 8, 128, 2, 256, 64, SSD_DTYPE_BF16, false, false, true, false, false, true, true});
+  size_t all_equal = 0, all_total = 0;
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n), nfin = size_t(c.b * c.h * c.p * c.n);
+    // P (x's dtype) and the final states (fp32) of one run, as values.
+    auto run = [&](ssd_runtime* rt, std::vector<double>& P, std::vector<double>& fin) {
+      prob.run(rt);
+      const std::vector<uint8_t> ws = download_bytes(prob.d_ws);
+      const uint8_t* Pb = ws.data() + prob.layout.states_offset;
+      P.resize(nst);
+      for (size_t i = 0; i < nst; ++i) {
+        uint16_t u;
+        std::memcpy(&u, Pb + 2 * i, 2);
+        P[i] = c.dtype == SSD_DTYPE_BF16 ? bf16_to_float(u) : fp16_to_float(u);
+      }
+      fin = download_values(prob.d_final, SSD_DTYPE_FP32, nfin);
+    };
+    std::vector<double> P90a, fin90a, P90, fin90;
+    run(rt90a.rt, P90a, fin90a);
+    run(rt90.rt, P90, fin90);
+    REQUIRE(all_finite(P90a));
+    REQUIRE(all_finite(fin90a));
+    auto compare = [&](const char* what, const std::vector<double>& a, const std::vector<double>& b) {
+      size_t equal = 0;
+      double max_abs = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        // Bitwise for these values: both sides are exact conversions of the stored bits (and -0 != +0
+        // is caught by the sign test).
+        if (a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i])) ++equal;
+        max_abs = std::max(max_abs, std::fabs(a[i] - b[i]));
+      }
+      const double rel = ssd::ref::rel_l2(a.data(), b.data(), a.size());
+      MESSAGE(describe(c) << " " << what << ": " << equal << " of " << a.size() << " bitwise equal"
+                          << (equal == a.size() ? "" : ", max abs diff " + std::to_string(max_abs) +
+                                                           ", rel L2 " + std::to_string(rel)));
+      all_equal += equal;
+      all_total += a.size();
+      CHECK(equal == a.size());
+    };
+    compare("P", P90a, P90);
+    compare("final states", fin90a, fin90);
+  }
+  MESSAGE("sm_90a (wgmma) vs sm_90 (mma.sync) state pass: " << all_equal << " of " << all_total
+                                                            << " elements bitwise equal");
 }

@@ -132,8 +132,13 @@ struct GpuArgs {
   int64_t batch = -1, seqlen = -1;
   int iters = 100, warmup = 10;
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
-  int32_t arch = 0;     // 0: the device's; else kernels built for this target (older ones run on newer GPUs)
+  int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
 };
+
+// " arch sm_90" when --arch was given (the report's header), else "".
+std::string arch_note(const GpuArgs& ga) {
+  return ga.arch ? std::string(" arch ") + ssd::arch_name(ssd_arch(ga.arch)) : std::string();
+}
 
 int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want_what, GpuArgs& out) {
   ArgCursor cur(args);
@@ -144,7 +149,7 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
     else if (auto v = cur.value("--arch")) {
       auto a = ssd::parse_arch(*v);
       if (!a.ok()) return fail(ctx, a.status());
-      out.arch = a.value();
+      out.arch = int32_t(a.value());
     }
     else if (auto v = cur.value("--batch")) {
       auto n = parse_positive_int(*v, "--batch", 1 << 16);
@@ -434,8 +439,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
-      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}\n",
-                 m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles);
+      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}\n",
+                 m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
+                 arch_note(ga));
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
       fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_backward calls in {} rounds, "
@@ -556,9 +562,9 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
       if (ran(i)) j["stages_median_ms"][names[i]] = median(stage[i]);
     print_json(j);
   } else {
-    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}\n",
+    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}{}\n",
                m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
-               ga.staged ? " staged states" : "");
+               ga.staged ? " staged states" : "", arch_note(ga));
     for (int i = 0; i < kStages; ++i)
       if (ran(i)) fmt::print("  {:<23} {:8.3f} ms\n", names[i], median(stage[i]));
     fmt::print("  {:<23} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));
