@@ -180,6 +180,7 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
   half.dtype = SSD_DTYPE_FP16;
   configs.push_back(half);
 
+  int with_report = 0;
   for (const ssd_kernel_config& c : configs) {
     CAPTURE(config_label(c));
     CAPTURE(tile_text(c.tile));
@@ -208,13 +209,18 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
     CHECK_FALSE(contains(ptx, "mma.sync"));
     CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
     CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
-    // ptxas: no spills, no serialized wgmma, no fence it had to add itself (C7519).
-    CHECK(contains(r->log, " 0 bytes spill stores"));
-    CHECK(count(r->log, "bytes spill stores") == 1);
+    // ptxas: no spills, no serialized wgmma, no fence it had to add itself (C7519). NVRTC may skip
+    // ptxas, and its report, for PTX it compiled before in this process (the H200's toolkit does for
+    // the preset's units, which other tests compile first): the report checks need a report.
     CHECK_FALSE(contains(r->log, "serialized"));
     CHECK_FALSE(contains(r->log, "C7519"));
+    if (r->report.registers <= 0) continue;
+    ++with_report;
+    CHECK(contains(r->log, " 0 bytes spill stores"));
+    CHECK(count(r->log, "bytes spill stores") == 1);
     CHECK(r->report.spill_bytes == 0);
   }
+  CHECK(with_report > 0);  // the specializations no other test compiles always get a ptxas report
 }
 
 TEST_CASE("state pass grid: heads per block and rows per head follow the tile, the mma.sync grid unchanged") {
