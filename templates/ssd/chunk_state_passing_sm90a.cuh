@@ -43,6 +43,7 @@
 // BLOCK_M, BLOCK_N, BLOCK_K).
 #pragma once
 
+#include "ssd/chunk_state_weights.cuh"
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/hopper.cuh"
@@ -158,47 +159,11 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
       const T* safe_x = xg + p.x.offset(b, 0, h);
       const T* safe_b = Bg + p.B.offset(b, 0, g);
 
-      // Weights of chunk c (chunk_state_fwd's w_l, the mma.sync kernel's expressions): the global
+      // Weights of chunk c (detail::ChunkStateWeights: chunk_state_fwd's w_l), in two halves: the global
       // loads into registers a chunk ahead (fetch), then w_l into shared memory (put).
-      constexpr int WPT = (Q + WGT - 1) / WGT;
-      struct WeightInputs {
-        float a_last, dA[WPT], dt[WPT];
-        int q_last, seq[WPT];
-      };
-      auto fetch = [&](int c, WeightInputs& in) {
-        const long long t0 = (long long)c * Q;
-        const int valid = chunk_valid(c);
-        const float* dA = p.dA_cumsum.ptr(b, h, c);
-        const float* dt = p.dt.ptr(b, h, c);
-        in.a_last = dA[Q - 1];
-        in.q_last = HAS_SEQ_IDX ? p.seq_idx(b, t0 + valid - 1) : 0;
-#pragma unroll
-        for (int k = 0; k < WPT; ++k) {
-          const int l = wtid + k * WGT;
-          if (l < valid) {
-            in.dA[k] = dA[l];
-            in.dt[k] = dt[l];
-            if (HAS_SEQ_IDX) in.seq[k] = p.seq_idx(b, t0 + l);
-          }
-        }
-      };
-      auto put = [&](int c, const WeightInputs& in, float* w_out) {
-        const int valid = chunk_valid(c);
-#pragma unroll
-        for (int k = 0; k < WPT; ++k) {
-          const int l = wtid + k * WGT;
-          if (l < Q) {
-            float w = 0.f;
-            if (l < valid) {
-              const float e = __expf(fminf(in.a_last - in.dA[k], 0.f)) * in.dt[k];
-              bool keep = true;
-              if (HAS_SEQ_IDX) keep = in.seq[k] == in.q_last;
-              w = keep ? e : 0.f;
-            }
-            w_out[l] = w;
-          }
-        }
-      };
+      using WeightInputs = detail::ChunkStateWeights<Q, WGT, HAS_SEQ_IDX>;
+      auto fetch = [&](int c, WeightInputs& in) { in.fetch(p, b, h, c, chunk_valid(c), wtid); };
+      auto put = [&](int c, const WeightInputs& in, float* w_out) { in.put(chunk_valid(c), wtid, w_out); };
 
       for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
         // This warpgroup's p rows p0 .. p0+63 of head h; the block's n columns n0 .. n0+BLOCK_N-1.
