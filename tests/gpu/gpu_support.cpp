@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "runtime/runtime.h"  // runtime_arch
+
 namespace gputest {
 namespace {
 struct Probe {
@@ -37,6 +39,13 @@ RuntimeHolder::RuntimeHolder(int arch) {
   o.arch = arch;
   ssd_status s = ssd_runtime_create(&o, &rt);
   if (s != SSD_OK) FAIL("ssd_runtime_create: " << ssd_last_error_detail());
+}
+
+bool device_is_sm90a() {
+  RuntimeHolder probe;
+  auto arch = ssd::runtime_arch(*probe.rt);
+  REQUIRE_MESSAGE(arch.ok(), arch.status().detail);
+  return arch.value() == SSD_ARCH_SM90A;
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

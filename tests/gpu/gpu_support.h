@@ -42,6 +42,10 @@ struct RuntimeHolder {
   RuntimeHolder& operator=(const RuntimeHolder&) = delete;
 };
 
+// Does the device run sm_90a units (the wgmma kernels)? The tests that compare them with the sm_90
+// build's mma.sync kernels skip elsewhere (sm_80 cubins do not load on a 9.x device).
+bool device_is_sm90a();
+
 // The loop of the tests over a case table: check(rt, c) for each case on one runtime, with the
 // case (its file's describe(c)) in every failure message.
 template <class Cases, class Check>

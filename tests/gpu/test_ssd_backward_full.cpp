@@ -345,10 +345,7 @@ TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, f
   // sm_90a the wgmma kernel for headdim and dstate multiples of 64; every other backward kernel is
   // the same code on both archs. Equal gradients on sm_90a and sm_90 (whose units keep mma.sync; both
   // run on the H200, sm_80 cubins would not load on a 9.x device) mean the recomputed P kept its bits.
-  RuntimeHolder probe;
-  auto device_arch = ssd::runtime_arch(*probe.rt);
-  REQUIRE(device_arch.ok());
-  if (device_arch.value() != SSD_ARCH_SM90A) {
+  if (!device_is_sm90a()) {
     MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
     return;
   }

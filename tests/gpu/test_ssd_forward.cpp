@@ -340,13 +340,11 @@ TEST_CASE("chunk_scan_fwd: sm_90a (wgmma) against sm_90 (mma.sync) on the same i
   // (chunk_scan.cuh); whether an HGMMA k16 step gives an HMMA m16n8k16 step's bits is what this
   // measures: equal-element counts, max abs and relative L2 of the difference are reported, and
   // both must stay within the oracle bound of each other.
-  RuntimeHolder rt;
-  auto arch = ssd::runtime_arch(*rt.rt);
-  REQUIRE(arch.ok());
-  if (arch.value() != SSD_ARCH_SM90A) {
+  if (!device_is_sm90a()) {
     MESSAGE("the device is not sm_90a: no wgmma path to compare");
     return;
   }
+  RuntimeHolder rt;
   RuntimeHolder rt80(SSD_ARCH_SM90);  // the mma.sync kernels (sm_90 keeps them)
   const FwdCase cases[] = {
       kFwdCases[0], kFwdCases[2], kFwdCases[3], kFwdCases[5], kFwdCases[1],
@@ -421,10 +419,7 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
   // counts the equal elements of P (the workspace, x's dtype) and of the final states, and reports
   // the largest differences if any. The mma.sync kernel runs on the same device from a runtime with
   // arch sm_90 (its units keep mma.sync; sm_80 cubins would not load on a 9.x device).
-  RuntimeHolder probe;
-  auto device_arch = ssd::runtime_arch(*probe.rt);
-  REQUIRE(device_arch.ok());
-  if (device_arch.value() != SSD_ARCH_SM90A) {
+  if (!device_is_sm90a()) {
     MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
     return;
   }
