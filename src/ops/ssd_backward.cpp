@@ -247,24 +247,6 @@ Status check_backward(const ssd_backward_args& a, ForwardDims& d) {
   return Status::Ok();
 }
 
-ssd_chunk_cumsum_bwd_args cumsum_args(const ssd_backward_args& a, const ForwardDims& d, float* ddA, float* ddt_x,
-                                      void* ws, size_t ws_bytes) {
-  ssd_chunk_cumsum_bwd_args c = default_cumsum_bwd_args();
-  c.chunk_size = d.Q;
-  copy_dt_options(c, a);
-  c.dt = a.dt;
-  c.A = a.A;
-  c.dt_bias = a.dt_bias;
-  c.ddA_cumsum = contiguous_tensor(ddA, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
-  c.ddt_out = contiguous_tensor(ddt_x, SSD_DTYPE_FP32, {d.b, d.h, d.nc, d.Q});
-  c.ddt = a.ddt;
-  c.dA = a.dA;
-  c.ddt_bias = a.ddt_bias;
-  c.workspace = ws;
-  c.workspace_bytes = ws_bytes;
-  return c;
-}
-
 GateBwdTensors gate_tensors(const ssd_backward_args& a, const ForwardDims& d, void* dy, void* dy_lo) {
   GateBwdTensors t;
   t.chunk_size = d.Q;
