@@ -452,8 +452,9 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc; p.state_size = c.d.p * c.d.n;
   const int block = k.built->config.tile.m;
   void* params[] = {&p};
-  return launch_kernel(k, grid_x((p.state_size + block - 1) / block * c.d.b * c.d.h, c.tn.max_blocks), 1, 1, params,
-                       stream);
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::state_passing_bwd_items(p.state_size, block, c.d.b, c.d.h), c.tn.max_blocks),
+      1, 1, params, stream);
 }
 
 // B-d: dx, dΔˣ's state part, w, v (with z, SSD_FLAG_Z: v's p sum also over dy's second term).

@@ -54,7 +54,7 @@ struct StatePassingBwdParams {
   double* rho_slots;
   float* rho;
   TensorRef<const int, 2> seq_idx;  // (b, L); data null without
-  long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n (a multiple of 32)
+  long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n (a multiple of 128)
 };
 
 // chunk_scan_bwd_dx (B-d, and the per-position w_l, v_l of B-g), per (b, c, h), rows l:

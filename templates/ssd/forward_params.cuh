@@ -325,6 +325,14 @@ SSD_HOST_DEVICE constexpr const char* state_passing_tile_problem(int bm, int bn,
   return !pow2_in(bm, 64, 512) || bn != 0 || bk != 0 ? "m in 64, 128, 256, 512; n = k = 0" : nullptr;
 }
 
+// state_passing_bwd: consecutive state elements per thread (one float4 of P and dP), and its work items
+// (blocks of BLOCK * 4 elements of one (b, h)).
+constexpr int kStatePassingBwdElems = 4;
+SSD_HOST_DEVICE constexpr long long state_passing_bwd_items(long long state_size, int block, long long batch,
+                                                           long long nheads) {
+  return (state_size + kStatePassingBwdElems * block - 1) / (kStatePassingBwdElems * block) * batch * nheads;
+}
+
 // ---- chunk_state_passing_fwd on sm_90a (wgmma; chunk_state_passing_sm90a.cuh): BLOCK_M / 64 warpgroups
 // per block, each a 64 (p) x BLOCK_N (n) state tile (wgmma M x N) of one head; K = positions in stages
 // of BLOCK_K through a ring of chunk_state_passing_wgmma_stages(BLOCK_K) cp.async stages (per warpgroup x [k][64 p], and
