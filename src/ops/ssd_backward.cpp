@@ -675,7 +675,7 @@ std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const For
 
 const char* backward_stage_name(int stage) {
   static const char* names[kBwdStageCount] = {"recompute (cumsum, bmm, state pass)", "gate_bwd", "chunk_scan_bwd_dstates",
-                                              "state_passing_bwd (fused: chunk_state_passing_bwd)", "chunk_scan_bwd_dx", "chunk_scan_bwd_dcb",
+                                              "state_passing_bwd / fused state pass", "chunk_scan_bwd_dx", "chunk_scan_bwd_dcb",
                                               "chunk_scan_bwd_ddA_intra", "chunk_state_bwd_db", "chunk_scan_bwd_dc",
                                               "chunk_scan_bwd_ddA", "chunk_cumsum_bwd (+ reduce)"};
   return stage >= 0 && stage < kBwdStageCount ? names[stage] : "?";

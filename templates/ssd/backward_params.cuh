@@ -3,6 +3,7 @@
 //
 //   chunk_scan_bwd_dstates  (chunk_state.cuh, DSTATES)  dP_c = dYᵀ diag(η E_start) C            (B-b)
 //   state_passing_bwd       (state_passing_bwd.cuh)     ds_c, dinit, ρ partials                  (B-c)
+//   chunk_state_passing_bwd (chunk_state_passing_bwd.cuh) the two above fused, dP on chip    (B-b + B-c)
 //   chunk_scan_bwd_dx       (chunk_scan_bwd_dx.cuh)     dx, dΔˣ, w_l (ddA next), v_l (ddA prev)  (B-d, B-g)
 //   chunk_scan_bwd_dcb      (chunk_scan_bwd_dcb.cuh)    dCB per group, heads summed in order     (B-e)
 //   chunk_scan_bwd_ddA_intra(chunk_scan_bwd_ddA_intra.cuh) ddA intra, per 64-row group          (B-g)

@@ -413,7 +413,7 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   nlohmann::json out_json{{"what", "bwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L},
-                          {"iters", ga.iters}, {"device", dev_name}};
+                          {"iters", ga.iters}, {"device", dev_name}, {"staged", tuning.staged_state_pass}};
   for (ssd_mode mode : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST}) {
     a.mode = mode;
     // Fast mode runs the deterministic kernels (backward_kernel_mode); the fast row times the fast
@@ -448,9 +448,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
-      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}\n",
+      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}{}\n",
                  m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
-                 arch_note(ga));
+                 tuning.staged_state_pass ? " staged state pass" : "", arch_note(ga));
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
       fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_backward calls in {} rounds, "
