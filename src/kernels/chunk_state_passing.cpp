@@ -54,10 +54,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kInitialStates", c.flags & SSD_FLAG_INITIAL_STATES)
       .element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
       .boolean("kTwoTerm", c.flags & SSD_FLAG_TWO_TERM_STATES);
-  if (c.arch != SSD_ARCH_SM90A)  // the units of sm_80 and sm_90 stay as they were
-    return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
-  s.boolean("kWgmma", uses_wgmma(c));
   if (!uses_wgmma(c)) return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
+  s.boolean("kWgmma", true);  // written only here: the mma.sync specializations keep their Spec
   KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 0};
   k.dynamic_shared_bytes =
       ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k);

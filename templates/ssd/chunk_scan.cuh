@@ -82,11 +82,6 @@ __device__ __forceinline__ bool vec16_bhlp(const void* ptr, long long sb, long l
   return aligned16(ptr) && sp == 1 && ((sb | sl | sh) & 7) == 0;
 }
 
-// Spec::kWgmma when the Spec has it (the descriptor writes it only for the sm_90a wgmma path), else false.
-template <class S>
-__host__ __device__ constexpr auto spec_wgmma(int) -> decltype(bool(S::kWgmma)) { return S::kWgmma; }
-template <class S>
-__host__ __device__ constexpr bool spec_wgmma(long) { return false; }
 
 }  // namespace detail
 }  // namespace ssd_kernels
@@ -417,11 +412,11 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
 
 template <class Spec>
 __device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
-  if constexpr (detail::spec_wgmma<Spec>(0)) {
+  if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     chunk_scan_fwd_wgmma<Spec>(p);
 #else
-    static_assert(!detail::spec_wgmma<Spec>(0), "the wgmma chunk_scan_fwd needs the sm_90a target");
+    static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma chunk_scan_fwd needs the sm_90a target");
 #endif
   } else {
     chunk_scan_fwd_mma<Spec>(p);

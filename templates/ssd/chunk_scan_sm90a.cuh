@@ -185,7 +185,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   float* s_dA = reinterpret_cast<float*>(s_dyn);
   float* s_dt = s_dA + Q;
   int* s_seq = reinterpret_cast<int*>(s_dt + Q);  // Q entries with seq_idx
-  unsigned char* s_body = sm90a_detail::align1024(s_dyn + chunk_scan_wg_fixed_bytes(Q, Spec::kSeqIdx));
+  unsigned char* s_body = sm90a_detail::align1024(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
 
   const int tid = threadIdx.x;
   const int wg = BLOCK_M == 64 ? 0 : tid >> 7;  // warpgroup: tile rows 64 wg .. 64 wg + 63

@@ -235,14 +235,15 @@ __device__ void chunk_state_passing_fwd_mma(const ChunkStatePassingFwdParams& p)
 // src/kernels/chunk_state_passing.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
 template <class Spec>
 __device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
+  if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (Spec::kWgmma)
     chunk_state_passing_fwd_wgmma<Spec>(p);
-  else
-    chunk_state_passing_fwd_mma<Spec>(p);
 #else
-  chunk_state_passing_fwd_mma<Spec>(p);
+    static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma chunk_state_passing_fwd needs the sm_90a target");
 #endif
+  } else {
+    chunk_state_passing_fwd_mma<Spec>(p);
+  }
 }
 
 }  // namespace ssd_kernels

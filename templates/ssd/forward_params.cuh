@@ -286,7 +286,6 @@ SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_bytes(int bm, int bn) {
   return (chunk_scan_wg_tile0_bytes(bm, bn) + chunk_scan_wg_tile1_bytes(bm, bn) + 1023) / 1024 * 1024;
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, bool seq) { return q * 4 * (seq ? 3 : 2); }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_body_bytes(int bm, int bn) {
   return imax(chunk_scan_wg_stages() * chunk_scan_wg_stage_bytes(bm, bn), chunk_scan_wg_epilogue_bytes(bm, bn));
 }
@@ -297,7 +296,7 @@ SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages_a(int bm, int bn) {
   return imin(4, chunk_scan_wg_body_bytes(bm, bn) / chunk_scan_wg_stage_a_bytes(bm, bn));
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq) {
-  return chunk_scan_wg_fixed_bytes(q, seq) + 1024 + chunk_scan_wg_body_bytes(bm, bn);
+  return two_phase_fixed_bytes(q, seq) + 1024 + chunk_scan_wg_body_bytes(bm, bn);
 }
 // Resident blocks per SM (__launch_bounds__'s second argument, so also the register cap): shared
 // memory (228 KiB per SM, 1 KiB reserved per block) and the 64 K registers per SM at `regs` per

@@ -145,8 +145,9 @@ kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd. --arch builds every kernel for that target instead of the device's (an
 sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g. `--arch sm_90` times
 the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. The output ends with the host path: the CPU
-time of one C-API call, kernels loaded (bwd: per mode, and also that of one replay of the call
-captured into a CUDA graph).
+time of one C-API call, kernels loaded (bwd: once, after the deterministic section — a C-API call
+runs the deterministic kernels in either mode — and also that of one replay of the call captured
+into a CUDA graph).
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic

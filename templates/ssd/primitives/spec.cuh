@@ -32,6 +32,10 @@ SSD_SPEC_OPTIONAL_INT(kDstate)
 SSD_SPEC_OPTIONAL_INT(kHeadsPerGroup)
 SSD_SPEC_OPTIONAL_INT(kBlockN)
 SSD_SPEC_OPTIONAL_INT(kBlockK)
+// The sm_90a wgmma implementation of a family with two (chunk_scan_fwd, chunk_state_passing_fwd):
+// the descriptor writes kWgmma = true only for the specializations that take it, so the others keep
+// their Spec; absent reads 0, the mma.sync kernel.
+SSD_SPEC_OPTIONAL_INT(kWgmma)
 #undef SSD_SPEC_OPTIONAL_INT
 
 }  // namespace spec_detail
