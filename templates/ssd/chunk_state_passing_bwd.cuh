@@ -28,6 +28,9 @@
 // Pipeline: chunk_state_passing_fwd's: a cp.async ring over the flattened (chunk, K step) sequence
 // in the walk's order (the last chunk first), the next chunk's weights written into the other half
 // of s_w during this chunk's last step, their global inputs loaded into registers a chunk ahead.
+// The epilogue's own global inputs (P_c, the carry's) are all issued at its top, one round trip
+// per chunk, and its bf16/fp16 outputs leave as whole-sector 8-byte stores (detail::store_quad);
+// 512-thread tiles (128 registers) keep the per-element loads and 4-byte stores (see BATCHED).
 //
 // Launch: block = fwd_geom::chunk_state_passing_threads(BLOCK_M, BLOCK_N) threads; grid =
 //         (fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N), batch, nheads), each axis grid-stride;
@@ -85,10 +88,65 @@ struct DstatesWeights {
   }
 };
 
-// Two T values as one 4-byte store (e even: the workspace rows are contiguous and 256-byte aligned).
+// Chunk c's epilogue inputs, loaded at the top of its epilogue, all in flight together: the
+// compiler may not move a load above the epilogue's stores (it cannot prove them disjoint), so
+// loaded next to its use each fragment's P_c was a dependent round trip of its own (16 per chunk
+// per thread at 64 × 64). P_c in the accumulator's fragment layout, P[g][j] = elements col, col + 1
+// of fragment row group g = 2i + half (row 16i + FragC::row(lane, half)), for G groups (2 · MI, or
+// 0: loaded in place, see the kernel's BATCHED); the carry's inputs dA_cumsum_c(λ_c), seq_idx(cQ+λ_c),
+// seq_idx(cQ−1).
+template <int Q, int N, int G, int NJ, bool HAS_SEQ_IDX>
+struct EpilogueInputs {
+  float2 P[G > 0 ? G : 1][NJ];
+  float dA_last;
+  int id_last, id_prev;
+
+  template <class Params>
+  __device__ __forceinline__ void fetch(const Params& p, const float* Pc, int b, int h, int c, int last, int row0,
+                                        int col0, int lane) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int row = row0 + 16 * (g / 2) + FragC::row(lane, g % 2);
+        const int col = col0 + 8 * j + FragC::col(lane);
+        P[g][j] = *reinterpret_cast<const float2*>(Pc + (long long)row * N + col);
+      }
+    dA_last = p.dA_cumsum.ptr(b, h, c)[last];
+    if (HAS_SEQ_IDX) {
+      id_last = p.seq_idx(b, (long long)c * Q + last);
+      id_prev = c > 0 ? p.seq_idx(b, (long long)c * Q - 1) : 0;
+    }
+  }
+
+  // θ_c · exp(dA_cumsum_c(λ_c)), the same expressions as state_passing_bwd's.
+  __device__ __forceinline__ float carry() const {
+    float carry = expf(dA_last);
+    if (HAS_SEQ_IDX && id_last != id_prev) carry = 0.f;
+    return carry;
+  }
+};
+
+// Two T values packed as the 4 bytes of one store (the lower address in the low half).
 template <class T>
-__device__ __forceinline__ void store_pair(T* dst, T a, T b) {
-  *reinterpret_cast<unsigned*>(dst) = unsigned(a.bits) | (unsigned(b.bits) << 16);
+__device__ __forceinline__ unsigned pack_pair(T a, T b) {
+  return unsigned(a.bits) | (unsigned(b.bits) << 16);
+}
+
+// The pairs of fragment columns j, j+1 of one row, from the 4 lanes lt = 0..3 of a row group, as
+// 8-byte stores: lane lt even stores its column pair of j and lane lt+1's (4 elements from
+// 8j + 2lt), lane lt odd lane lt−1's pair of j+1 and its own (from 8(j+1) + 2(lt−1)). A warp's
+// store is then 8 rows × 32 whole bytes (one sector each), where two 4-byte stores wrote 8 rows
+// × 16 bytes twice (half sectors). One shuffle per pair; no value changes. dst + e 8-byte aligned:
+// the workspace rows are contiguous and 256-byte aligned, e a multiple of 4.
+template <class T>
+__device__ __forceinline__ void store_quad(T* row_base, int col_j, unsigned u_j, unsigned u_j1, int lt) {
+  const bool odd = lt & 1;
+  const unsigned recv = __shfl_xor_sync(0xffffffffu, odd ? u_j : u_j1, 1);
+  const unsigned lo = odd ? recv : u_j, hi = odd ? u_j1 : recv;
+  // One 64-bit integer store (a uint2 of T* was split into two 4-byte stores).
+  *reinterpret_cast<unsigned long long*>(row_base + (odd ? col_j + 8 - 2 : col_j)) =
+      (unsigned long long)lo | ((unsigned long long)hi << 32);
 }
 
 }  // namespace detail
@@ -115,6 +173,10 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
   constexpr int PASSES = X_LO ? 2 : 1;      // dy, then dy_lo
   constexpr bool ROW_PAIRS = WN < 32;       // dstate 16: a ρ block is two rows
   static_assert(ROW_PAIRS ? (N == 16 && NJ == 2) : NJ % 4 == 0, "ρ blocks must lie in one warp's fragments");
+  // The epilogue's batched form (P_c's loads all in flight at once, whole-sector 8-byte stores)
+  // where the register bound is 255 (65536 / NT with one block per SM); under 128 (512 threads)
+  // both spilled, so there P_c is loaded next to its use and stored 4 bytes at a time, as before.
+  constexpr bool BATCHED = NT < 512;
 
   __shared__ __align__(16) T s_x[STAGES][BLOCK_K * LDX];
   __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
@@ -210,6 +272,11 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
                                                                   w + (st - ksteps) * BLOCK_K, lt);
           if (++st < PASSES * ksteps) continue;
 
+          // Chunk c's epilogue inputs first, all in flight together, before the loads and stores below.
+          const float* Pc = p.states.ptr(b, c, h);
+          detail::EpilogueInputs<Q, N, BATCHED ? 2 * MI : 0, NJ, HAS_SEQ_IDX> ein;
+          ein.fetch(p, Pc, b, h, c, chunk_valid(c) - 1, p0 + wm0, n0 + wn0, lane);
+
           // The next chunk's weights into the half the previous chunk used, and the one after's
           // inputs on their way (chunk_state_passing_fwd's argument).
           if (c > 0) {
@@ -218,16 +285,9 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
           }
 
           // Epilogue of chunk c: state_passing_bwd's steps per element, dP_c = acc.
-          const int last = chunk_valid(c) - 1;  // λ_c
-          float carry = expf(p.dA_cumsum.ptr(b, h, c)[last]);
-          if (HAS_SEQ_IDX) {
-            const int id_last = p.seq_idx(b, (long long)c * Q + last);
-            const int id_prev = c > 0 ? p.seq_idx(b, (long long)c * Q - 1) : 0;
-            if (id_last != id_prev) carry = 0.f;
-          }
+          const float carry = ein.carry();
           const long long at = p.ds.offset(b, c, h);
           double* rho_c = p.rho_slots + (((long long)b * nheads + h) * nchunks + c) * SLOTS;
-          const float* Pc = p.states.ptr(b, c, h);
           T* dsc = static_cast<T*>(p.ds.data) + at;
           T* dslc = static_cast<T*>(p.ds_lo) + at;
           T* ptc = static_cast<T*>(p.states_t) + at;
@@ -237,26 +297,62 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
-              double part[NJ][2];
+              const long long e_row = (long long)row * N;
+              // ρ's products: with dstate 16 all of the row's (the block spans two rows), else per
+              // block of four fragment columns, its offset-16 sums taken as soon as both terms exist.
+              double part[ROW_PAIRS ? NJ : 2][2], s16[2][2];
+              unsigned u_ds[2], u_pt[2], u_dsl[2], u_ptl[2];  // the T pairs of fragment columns j−1, j
 #pragma unroll
               for (int j = 0; j < NJ; ++j) {
                 const int col = n0 + wn0 + 8 * j + FragC::col(lane);
-                const long long e = (long long)row * N + col;
-                const float2 Pv = *reinterpret_cast<const float2*>(Pc + e);
+                const float2 Pv = BATCHED ? ein.P[2 * i + half][j] : *reinterpret_cast<const float2*>(Pc + e_row + col);
                 float* v = run[i][j].x + 2 * half;
                 const T ds0 = from_float<T>(v[0]), ds1 = from_float<T>(v[1]);
                 const T p0h = from_float<T>(Pv.x), p1h = from_float<T>(Pv.y);
-                detail::store_pair<T>(dsc + e, ds0, ds1);
-                detail::store_pair<T>(ptc + e, p0h, p1h);
-                detail::store_pair<T>(dslc + e, lo_term<T>(v[0], ds0), lo_term<T>(v[1], ds1));
-                detail::store_pair<T>(ptlc + e, lo_term<T>(Pv.x, p0h), lo_term<T>(Pv.y, p1h));
-                part[j][0] = __dmul_rn(double(Pv.x), double(v[0]));  // exact: 24 + 24 mantissa bits
-                part[j][1] = __dmul_rn(double(Pv.y), double(v[1]));
+                u_ds[j & 1] = detail::pack_pair<T>(ds0, ds1);
+                u_pt[j & 1] = detail::pack_pair<T>(p0h, p1h);
+                u_dsl[j & 1] = detail::pack_pair<T>(lo_term<T>(v[0], ds0), lo_term<T>(v[1], ds1));
+                u_ptl[j & 1] = detail::pack_pair<T>(lo_term<T>(Pv.x, p0h), lo_term<T>(Pv.y, p1h));
+                const double pj[2] = {__dmul_rn(double(Pv.x), double(v[0])),  // exact: 24 + 24 mantissa bits
+                                      __dmul_rn(double(Pv.y), double(v[1]))};
                 const float* a = acc[i][j].x + 2 * half;
                 v[0] = __fmaf_rn(carry, v[0], a[0]);
                 v[1] = __fmaf_rn(carry, v[1], a[1]);
+                if constexpr (!BATCHED) {
+                  *reinterpret_cast<unsigned*>(dsc + e_row + col) = u_ds[j & 1];
+                  *reinterpret_cast<unsigned*>(ptc + e_row + col) = u_pt[j & 1];
+                  *reinterpret_cast<unsigned*>(dslc + e_row + col) = u_dsl[j & 1];
+                  *reinterpret_cast<unsigned*>(ptlc + e_row + col) = u_ptl[j & 1];
+                } else if (j & 1) {  // NJ is even: the pair j−1, j
+                  detail::store_quad<T>(dsc + e_row, col - 8, u_ds[0], u_ds[1], lt);
+                  detail::store_quad<T>(ptc + e_row, col - 8, u_pt[0], u_pt[1], lt);
+                  detail::store_quad<T>(dslc + e_row, col - 8, u_dsl[0], u_dsl[1], lt);
+                  detail::store_quad<T>(ptlc + e_row, col - 8, u_ptl[0], u_ptl[1], lt);
+                }
+                // ρ: state_passing_bwd's butterfly per block of 32 consecutive e (see the header).
+                if constexpr (ROW_PAIRS) {
+                  part[j][0] = pj[0];
+                  part[j][1] = pj[1];
+                } else if (j % 4 < 2) {
+                  part[j % 4][0] = pj[0];
+                  part[j % 4][1] = pj[1];
+                } else {
+#pragma unroll
+                  for (int q = 0; q < 2; ++q) s16[j % 4 - 2][q] = __dadd_rn(part[j % 4 - 2][q], pj[q]);  // offset 16
+                  if (j % 4 == 3) {
+                    double t[2];
+#pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                      t[q] = __dadd_rn(s16[0][q], s16[1][q]);                                // offset 8
+                      t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));         // offset 4
+                      t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));         // offset 2
+                    }
+                    const double sum = __dadd_rn(t[0], t[1]);                                // offset 1
+                    const long long e0 = (long long)row * N + n0 + wn0 + 32 * (j / 4);
+                    if (lt == 0) rho_c[e0 / 32] = sum;
+                  }
+                }
               }
-              // ρ: state_passing_bwd's butterfly per block of 32 consecutive e (see the header).
               if constexpr (ROW_PAIRS) {
                 double t[2];
 #pragma unroll
@@ -269,22 +365,6 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
                 }
                 const double sum = __dadd_rn(t[0], t[1]);                                    // offset 1
                 if (lt == 0 && (lg & 1) == 0) rho_c[row / 2] = sum;
-              } else {
-#pragma unroll
-                for (int jb = 0; jb < NJ / 4; ++jb) {
-                  double t[2];
-#pragma unroll
-                  for (int q = 0; q < 2; ++q) {
-                    const double s0 = __dadd_rn(part[4 * jb][q], part[4 * jb + 2][q]);      // offset 16
-                    const double s1 = __dadd_rn(part[4 * jb + 1][q], part[4 * jb + 3][q]);
-                    t[q] = __dadd_rn(s0, s1);                                                // offset 8
-                    t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));           // offset 4
-                    t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));           // offset 2
-                  }
-                  const double sum = __dadd_rn(t[0], t[1]);                                  // offset 1
-                  const long long e0 = (long long)row * N + n0 + wn0 + 32 * jb;
-                  if (lt == 0) rho_c[e0 / 32] = sum;
-                }
               }
             }
 #pragma unroll
