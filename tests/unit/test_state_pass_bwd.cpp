@@ -203,7 +203,10 @@ TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations
   // All options (z: the dy_lo pass; seq_idx; dfinal / dinit / initial states are pointers), fp16,
   // the smallest and largest tiles, dstate 16.
   for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A}) {
-    for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{16, 32, 16, 0, 0}})
+    // The swept tiles of 128 to 256 threads too: their epilogue holds all of P_c's fragments at
+    // once (at most 255 registers, no spills).
+    for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{16, 32, 16, 0, 0},
+                              ssd_tile{32, 64, 64, 0, 0}, ssd_tile{64, 64, 32, 0, 0}})
       configs.push_back(fused(arch, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, t));
     ssd_kernel_config half = fused(arch, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{64, 64, 32, 0, 0});
     half.dtype = SSD_DTYPE_FP16;
@@ -213,6 +216,9 @@ TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations
     small.chunk_size = 64;
     configs.push_back(small);
   }
+  // 512 threads (a 128-register bound): the per-element epilogue, as the bench runs it (no z, no
+  // seq_idx; with both it spills a little on either arch, as it did before the batched epilogue).
+  configs.push_back(fused(SSD_ARCH_SM90A, 0, ssd_tile{64, 256, 32, 0, 0}));
   int with_report = 0;
   for (const ssd_kernel_config& c : configs) {
     CAPTURE(config_label(c));
