@@ -16,7 +16,14 @@ done
     "dcb=128x64x32" "dcb=64x128x32" "dcb=32x64x64" "dcb=64x64x16" "dcb=128x128x32" \
     "intra=64x16x32" "intra=128x16x32" "intra=128x32x32" "intra=64x32x64" "intra=64x32x16" \
     "db=64x128x32" "db=128x64x32" "db=32x128x32" "db=128x128x16" "dc=64x128x32" "dc=128x64x32" "dc=32x128x32" \
-    "dstates=64x256x16" "dstates=32x128x32" "dstates=64x64x32" "passing=128" "passing=512"; do
-  "$root/build-gpu/ssdgen" bench bwd --preset nemotronh-56b --batch 4 --seqlen 2048 --iters 20 --warmup 3 \
-    ${tiles:+--tiles $tiles} 2>&1 | sed -n '1,13p' | grep -E "^bench|ssdgen:|${tiles%%=*}|total" | tee -a "$out/tile_sweep.txt"
+    "state_pass=64x64x64" "state_pass=64x128x32" "state_pass=32x64x64" "state_pass=64x64x32" "state_pass=64x256x32" \
+    "staged:" "staged:dstates=64x256x16" "staged:dstates=32x128x32" "staged:dstates=64x64x32" "staged:passing=128" \
+    "staged:passing=512"; do
+  # staged: the pair chunk_scan_bwd_dstates + state_passing_bwd (bench bwd --staged) instead of the fused
+  # chunk_state_passing_bwd (whose tile is state_pass=).
+  staged=
+  case $tiles in staged:*) staged=--staged; tiles=${tiles#staged:} ;; esac
+  "$root/build-gpu/ssdgen" bench bwd --preset nemotronh-56b --batch 4 --seqlen 2048 --iters 20 --warmup 3 $staged \
+    ${tiles:+--tiles $tiles} 2>&1 | sed -n '1,13p' | grep -E "^bench|ssdgen:|${tiles:+${tiles%%=*}|}dstates|state_passing|total" \
+    | tee -a "$out/tile_sweep.txt"
 done

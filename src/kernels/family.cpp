@@ -12,7 +12,8 @@ namespace ssd {
 extern const KernelFamily kChunkCumsumFwdFamily, kChunkCumsumBwdFamily, kReduceHeadPartialsFamily, kBmmChunkFwdFamily,
     kChunkStateFwdFamily, kStatePassingFwdFamily, kChunkScanFwdFamily, kGateBwdFamily, kChunkScanBwdDstatesFamily,
     kStatePassingBwdFamily, kChunkScanBwdDxFamily, kChunkScanBwdDcbFamily, kChunkScanBwdDdaIntraFamily,
-    kChunkStateBwdDbFamily, kChunkScanBwdDcFamily, kChunkScanBwdDdaFamily, kChunkStatePassingFwdFamily;
+    kChunkStateBwdDbFamily, kChunkScanBwdDcFamily, kChunkScanBwdDdaFamily, kChunkStatePassingFwdFamily,
+    kChunkStatePassingBwdFamily;
 
 const std::vector<const KernelFamily*>& kernel_families() {
   static const std::vector<const KernelFamily*> families = [] {
@@ -21,7 +22,7 @@ const std::vector<const KernelFamily*>& kernel_families() {
         &kChunkStateFwdFamily,        &kStatePassingFwdFamily,  &kChunkScanFwdFamily,       &kGateBwdFamily,
         &kChunkScanBwdDstatesFamily,  &kStatePassingBwdFamily,  &kChunkScanBwdDxFamily,     &kChunkScanBwdDcbFamily,
         &kChunkScanBwdDdaIntraFamily, &kChunkStateBwdDbFamily,  &kChunkScanBwdDcFamily,     &kChunkScanBwdDdaFamily,
-        &kChunkStatePassingFwdFamily};
+        &kChunkStatePassingFwdFamily, &kChunkStatePassingBwdFamily};
     std::sort(all.begin(), all.end(), [](const KernelFamily* a, const KernelFamily* b) { return a->id < b->id; });
     return all;
   }();

@@ -266,7 +266,14 @@ GateBwdTensors gate_tensors(const ssd_backward_args& a, const ForwardDims& d, vo
   return t;
 }
 
-Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims& d, ssd_mode mode) {
+// Deterministic mode fuses chunk_scan_bwd_dstates and state_passing_bwd (chunk_state_passing_bwd)
+// unless the tuning asks for the staged pair; fast mode's kernels are the pair.
+bool fused_state_pass(ssd_mode mode, const BackwardTuning& tn) {
+  return mode == SSD_MODE_DETERMINISTIC && !tn.staged_state_pass;
+}
+
+Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims& d, ssd_mode mode,
+                                  const BackwardTuning& tn) {
   const bool det = mode == SSD_MODE_DETERMINISTIC;
   const int64_t T = int64_t(dtype_size(a.x.dtype));
   // Checked: absurd shapes must not wrap into a small total with overlapping regions.
@@ -287,7 +294,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.states = take(z.mul({int64_t(states), 4}));
   l.dy = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);
   l.dy_lo = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);  // dy's second term, laid out as dy
-  l.dP = take(z.mul({int64_t(states), 4}));
+  l.dP = take(fused_state_pass(mode, tn) ? 0 : z.mul({int64_t(states), 4}));  // fused: dP stays on chip
   l.ds = take(z.mul({int64_t(states), T}));
   l.ds_lo = take(z.mul({int64_t(states), T}));
   l.states_t = take(z.mul({int64_t(states), T}));
@@ -457,6 +464,37 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
       1, 1, params, stream);
 }
 
+// B-b + B-c fused (deterministic mode's default): dP on chip, the same outputs bit for bit.
+bool staged_runs(const B& c) { return !fused_state_pass(c.mode, c.tn); }
+bool fused_runs(const B& c) { return fused_state_pass(c.mode, c.tn); }
+ssd_kernel_config fused_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_STATE_PASSING_BWD, c.tn.state_pass); }
+Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkStatePassingBwdParams p{};
+  p.x = ref<const void, 4>(c.dy());
+  p.x_lo = c.dy_lo();  // laid out as dy (null without z)
+  p.B = ref<const void, 4>(c.a.C);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.states = c.states<const float, 3>(c.L.states);
+  p.ds = c.states<void, 3>(c.L.ds);
+  p.ds_lo = c.base + c.L.ds_lo;  // laid out as ds
+  p.states_t = c.base + c.L.states_t;
+  p.states_t_lo = c.base + c.L.states_t_lo;
+  p.dfinal_states = ref<const float, 2>(c.a.dfinal_states);
+  p.dinit = ref<float, 2>(c.a.dinitial_states);
+  p.rho_slots = reinterpret_cast<double*>(c.base + c.L.rho);
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  const ssd_tile t = k.built->config.tile;
+  // The flattened (chunk, pass, K step) walk is a 32-bit index (two passes with z).
+  if (c.d.nc * (c.a.z.data ? 2 : 1) * (c.d.Q / t.k) >= (int64_t(1) << 31))
+    return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunk steps for "
+                                                           "chunk_state_passing_bwd", c.d.L));
+  void* params[] = {&p};
+  return launch_kernel(
+      k, grid_x(ssd_kernels::fwd_geom::chunk_state_tiles(int(c.d.p), int(c.d.n), t.m, t.n), c.tn.max_blocks),
+      grid_yz(c.d.b, c.tn.max_blocks), c.gh(), params, stream);
+}
+
 // B-d: dx, dΔˣ's state part, w, v (with z, SSD_FLAG_Z: v's p sum also over dy's second term).
 ssd_kernel_config dx_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DX, c.tn.dx); }
 Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
@@ -589,8 +627,9 @@ const std::vector<Stage<B>>& backward_plan() {
   static const std::vector<Stage<B>> plan = {
       {"gate_bwd", -1, gate_runs, gate_cfg, gate_launch},
       {"reduce_head_partials (dD)", kBwdGate, dD_reduce_runs, dD_reduce_cfg, dD_reduce_launch},
-      {"chunk_scan_bwd_dstates", kBwdDstates, nullptr, dstates_cfg, dstates_launch},
-      {"state_passing_bwd", kBwdPassing, nullptr, passing_cfg, passing_launch},
+      {"chunk_scan_bwd_dstates", kBwdDstates, staged_runs, dstates_cfg, dstates_launch},
+      {"state_passing_bwd", kBwdPassing, staged_runs, passing_cfg, passing_launch},
+      {"chunk_state_passing_bwd", kBwdPassing, fused_runs, fused_cfg, fused_launch},
       {"chunk_scan_bwd_dx", kBwdDx, nullptr, dx_cfg, dx_launch},
       {"chunk_scan_bwd_dcb", kBwdDcb, nullptr, dcb_cfg, dcb_launch},
       {"chunk_scan_bwd_ddA_intra", kBwdIntra, nullptr, intra_cfg, intra_launch},
@@ -619,7 +658,7 @@ std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const For
 
 const char* backward_stage_name(int stage) {
   static const char* names[kBwdStageCount] = {"recompute (cumsum, bmm, state pass)", "gate_bwd", "chunk_scan_bwd_dstates",
-                                              "state_passing_bwd", "chunk_scan_bwd_dx", "chunk_scan_bwd_dcb",
+                                              "state_passing_bwd / fused state pass", "chunk_scan_bwd_dx", "chunk_scan_bwd_dcb",
                                               "chunk_scan_bwd_ddA_intra", "chunk_state_bwd_db", "chunk_scan_bwd_dc",
                                               "chunk_scan_bwd_ddA", "chunk_cumsum_bwd (+ reduce)"};
   return stage >= 0 && stage < kBwdStageCount ? names[stage] : "?";
@@ -641,7 +680,7 @@ Result<BackwardLayout> backward_layout(const ssd_backward_args* user_args, int32
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   if (mode < 0) mode = a.mode >= 0 ? a.mode : SSD_MODE_DETERMINISTIC;
-  return layout_for(a, d, backward_kernel_mode(ssd_mode(mode), tuning));
+  return layout_for(a, d, backward_kernel_mode(ssd_mode(mode), tuning), tuning ? *tuning : BackwardTuning{});
 }
 
 Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backward_args* user_args, ssd_arch arch,
@@ -662,7 +701,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
   const ssd_mode mode = backward_kernel_mode(a.mode >= 0 ? ssd_mode(a.mode) : rt.mode, &tn);
-  auto layout = layout_for(a, d, mode);
+  auto layout = layout_for(a, d, mode, tn);
   if (!layout.ok()) return layout.status();
   const BackwardLayout& L = layout.value();
   if (workspace && workspace_bytes < L.total)

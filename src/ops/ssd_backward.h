@@ -34,11 +34,16 @@ ssd_backward_args default_backward_args();
 struct BackwardTuning {
   ForwardTuning forward{};  // the recompute: bmm, state_pass (or staged: state, passing); scan unused
   ssd_tile dstates{}, passing{}, dx{}, dcb{}, intra{}, db{}, dc{}, dda{}, cumsum{}, reduce{};
+  ssd_tile state_pass{};  // chunk_state_passing_bwd (the fused dstates + state_passing_bwd)
   int32_t max_blocks = 0;  // > 0: every grid axis capped (persistent-style grid-stride)
   // SSD_MODE_FAST runs the deterministic kernels (issue 10: on the H200 the fast backward was slower
   // than the deterministic one at every measured shape, docs/perf.md); set this to run the fast
   // (atomic) kernels in fast mode anyway: their benchmark and their own tests.
   bool fast_kernels = false;
+  // Deterministic mode runs chunk_state_passing_bwd (dP on chip); set this to run the staged pair
+  // chunk_scan_bwd_dstates + state_passing_bwd instead (dP through the workspace): the fused
+  // kernel's comparison test and `ssdgen bench bwd --staged`. Fast kernels always run the pair.
+  bool staged_state_pass = false;
 };
 
 // The mode whose kernels a backward call in mode `requested` runs (the layout, the configs and the
@@ -58,7 +63,8 @@ struct BackwardLayout {
       dtx_intra, gate, cumsum, total;
 };
 // mode: the mode the call will run in (-1: the args' mode, else deterministic); tuning: the call's
-// (only fast_kernels matters here: the layout is that of backward_kernel_mode's kernels).
+// (only fast_kernels and staged_state_pass matter here: the layout is that of the kernels the call
+// runs; the fused state pass has no dP section).
 Result<BackwardLayout> backward_layout(const ssd_backward_args* args, int32_t mode,
                                        const BackwardTuning* tuning = nullptr);
 

@@ -3,6 +3,7 @@
 //
 //   chunk_scan_bwd_dstates  (chunk_state.cuh, DSTATES)  dP_c = dYᵀ diag(η E_start) C            (B-b)
 //   state_passing_bwd       (state_passing_bwd.cuh)     ds_c, dinit, ρ partials                  (B-c)
+//   chunk_state_passing_bwd (chunk_state_passing_bwd.cuh) the two above fused, dP on chip    (B-b + B-c)
 //   chunk_scan_bwd_dx       (chunk_scan_bwd_dx.cuh)     dx, dΔˣ, w_l (ddA next), v_l (ddA prev)  (B-d, B-g)
 //   chunk_scan_bwd_dcb      (chunk_scan_bwd_dcb.cuh)    dCB per group, heads summed in order     (B-e)
 //   chunk_scan_bwd_ddA_intra(chunk_scan_bwd_ddA_intra.cuh) ddA intra, per 64-row group          (B-g)
@@ -55,6 +56,27 @@ struct StatePassingBwdParams {
   float* rho;
   TensorRef<const int, 2> seq_idx;  // (b, L); data null without
   long long batch, seqlen, nheads, nchunks, state_size;  // state_size = p * n (a multiple of 128)
+};
+
+// chunk_state_passing_bwd (B-b + B-c fused): per (b, h) and state tile, c = Nc-1 .. 0, dP_c's tile as
+// chunk_scan_bwd_dstates computes it (two-term operand; with z, SSD_FLAG_Z, the second pass on dy_lo)
+// kept on chip, then state_passing_bwd's per-element steps (ds, states_t and their second terms,
+// the ρ partials, dS = fma(carry, dS, dP_c)), dinit at the end.
+struct ChunkStatePassingBwdParams {
+  TensorRef<const void, 4> x;  // dy (b, L, h, p), element type (with z: gate_bwd's dy)
+  const void* x_lo;            // with z: dy_lo, laid out as x; null without
+  TensorRef<const void, 4> B;  // C (b, L, g, n)
+  TensorRef<const float, 3> dA_cumsum;  // (b, h, nchunks) rows of Q, unit Q-stride
+  TensorRef<const int, 2> seq_idx;      // (b, L); data null without
+  TensorRef<const float, 3> states;     // P (b, nchunks, h) rows of p*n fp32 (the forward recompute)
+  TensorRef<void, 3> ds;  // (b, nchunks, h) rows of p*n, element type T: hi = rn_T(ds)
+  void* ds_lo;            // laid out as ds
+  void* states_t;         // laid out as ds
+  void* states_t_lo;      // laid out as ds
+  TensorRef<const float, 2> dfinal_states;  // (b, h) rows of p*n fp32; data null (= 0) without
+  TensorRef<float, 2> dinit;                // (b, h) rows of p*n fp32; data null (not written) without
+  double* rho_slots;  // (b, h, nchunks, p*n/32) fp64, as state_passing_bwd's (deterministic only)
+  long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
 
 // chunk_scan_bwd_dx (B-d, and the per-position w_l, v_l of B-g), per (b, c, h), rows l:
@@ -322,6 +344,19 @@ SSD_HOST_DEVICE constexpr const char* bc_tile_problem(int q, int p, int n, int b
 
 SSD_HOST_DEVICE constexpr const char* ddA_tile_problem(int bm, int bn, int bk) {
   return !pow2_in(bm, 64, 256) || bn != 0 || bk != 0 ? "m in 64, 128, 256; n = k = 0" : nullptr;
+}
+
+// chunk_state_passing_bwd: chunk_state_passing_fwd's geometry (warp tiles of at most 32 x 32, its stage
+// count, two Q-rows of weights); the ρ blocks of 32 consecutive p*n elements must lie inside one
+// warp's fragments: n a multiple of 32 (a block is one row of a 32-wide warp tile), or n = dstate = 16
+// (a block is two adjacent rows).
+SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q, int p, int n, int bm, int bn,
+                                                                           int bk) {
+  return fwd_geom::chunk_state_passing_tile_problem(q, p, n, bm, bn, bk) != nullptr
+             ? fwd_geom::chunk_state_passing_tile_problem(q, p, n, bm, bn, bk)
+         : bn % 32 != 0 && !(bn == 16 && n == 16)
+             ? "n must be a multiple of 32, or 16 with dstate 16 (the blocks of 32 consecutive p*n elements of rho)"
+             : nullptr;
 }
 
 }  // namespace bwd_geom

@@ -121,6 +121,15 @@ struct BwdProblem {
     g_dinit = Guarded(nst * 4);
     ssd_backward_args a = args(-1);
     GPU_CHECK_SSD(ssd_backward_workspace_size(&a, &ws_bytes));
+    // The staged state pass and the fast kernels need a dP section the default (fused) layout lacks.
+    ssd::BackwardTuning staged, fast_kernels;
+    staged.staged_state_pass = true;
+    fast_kernels.fast_kernels = true;
+    for (auto [mode, tn] : {std::pair{SSD_MODE_DETERMINISTIC, &staged}, std::pair{SSD_MODE_FAST, &fast_kernels}}) {
+      auto l = ssd::backward_layout(&a, mode, tn);
+      REQUIRE_MESSAGE(l.ok(), l.status().detail);
+      ws_bytes = std::max(ws_bytes, l->total);
+    }
     d_ws = DeviceBuffer(ws_bytes);
   }
 
@@ -281,11 +290,12 @@ void precompile(ssd_runtime* rt, const std::vector<ssd_kernel_config>& configs) 
   for (auto& r : rt->builder->build_many(configs, 16)) REQUIRE_MESSAGE(r.ok(), r.status().detail);
 }
 
-std::vector<ssd_kernel_config> configs_of(ssd_runtime* rt, const BwdProblem& prob, ssd_mode mode) {
+std::vector<ssd_kernel_config> configs_of(ssd_runtime* rt, const BwdProblem& prob, ssd_mode mode,
+                                          const ssd::BackwardTuning* tuning = nullptr) {
   auto arch = ssd::runtime_arch(*rt);
   REQUIRE(arch.ok());
   ssd_backward_args a = prob.args(mode);
-  auto k = ssd::backward_kernel_configs(&a, arch.value(), mode);
+  auto k = ssd::backward_kernel_configs(&a, arch.value(), mode, tuning);
   REQUIRE_MESSAGE(k.ok(), k.status().detail);
   return k.value();
 }
@@ -371,6 +381,12 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
     CAPTURE(describe(c));
     BwdProblem prob(c);
     std::vector<ssd_kernel_config> base_configs = configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC);
+    // The staged state pass's pair too (the default runs chunk_state_passing_bwd: the same bits).
+    ssd::BackwardTuning staged;
+    staged.staged_state_pass = true;
+    for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &staged))
+      if (k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || k.kernel == SSD_KERNEL_STATE_PASSING_BWD)
+        base_configs.push_back(k);
     std::vector<ssd_kernel_config> all;
     for (ssd_kernel_config k : base_configs)
       for (const ssd_tile& t : ssd::legal_tiles(k)) {
@@ -382,10 +398,13 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
     int variants = 0;
     for (const ssd_kernel_config& k : base_configs) {
       ssd::BackwardTuning tn;
+      tn.staged_state_pass =
+          k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || k.kernel == SSD_KERNEL_STATE_PASSING_BWD;
       ssd_tile* slot = nullptr;
       switch (k.kernel) {
         case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES: slot = &tn.dstates; break;
         case SSD_KERNEL_STATE_PASSING_BWD: slot = &tn.passing; break;
+        case SSD_KERNEL_CHUNK_STATE_PASSING_BWD: slot = &tn.state_pass; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DX: slot = &tn.dx; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: slot = &tn.dcb; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: slot = &tn.intra; break;
@@ -418,6 +437,66 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
     }
     MESSAGE("bwd D2/D4 " << describe(c) << ": " << variants << " tile variants and " << grids
                          << " grid caps bitwise identical; guards intact, workspace poisoned");
+  }
+}
+
+TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives the staged pair's bits, every "
+          "tile and grid cap: all gradients and the workspace's ds, states_t, their second terms, the rho slots" *
+          doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  ssd::BackwardTuning staged;
+  staged.staged_state_pass = true;
+  for (const BwdCase& c : kBwdCases) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    const ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
+    auto fused_layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
+    auto staged_layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &staged);
+    REQUIRE(fused_layout.ok());
+    REQUIRE(staged_layout.ok());
+    // [ds, ddt_x): ds, ds_lo, states_t, states_t_lo, the rho slots (the same sizes in both layouts).
+    auto pass_bytes = [&](const ssd::BackwardLayout& L) {
+      const std::vector<uint8_t> ws = download_bytes(prob.d_ws);
+      return std::vector<uint8_t>(ws.begin() + long(L.ds), ws.begin() + long(L.ddt_x));
+    };
+    REQUIRE(fused_layout->ddt_x - fused_layout->ds == staged_layout->ddt_x - staged_layout->ds);
+    std::vector<ssd_kernel_config> fused_configs;
+    for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC))
+      if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) fused_configs.push_back(k);
+    REQUIRE(fused_configs.size() == 1);
+    std::vector<ssd_kernel_config> all = configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &staged);
+    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0])) {
+      ssd_kernel_config k = fused_configs[0];
+      k.tile = t;
+      all.push_back(k);
+    }
+    precompile(rt.rt, all);
+
+    const std::vector<uint8_t> want = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &staged);
+    const std::vector<uint8_t> want_pass = pass_bytes(staged_layout.value());
+    CHECK(same_bytes(prob.run(rt.rt), want));
+    CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
+    int variants = 0;
+    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0])) {
+      ssd::BackwardTuning tn;
+      tn.state_pass = t;
+      CAPTURE(t.m);
+      CAPTURE(t.n);
+      CAPTURE(t.k);
+      CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
+      CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
+      ++variants;
+    }
+    for (int32_t g : {1, 7, 64}) {
+      ssd::BackwardTuning tn;
+      tn.max_blocks = g;
+      CAPTURE(g);
+      CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
+      CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
+    }
+    MESSAGE("bwd fused state pass " << describe(c) << ": " << variants
+                                    << " tiles and 3 grid caps bitwise equal to the staged pair (gradients, ds, "
+                                       "states_t, second terms, rho slots)");
   }
 }
 
@@ -505,9 +584,13 @@ TEST_CASE("ssd_backward stage by stage: the workspace intermediates against the 
           doctest::skip(!gpu_available())) {
   for_each_case({kBwdCases[0], kBwdCases[2], kBwdCases[5]}, [&](ssd_runtime* rt, const BwdCase& c) {
     BwdProblem prob(c);
-    prob.run(rt);
+    // The staged state pass: dP is a workspace section only there (the fused kernel keeps it on chip
+    // and gives the same bits everywhere else).
+    ssd::BackwardTuning staged;
+    staged.staged_state_pass = true;
+    prob.run(rt, SSD_MODE_DETERMINISTIC, &staged);
     ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
-    auto layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
+    auto layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &staged);
     REQUIRE(layout.ok());
     const ssd::BackwardLayout& L = layout.value();
     const ssd::ref::SsdGradients ref = ssd::ref::backward(prob.oracle_problem(), prob.dout.values.data(),

@@ -140,8 +140,8 @@ TEST_CASE("prepare: the backward's kernels are the call's, without duplicates") 
   std::set<ssd_kernel_id> kernels;
   for (const ssd_kernel_config& c : prepared.value()) kernels.insert(c.kernel);
   for (ssd_kernel_id k : {SSD_KERNEL_CHUNK_CUMSUM_FWD, SSD_KERNEL_BMM_CHUNK_FWD,
-                          SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_KERNEL_GATE_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES,
-                          SSD_KERNEL_STATE_PASSING_BWD, SSD_KERNEL_CHUNK_SCAN_BWD_DX, SSD_KERNEL_CHUNK_SCAN_BWD_DCB,
+                          SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_KERNEL_GATE_BWD, SSD_KERNEL_CHUNK_STATE_PASSING_BWD,
+                          SSD_KERNEL_CHUNK_SCAN_BWD_DX, SSD_KERNEL_CHUNK_SCAN_BWD_DCB,
                           SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, SSD_KERNEL_CHUNK_STATE_BWD_DB,
                           SSD_KERNEL_CHUNK_SCAN_BWD_DC, SSD_KERNEL_CHUNK_SCAN_BWD_DDA, SSD_KERNEL_CHUNK_CUMSUM_BWD,
                           SSD_KERNEL_REDUCE_HEAD_PARTIALS})
@@ -149,6 +149,8 @@ TEST_CASE("prepare: the backward's kernels are the call's, without duplicates") 
   CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_FWD) == 0);  // the recompute stops before the output
   CHECK(kernels.count(SSD_KERNEL_CHUNK_STATE_FWD) == 0);  // the states are fused
   CHECK(kernels.count(SSD_KERNEL_STATE_PASSING_FWD) == 0);
+  CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES) == 0);  // and so is the backward's state pass
+  CHECK(kernels.count(SSD_KERNEL_STATE_PASSING_BWD) == 0);
 }
 
 TEST_CASE("prepare: validation names the field, as the call does") {

@@ -228,7 +228,7 @@ ssd::Result<ssd::ForwardTuning> parse_tiles(const std::string& text) {
 ssd::Result<ssd::BackwardTuning> parse_bwd_tiles(const std::string& text) {
   ssd::BackwardTuning t;
   SSD_RETURN_IF_ERROR(parse_tile_items(text, "kernel", "legal for bwd",
-                                       {{"dstates", &t.dstates}, {"passing", &t.passing}, {"dx", &t.dx}, {"dcb", &t.dcb},
+                                       {{"dstates", &t.dstates}, {"passing", &t.passing}, {"state_pass", &t.state_pass}, {"dx", &t.dx}, {"dcb", &t.dcb},
                                         {"intra", &t.intra}, {"db", &t.db}, {"dc", &t.dc}, {"dda", &t.dda}}));
   return t;
 }
@@ -387,11 +387,20 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   a.dC = ssd::contiguous_tensor(dC.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
   a.dD = ssd::contiguous_tensor(dD.ptr_void(), SSD_DTYPE_FP32, {pr.h});
   a.ddt_bias = ssd::contiguous_tensor(dbias.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  // The larger of the two rows' layouts (the fast kernels' has a dP section the fused state pass does
+  // not need; --staged's has it in both), and at least the C API's size (the host-path rows).
   size_t ws_bytes = 0;
+  for (bool fast_kernels : {false, true}) {
+    ssd::BackwardTuning tn = tuning;
+    tn.fast_kernels = fast_kernels;
+    auto l = ssd::backward_layout(&a, fast_kernels ? SSD_MODE_FAST : SSD_MODE_DETERMINISTIC, &tn);
+    if (!l.ok()) return fail(ctx, l.status());
+    ws_bytes = std::max(ws_bytes, l->total);
+  }
   {
     auto l = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
     if (!l.ok()) return fail(ctx, l.status());
-    ws_bytes = l->total;
+    ws_bytes = std::max(ws_bytes, l->total);
   }
   if (ssd::Status st = alloc(drv, ws, ws_bytes); !st.ok()) return fail(ctx, st);
   char dev_name[256] = {0};
@@ -404,7 +413,7 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   nlohmann::json out_json{{"what", "bwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L},
-                          {"iters", ga.iters}, {"device", dev_name}};
+                          {"iters", ga.iters}, {"device", dev_name}, {"staged", tuning.staged_state_pass}};
   for (ssd_mode mode : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST}) {
     a.mode = mode;
     // Fast mode runs the deterministic kernels (backward_kernel_mode); the fast row times the fast
@@ -446,9 +455,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
-      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}\n",
+      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}{}\n",
                  m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
-                 arch_note(ga));
+                 tuning.staged_state_pass ? " staged state pass" : "", arch_note(ga));
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
       if (with_host_path) {
@@ -479,6 +488,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     auto tuning = parse_bwd_tiles(ga.tiles);  // no --tiles: the defaults
     if (!tuning.ok()) return fail(ctx, tuning.status());
     tuning->forward.staged_states = ga.staged;  // the recompute's states
+    tuning->staged_state_pass = ga.staged;      // dstates + state_passing_bwd instead of the fused kernel
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
     return bench_backward(ctx, ga, session, tuning.value());

@@ -134,7 +134,8 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
                         [--arch sm_80|sm_90|sm_90a]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
-                        [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,dda=M]   (bwd)
+                        [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,dda=M]
+                        [--staged]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
@@ -149,7 +150,9 @@ runs the deterministic kernels in either mode — and also that of one replay of
 into a CUDA graph).
 `bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
-needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md).
+needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic
+mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is the state_passing_bwd
+row); --staged runs the pair (and the recompute's staged states), state_pass= sets the fused tile.
 Exit 6 without a driver or device.
 )";
 

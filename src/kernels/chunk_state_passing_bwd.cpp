@@ -1,0 +1,48 @@
+// chunk_state_passing_bwd (templates/ssd/chunk_state_passing_bwd.cuh): chunk_scan_bwd_dstates and
+// state_passing_bwd fused (math B-b + B-c), dP on chip; the deterministic backward's default path.
+#include <algorithm>
+
+#include "kernels/family.h"
+#include "ssd/backward_params.cuh"
+
+namespace ssd {
+namespace {
+
+constexpr SsdFieldUse kUses{true, true, true};
+
+constexpr auto tile_problem = shape_tile_problem<ssd_kernels::bwd_geom::chunk_state_passing_bwd_tile_problem>;
+
+// Fast mode's ρ is an atomic sum (state_passing_bwd's fast variant); this kernel writes only the
+// deterministic fp64 slots, so fast mode keeps the staged pair.
+Status validate(const ssd_kernel_config& c) {
+  SSD_RETURN_IF_ERROR(validate_tensor_core(c, kUses, tile_problem));
+  if (c.mode != SSD_MODE_DETERMINISTIC)
+    return field_error(c, "mode", std::to_string(int(c.mode)),
+                       "deterministic (fast mode runs chunk_scan_bwd_dstates + state_passing_bwd)");
+  return Status::Ok();
+}
+
+// Predicted, not yet measured (docs/perf.md, backward log): chunk_state_passing_fwd's measured best
+// (64 x 64 x 64), 32-wide k where it does not fit; n = 16 with dstate 16 (the only legal n there).
+ssd_tile default_tile(const ssd_kernel_config& c) {
+  return best_legal_tile(c, ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 64, 0, 0},
+                         ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 32, 0, 0}, tile_problem);
+}
+std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return tiles_accepted(c, true, true, tile_problem); }
+
+KernelSpec spec(const ssd_kernel_config& c) {
+  SpecWriter s = tile_spec(c, kUses, "headdim", "dstate", "positions");
+  s.boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX).boolean("kXLo", c.flags & SSD_FLAG_Z);
+  // One block per SM as the launch bound: ptxas may use every register (with no bound its
+  // heuristic capped the small preset's 64 x 64 x 64 unit at 168 registers on sm_80 and spilled).
+  return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 1};
+}
+
+}  // namespace
+
+extern const KernelFamily kChunkStatePassingBwdFamily = {
+    SSD_KERNEL_CHUNK_STATE_PASSING_BWD, "chunk_state_passing_bwd", "ssd/chunk_state_passing_bwd.cuh",
+    "ChunkStatePassingBwdParams", "chunk_state_passing_bwd", SSD_FLAG_SEQ_IDX | SSD_FLAG_Z,
+    [](ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }, validate, default_tile, legal_tiles, spec};
+
+}  // namespace ssd

@@ -1,0 +1,242 @@
+// chunk_state_passing_bwd (templates/ssd/chunk_state_passing_bwd.cuh: chunk_scan_bwd_dstates and
+// state_passing_bwd fused): its tiles (legal ones listed, bad ones refused naming the field and the
+// rule), deterministic mode only, the plan's choice (fused by default, the staged pair with
+// BackwardTuning::staged_state_pass or the fast kernels) and its workspace (no dP section), and
+// NVRTC + ptxas on the presets' and all-options specializations: no spills. The GPU test
+// (tests/gpu/test_ssd_backward_full.cpp) compares its outputs with the staged pair's bit for bit.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/codegen.h"
+#include "compile/nvrtc_compiler.h"
+#include "config/config.h"
+#include "ops/ssd_backward.h"
+#include "presets.h"
+#include "ssd/backward_params.cuh"
+
+using namespace ssd;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The nemotronh-56b shape (p=64, n=256, 32 heads per group, chunk 256, bf16) with `flags`.
+ssd_kernel_config fused(ssd_arch arch, uint32_t flags, ssd_tile tile = {}) {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_STATE_PASSING_BWD);
+  c.arch = arch;
+  c.headdim = 64;
+  c.dstate = 256;
+  c.heads_per_group = 32;
+  c.chunk_size = 256;
+  c.flags = flags;
+  c.tile = tile;
+  return c;
+}
+
+std::string tile_text(const ssd_tile& t) {
+  return std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
+}
+
+std::set<std::string> tile_texts(const std::vector<ssd_tile>& tiles) {
+  std::set<std::string> out;
+  for (const ssd_tile& t : tiles) out.insert(tile_text(t));
+  return out;
+}
+
+ssd_tensor dense(void* data, ssd_dtype dt, std::initializer_list<int64_t> shape) {
+  ssd_tensor t{};
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = int32_t(shape.size());
+  int i = 0;
+  for (int64_t v : shape) t.shape[i++] = v;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.strides[d] = stride;
+    stride *= t.shape[d];
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("chunk_state_passing_bwd: legal tiles cover whole 32-element rho blocks, the default") {
+  const ssd_kernel_config c = fused(SSD_ARCH_SM90A, SSD_FLAG_Z);
+  const std::vector<ssd_tile> tiles = legal_tiles(c);
+  REQUIRE_FALSE(tiles.empty());
+  for (const ssd_tile& t : tiles) {
+    CAPTURE(tile_text(t));
+    CHECK(t.n % 32 == 0);
+    ssd_kernel_config k = c;
+    k.tile = t;
+    CHECK(validate_config(k).ok());
+  }
+  const std::set<std::string> texts = tile_texts(tiles);
+  CHECK(texts.count("64x64x64") == 1);
+  CHECK(texts.count("32x32x16") == 1);
+  CHECK(texts.count("16x32x32") == 1);
+  CHECK(texts.count("64x16x64") == 0);  // n = 16 splits a block of 32 consecutive p*n elements
+  auto n = normalize_config(c);
+  REQUIRE(n.ok());
+  CHECK(tile_text(n->tile) == "64x64x64");
+  // dstate 16: a block is two rows of one 16-wide warp tile, the only legal n.
+  ssd_kernel_config small = c;
+  small.dstate = 16;
+  const std::vector<ssd_tile> small_tiles = legal_tiles(small);
+  REQUIRE_FALSE(small_tiles.empty());
+  for (const ssd_tile& t : small_tiles) CHECK(t.n == 16);
+  CHECK(tile_text(normalize_config(small).value().tile) == "64x16x64");
+  // dstate 32: n = 32 only.
+  ssd_kernel_config n32 = c;
+  n32.dstate = 32;
+  for (const ssd_tile& t : legal_tiles(n32)) CHECK(t.n == 32);
+}
+
+TEST_CASE("chunk_state_passing_bwd: refusals name the field and the rule") {
+  // n = 16 with dstate 256: the rho blocks would straddle warp tiles.
+  Status s = validate_config(fused(SSD_ARCH_SM80, 0, ssd_tile{64, 16, 64, 0, 0}));
+  CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(s.detail, "tile: 64x16x64"));
+  CHECK(contains(s.detail, "chunk_state_passing_bwd"));
+  CHECK(contains(s.detail, "n must be a multiple of 32, or 16 with dstate 16"));
+  // The forward state pass's rules first (the same geometry).
+  s = validate_config(fused(SSD_ARCH_SM80, 0, ssd_tile{64, 64, 128, 0, 0}));
+  CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(s.detail, "m in 16, 32, 64, 128; n in 16, 32, 64, 128, 256; k in 16, 32, 64"));
+  s = validate_config(fused(SSD_ARCH_SM80, 0, ssd_tile{128, 256, 64, 0, 0}));
+  CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(s.detail, "tile: 128x256x64"));
+  // Deterministic only: fast mode's rho is the staged pair's atomic sum.
+  ssd_kernel_config fast = fused(SSD_ARCH_SM80, 0);
+  fast.mode = SSD_MODE_FAST;
+  s = validate_config(fast);
+  CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(s.detail, "mode: "));
+  CHECK(contains(s.detail, "legal: deterministic"));
+  // Flags it does not read (initial states, dfinal and dinit are pointers of the call, not flags).
+  for (uint32_t flag : {uint32_t(SSD_FLAG_INITIAL_STATES), uint32_t(SSD_FLAG_TWO_TERM_STATES), uint32_t(SSD_FLAG_D)}) {
+    s = validate_config(fused(SSD_ARCH_SM80, flag));
+    CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+    CHECK(contains(s.detail, "flags"));
+  }
+}
+
+TEST_CASE("chunk_state_passing_bwd: the plan fuses by default, the staged pair on request or with fast kernels") {
+  // b=2, L=1000, h=8, p=64, g=2, n=64, chunk 64 (a partial last chunk), with z.
+  const int64_t b = 2, L = 1000, h = 8, p = 64, g = 2, n = 64;
+  void* some = reinterpret_cast<void*>(uintptr_t(1) << 20);
+  ssd_backward_args a = default_backward_args();
+  a.chunk_size = 64;
+  a.x = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
+  a.dt = dense(some, SSD_DTYPE_FP32, {b, L, h});
+  a.A = dense(some, SSD_DTYPE_FP32, {h});
+  a.B = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
+  a.C = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
+  a.dout = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
+  a.z = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
+  a.out_x = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
+  a.dx = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
+  a.dz = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
+  a.ddt = dense(some, SSD_DTYPE_FP32, {b, L, h});
+  a.dA = dense(some, SSD_DTYPE_FP32, {h});
+  a.dB = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
+  a.dC = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
+  BackwardTuning staged;
+  staged.staged_state_pass = true;
+  BackwardTuning fast_kernels;
+  fast_kernels.fast_kernels = true;
+  auto kernels_of = [&](ssd_mode mode, const BackwardTuning* tn) {
+    std::multiset<int> out;
+    auto r = backward_kernel_configs(&a, SSD_ARCH_SM80, mode, tn);
+    REQUIRE_MESSAGE(r.ok(), r.status().detail);
+    for (const ssd_kernel_config& c : r.value()) out.insert(c.kernel);
+    return out;
+  };
+  const std::multiset<int> det = kernels_of(SSD_MODE_DETERMINISTIC, nullptr);
+  CHECK(det.count(SSD_KERNEL_CHUNK_STATE_PASSING_BWD) == 1);
+  CHECK(det.count(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES) == 0);
+  CHECK(det.count(SSD_KERNEL_STATE_PASSING_BWD) == 0);
+  CHECK(kernels_of(SSD_MODE_FAST, nullptr) == det);  // fast mode runs the deterministic kernels
+  for (auto [mode, tn] : {std::pair{SSD_MODE_DETERMINISTIC, &staged}, std::pair{SSD_MODE_FAST, &fast_kernels}}) {
+    const std::multiset<int> pair = kernels_of(mode, tn);
+    CHECK(pair.count(SSD_KERNEL_CHUNK_STATE_PASSING_BWD) == 0);
+    CHECK(pair.count(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES) == 1);
+    CHECK(pair.count(SSD_KERNEL_STATE_PASSING_BWD) == 1);
+  }
+  // The fused kernel's config: z's second pass, the call's tile override.
+  auto cfgs = backward_kernel_configs(&a, SSD_ARCH_SM80, SSD_MODE_DETERMINISTIC);
+  REQUIRE(cfgs.ok());
+  BackwardTuning tiled;
+  tiled.state_pass = ssd_tile{32, 32, 32, 0, 0};
+  auto tiled_cfgs = backward_kernel_configs(&a, SSD_ARCH_SM80, SSD_MODE_DETERMINISTIC, &tiled);
+  REQUIRE(tiled_cfgs.ok());
+  for (const ssd_kernel_config& c : tiled_cfgs.value())
+    if (c.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) {
+      CHECK((c.flags & SSD_FLAG_Z) != 0);
+      CHECK(tile_text(c.tile) == "32x32x32");
+    }
+
+  // Workspace: the fused layout has no dP section; the staged one the fp32 dP of (b, nc, h, p, n).
+  auto fused_layout = backward_layout(&a, SSD_MODE_DETERMINISTIC);
+  auto staged_layout = backward_layout(&a, SSD_MODE_DETERMINISTIC, &staged);
+  REQUIRE(fused_layout.ok());
+  REQUIRE(staged_layout.ok());
+  const size_t nc = (L + 63) / 64;
+  const size_t dP_bytes = size_t(b) * nc * h * p * n * 4;  // a multiple of 256
+  CHECK(fused_layout->ds == fused_layout->dP);
+  CHECK(staged_layout->ds - staged_layout->dP == dP_bytes);
+  CHECK(staged_layout->total - fused_layout->total == dP_bytes);
+}
+
+TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations compile, no spills") {
+  std::vector<ssd_kernel_config> configs;
+  std::set<std::string> seen;
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
+    for (const ssdgen::ModelPreset& p : ssdgen::model_presets())
+      for (const ssd_kernel_config& k : ssdgen::preset_configs(p, arch, SSD_MODE_DETERMINISTIC))
+        if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD && seen.insert(config_label(k) + tile_text(k.tile)).second)
+          configs.push_back(k);
+  CHECK(configs.size() >= 2);  // every preset's backward runs the fused kernel
+  // All options (z: the dy_lo pass; seq_idx; dfinal / dinit / initial states are pointers), fp16,
+  // the smallest and largest tiles, dstate 16.
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A}) {
+    // The swept tiles of 128 to 256 threads too: their epilogue holds all of P_c's fragments at
+    // once (at most 255 registers, no spills).
+    for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{16, 32, 16, 0, 0},
+                              ssd_tile{32, 64, 64, 0, 0}, ssd_tile{64, 64, 32, 0, 0}})
+      configs.push_back(fused(arch, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, t));
+    ssd_kernel_config half = fused(arch, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{64, 64, 32, 0, 0});
+    half.dtype = SSD_DTYPE_FP16;
+    configs.push_back(half);
+    ssd_kernel_config small = fused(arch, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{64, 16, 64, 0, 0});
+    small.dstate = 16;
+    small.chunk_size = 64;
+    configs.push_back(small);
+  }
+  // 512 threads (a 128-register bound): the per-element epilogue, as the bench runs it (no z, no
+  // seq_idx; with both it spills a little on either arch, as it did before the batched epilogue).
+  configs.push_back(fused(SSD_ARCH_SM90A, 0, ssd_tile{64, 256, 32, 0, 0}));
+  int with_report = 0;
+  for (const ssd_kernel_config& c : configs) {
+    CAPTURE(config_label(c));
+    CAPTURE(tile_text(c.tile));
+    REQUIRE(validate_config(c).ok());
+    auto u = generate_unit(c);
+    REQUIRE_MESSAGE(u.ok(), u.status().detail);
+    CHECK(u->block_threads == ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n));
+    auto r = compile_cubin(*u, c.arch, /*with_ptx=*/true);
+    REQUIRE_MESSAGE(r.ok(), r.status().detail);
+    INFO(r->log);
+    CHECK(contains(r->ptx, "mma.sync.aligned.m16n8k16"));
+    CHECK_FALSE(contains(r->ptx, "atom."));  // deterministic: the rho slots are plain stores
+    CHECK(contains(r->ptx, "shfl.sync.bfly.b32"));
+    if (r->report.registers <= 0) continue;  // NVRTC may skip ptxas for PTX it compiled before
+    ++with_report;
+    CHECK(r->report.spill_bytes == 0);
+    CHECK(contains(r->log, " 0 bytes spill stores"));
+  }
+  CHECK(with_report > 0);
+}
