@@ -20,7 +20,7 @@ ssd_tile default_tile(const ssd_kernel_config&) { return ssd_tile{128, 0, 0, 0, 
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config&) { return tiles_m({64, 128, 256}); }
 
 KernelSpec spec(const ssd_kernel_config& c) {
-  SpecWriter s = block_spec(c, nullptr);
+  SpecWriter s = block_spec(c, "threads per block: one warp per (b, c, h)");
   s.boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
   return {s.members(), c.tile.m, 0};

@@ -601,7 +601,10 @@ Status dda_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h; p.rho_slots_per_chunk = c.d.p * c.d.n / 32;
   void* params[] = {&p};
-  return launch_kernel(k, grid_x(c.d.b * c.d.nc * c.d.h, c.tn.max_blocks), 1, 1, params, stream);
+  const int64_t items = c.d.b * c.d.nc * c.d.h;  // one warp per (b, c, h)
+  const int64_t items_per_block = ssd_kernels::bwd_geom::ddA_items_per_block(k.built->config.tile.m);
+  return launch_kernel(k, grid_x(items / items_per_block + (items % items_per_block != 0), c.tn.max_blocks), 1, 1,
+                       params, stream);
 }
 
 // B-h, B-i: ddt, and dA, ddt_bias (deterministic: fp64 partials, then their ordered reduction;

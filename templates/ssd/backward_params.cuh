@@ -300,6 +300,16 @@ SSD_HOST_DEVICE constexpr int bc_smem_bytes(int q, int p, int bm, int bn, int bk
   return bc_stages(q, p, bm, bn, bk, seq) * bc_stage_bytes(p, bm, bn, bk) + bc_fixed_bytes(bm);
 }
 
+// ---- chunk_scan_bwd_ddA<Q, BLOCK (threads), DETERMINISTIC, HAS_SEQ_IDX>
+// One warp per (b, c, h) item, BLOCK / 32 items per block (grid-stride per warp over
+// b * nchunks * nheads, h fastest). Each warp owns ddA_warp_doubles(Q) fp64 of shared memory:
+// w (then next) and v reversed (then prev) rows of Q + 2 (the 2 keep the three lanes' 16-byte
+// reads of one step in different banks), and one round of ρ slots.
+SSD_HOST_DEVICE constexpr int ddA_items_per_block(int bm) { return bm / 32; }
+SSD_HOST_DEVICE constexpr int ddA_rho_round() { return 128; }  // ρ slots per refill of the buffer
+SSD_HOST_DEVICE constexpr int ddA_warp_doubles(int q) { return 2 * (q + 2) + ddA_rho_round(); }
+SSD_HOST_DEVICE constexpr int ddA_smem_bytes(int q, int bm) { return ddA_items_per_block(bm) * ddA_warp_doubles(q) * 8; }
+
 // ---- Tile legality (as fwd_geom's): nullptr when legal, else what is wrong.
 using fwd_geom::divides;
 using fwd_geom::pow2_in;

@@ -106,8 +106,10 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
 // after g_l is the same code and order.
 //
 // Backward, one block per (b, c, BLOCK_H heads), 4 threads per head, BLOCK_L positions per step
-// from the chunk's end: (1) all threads load ddA_cumsum and ddt_out along the chunk axis and dt
-// along the heads, and compute u, v, Δ and the clamp / sigmoid factors (independent per position);
+// from the chunk's end: (1) all threads stage ddA_cumsum and ddt_out along the chunk axis and dt
+// along the heads, and compute u, v, Δ and the clamp / sigmoid factors (independent per position),
+// from registers loaded a step ahead (the next step's loads are issued once this one is staged, so
+// they fly during its chain and stores);
 // (2) one thread per head runs the right-to-left chain (g, dΔ, du, the fp64 partials) over the
 // staged values; (3) all threads store ddt along the heads. The chain does what the one-thread
 // version did, in the same order, so the bits are the same for every tile.
@@ -123,6 +125,8 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
   constexpr bool kDeterministic = Spec::kDeterministic;
   constexpr bool kIncrements = Spec::kIncrements;
   static_assert(Q % BLOCK_L == 0, "BLOCK_L must divide the chunk");
+  static_assert(NT % BLOCK_H == 0, "each thread loads dt for one head");
+  constexpr int PT = (BLOCK_H * BLOCK_L + NT - 1) / NT;  // staged elements per thread per step
   __shared__ float s_ddA[BLOCK_H][BLOCK_L + 1];
   __shared__ float s_ddt[BLOCK_H][BLOCK_L + 1];  // ddt_out in, du out
   __shared__ float s_delta[BLOCK_H][BLOCK_L + 1];
@@ -140,43 +144,61 @@ __device__ void chunk_cumsum_bwd(const ChunkCumsumBwdParams& p) {
     const long long valid = p.seqlen - item.c * Q;  // positions l < valid are real tokens
     float g = 0.f;
     double part_A = 0.0, part_bias = 0.0;  // fp64: the chunk partials of the whole-sequence sums
-    for (int l0 = Q - BLOCK_L; l0 >= 0; l0 -= BLOCK_L) {
-      // (1) Loads along the chunk axis for the (b, h, c) rows ...
-      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
-        const int hh = i / BLOCK_L, j = i % BLOCK_L;
-        const long long ho = item.h0 + hh;
-        const long long l = l0 + j;
-        float dda = 0.f, ddo = 0.f;
-        if (ho < p.nheads && l < valid) {
-          dda = p.ddA_cumsum.data[p.ddA_cumsum.offset(item.b, ho, item.c) + l];
-          ddo = p.ddt_out.data[p.ddt_out.offset(item.b, ho, item.c) + l];
-        }
-        s_ddA[hh][j] = dda;
-        s_ddt[hh][j] = ddo;
-      }
-      // ... and along the heads for dt (b, L, h): Δ and the factors of dΔ -> du.
-      for (int i = tid; i < BLOCK_H * BLOCK_L; i += NT) {
-        const int hh = i % BLOCK_H, j = i / BLOCK_H;
-        const long long ho = item.h0 + hh;
-        float delta = 0.f, sig = 0.f;
-        unsigned char flags = 0;
-        if (ho < p.nheads && l0 + j < valid) {
-          const float bias = kHasBias ? p.dt_bias.data[ho * p.dt_bias.stride[0]] : 0.f;
-          const long long t = item.c * Q + l0 + j;
-          const float u = dt_preact(load_as_float<T>(p.dt.data, p.dt.offset(item.b, t, ho)), bias);
-          const float v = dt_activation<kSoftplus>(u);
-          delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
-          if (!(v < p.dt_limit_lo || v > p.dt_limit_hi)) flags |= kInRange;
-          if (kSoftplus && u <= 20.f) {
-            flags |= kSigmoid;
-            sig = dt_sigmoid(u);
+    // The head this thread loads dt for (NT is a multiple of BLOCK_H: the same in every step).
+    const int hh_dt = tid % BLOCK_H;
+    const long long hd = item.h0 + hh_dt;
+    const bool hd_ok = hd < p.nheads;
+    const float bias = kHasBias && hd_ok ? p.dt_bias.data[hd * p.dt_bias.stride[0]] : 0.f;
+    // The loads of a step (its ddA_cumsum and ddt_out rows, its dt along the heads) are issued
+    // into registers a step ahead, so they fly while the previous step's chain runs.
+    float r_dda[PT], r_ddo[PT], r_dt[PT];
+    auto issue_loads = [&](int l0) {
+#pragma unroll
+      for (int it = 0; it < PT; ++it) {
+        const int i = tid + it * NT;
+        r_dda[it] = r_ddo[it] = r_dt[it] = 0.f;
+        if (i < BLOCK_H * BLOCK_L) {
+          const int hh = i / BLOCK_L, j = i % BLOCK_L;  // along the chunk axis
+          const long long ho = item.h0 + hh;
+          if (ho < p.nheads && l0 + j < valid) {
+            r_dda[it] = p.ddA_cumsum.data[p.ddA_cumsum.offset(item.b, ho, item.c) + l0 + j];
+            r_ddo[it] = p.ddt_out.data[p.ddt_out.offset(item.b, ho, item.c) + l0 + j];
           }
+          const int jh = i / BLOCK_H;  // along the heads: head hh_dt (the same for every it)
+          if (hd_ok && l0 + jh < valid)
+            r_dt[it] = load_as_float<T>(p.dt.data, p.dt.offset(item.b, item.c * Q + l0 + jh, hd));
         }
-        s_delta[hh][j] = delta;
-        s_sig[hh][j] = sig;
-        s_flags[hh][j] = flags;
+      }
+    };
+    issue_loads(Q - BLOCK_L);
+    for (int l0 = Q - BLOCK_L; l0 >= 0; l0 -= BLOCK_L) {
+      // (1) The step's rows into shared memory, and Δ and the factors of dΔ -> du from dt.
+#pragma unroll
+      for (int it = 0; it < PT; ++it) {
+        const int i = tid + it * NT;
+        if (i < BLOCK_H * BLOCK_L) {
+          s_ddA[i / BLOCK_L][i % BLOCK_L] = r_dda[it];
+          s_ddt[i / BLOCK_L][i % BLOCK_L] = r_ddo[it];
+          const int jh = i / BLOCK_H;
+          float delta = 0.f, sig = 0.f;
+          unsigned char flags = 0;
+          if (hd_ok && l0 + jh < valid) {
+            const float u = dt_preact(r_dt[it], bias);
+            const float v = dt_activation<kSoftplus>(u);
+            delta = dt_clamp(v, p.dt_limit_lo, p.dt_limit_hi);
+            if (!(v < p.dt_limit_lo || v > p.dt_limit_hi)) flags |= kInRange;
+            if (kSoftplus && u <= 20.f) {
+              flags |= kSigmoid;
+              sig = dt_sigmoid(u);
+            }
+          }
+          s_delta[hh_dt][jh] = delta;
+          s_sig[hh_dt][jh] = sig;
+          s_flags[hh_dt][jh] = flags;
+        }
       }
       __syncthreads();
+      if (l0 >= BLOCK_L) issue_loads(l0 - BLOCK_L);
       // (2) The chain, right to left (du as dt_transform.cuh defines it, from the staged factors).
       if (head_ok) {
 #pragma unroll 8

@@ -644,6 +644,45 @@ TEST_CASE("ssd_backward stage by stage: the workspace intermediates against the 
         ref_next[bhc * c.Q + k] = ref_prev[bhc * c.Q + k] = ref_intra[bhc * c.Q + k] = ref_dda[bhc * c.Q + k] =
             ref_ddtx[bhc * c.Q + k] = 0;
     }
+    // ddA's bits: the canonical order (docs/determinism.md) replayed on the host from the
+    // workspace's own inputs (the T_r slots, w and v summed above in that order, the ρ slots,
+    // A(λ)). ρ's factor e^{A(λ)} is the device's expf, within 2 ulp of the host's, so a chunk
+    // passes when one of those five carries reproduces all Q of its values.
+    const size_t S = size_t(c.p * c.n / 32);
+    const std::vector<double> dA_cs = region(L.dA_cumsum, nch, SSD_DTYPE_FP32);
+    std::vector<double> rho_slots(size_t(c.b * c.h) * nc * S);
+    std::memcpy(rho_slots.data(), ws.data() + L.rho, rho_slots.size() * sizeof(double));
+    size_t exact_chunks = 0;
+    for (size_t bhc = 0; bhc < size_t(c.b * c.h) * nc; ++bhc) {
+      const int64_t cc = int64_t(bhc % nc), bb = int64_t(bhc / nc) / c.h;
+      const int valid = int(std::min<int64_t>(c.Q, c.L - cc * c.Q));
+      double rho_sum = 0;  // j increasing from +0.0
+      for (size_t j = 0; j < S; ++j) rho_sum += rho_slots[bhc * S + j];
+      const int64_t t_last = cc * c.Q + valid - 1;
+      const bool cut = c.seq_idx && prob.seq[bb * c.L + t_last] != (cc > 0 ? prob.seq[bb * c.L + cc * c.Q - 1] : 0);
+      std::vector<float> carries = {0.f};
+      if (!cut) {
+        const float e0 = std::exp(float(dA_cs[bhc * c.Q + valid - 1]));
+        carries = {e0, std::nextafter(e0, 0.f), std::nextafter(e0, 1e30f),
+                   std::nextafter(std::nextafter(e0, 0.f), 0.f), std::nextafter(std::nextafter(e0, 1e30f), 1e30f)};
+      }
+      bool exact = false;
+      for (float carry : carries) {
+        volatile double rho = double(carry) * rho_sum;  // rounded here, as the kernel's __dmul_rn (no fma)
+        bool all = true;
+        for (int k = 0; k < c.Q && all; ++k) {
+          const size_t at = bhc * c.Q + size_t(k);
+          const float want = k < valid ? float((intra[at] + next[at]) + (prev[at] + rho)) : 0.f;
+          const float got = float(ddA[at]);
+          all = std::memcmp(&want, &got, sizeof(float)) == 0;
+        }
+        exact = exact || all;
+      }
+      exact_chunks += exact;
+    }
+    MESSAGE("bwd stages " << describe(c) << ": ddA bitwise the canonical order in " << exact_chunks << " of "
+                          << size_t(c.b * c.h) * nc << " chunks");
+    CHECK(exact_chunks == size_t(c.b * c.h) * nc);
     for (size_t blk = 0; blk < size_t(c.b) * nc * size_t(c.g); ++blk)
       for (int l = 0; l < c.Q; ++l)
         for (int s = l + 1; s < c.Q; ++s) dCB[blk * c.Q * c.Q + l * c.Q + s] = dCB_ref[blk * c.Q * c.Q + l * c.Q + s] = 0;
