@@ -21,8 +21,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kSeqIdx", c.flags & SSD_FLAG_SEQ_IDX)
       .boolean("kDyLo", c.flags & SSD_FLAG_Z);
-  // Two blocks of 256 threads per SM cap registers at 128; left alone, ptxas keeps ~200 (hoisted
-  // 64-bit address offsets of its eight tile loads) and one block fits.
+  // Two blocks of 256 threads per SM cap registers at 128 (the preset's tiles fit without a spill;
+  // left alone, ptxas takes ~190-220 and one block fits).
   KernelSpec k{s.members(), ssd_kernels::bwd_geom::dx_threads(), 2};
   if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDxZParams";
   return k;

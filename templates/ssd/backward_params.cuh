@@ -218,11 +218,11 @@ using fwd_geom::two_phase_stages;
 using fwd_geom::TwoPhaseBytes;
 
 // ---- chunk_scan_bwd_dx<Q, P, N, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_K, T, HAS_D, D_PER_HEADDIM, HAS_SEQ_IDX>
-// 8 warps as 4 (rows) x 2 (P halves); warp w owns rows [(w/2)·BM/4, (w/2+1)·BM/4) and columns
-// [(w%2)·P/2, (w%2+1)·P/2). BLOCK_K is the step of the contractions over n (min(BLOCK_K, N)) and
-// over m (BLOCK_K).
-// 256, not 128: splitting P over 2 warp columns halves the accumulators per thread (<= 128
-// registers), so 2 blocks = 16 warps fit per SM instead of 8 (the kernel is latency-bound).
+// 8 warps of one 16-row band each: BM/16 (rows) x 128/BM (P blocks), 8 x 1 for BM = 128, 4 x 2 for
+// 64 (the kernel's header says why). BLOCK_K is the step of the contractions over n
+// (min(BLOCK_K, N)) and over m (BLOCK_K).
+// 256, not 128: 8 warps share the tile's accumulators (at most 32 per thread, 128 registers), so 2
+// blocks = 16 warps fit per SM instead of 8 (the kernel is latency-bound).
 SSD_HOST_DEVICE constexpr int dx_threads() { return 256; }
 SSD_HOST_DEVICE constexpr int dx_tiles(int q, int bm) { return q / bm; }
 SSD_HOST_DEVICE constexpr int dx_block_kn(int n, int bk) { return imin(n, bk); }

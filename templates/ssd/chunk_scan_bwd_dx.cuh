@@ -44,16 +44,18 @@
 // split and the grid only move whole rows or whole (row, p) outputs. The p sums are sequential
 // loops of one thread over the staged tile, whichever warp produced each column.
 //
-// Launch: block = bwd_geom::dx_threads() = 256 threads = 8 warps as a 4 (rows) x 2 (P halves)
-//         grid: warp w owns rows [(w/2)·BLOCK_M/4, (w/2+1)·BLOCK_M/4) of the tile and columns
-//         p in [(w%2)·P/2, (w%2+1)·P/2). Both column warps of a row band load (C | B) and form Wt
-//         for the same rows (the A operands); each reads only its half of the B operands (P, ds,
-//         dy) and stages only its half of acc;
+// Launch: block = bwd_geom::dx_threads() = 256 threads = 8 warps, one 16-row band each: a
+//         (BLOCK_M/16) (rows) x (128/BLOCK_M) (P blocks) grid, i.e. 8 x 1 for BLOCK_M = 128 and
+//         4 x 2 for 64. Warp w owns rows [(w / WARPS_N)·16, +16) of the tile and columns
+//         [(w % WARPS_N)·P/WARPS_N, +P/WARPS_N). Each warp forms Wt (the A operand, an exp per
+//         element) only for its own rows, so with 128 rows no element is formed twice; with 64
+//         the two column warps of a band form the same rows (their B operands are disjoint).
+//         Every mma chain, fragment and fp32 operation is the same whichever warp runs it.
 //         grid = (bwd_geom::dx_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis grid-stride
 //         (x is walked with the longest m-ranges, i.e. the smallest m0, first); static shared memory
 //         bwd_geom::dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX) <= 48 KiB, no dynamic.
-// Tiles: BLOCK_M in {64, 128} dividing Q, BLOCK_M · P <= 8192 (the 128-thread bound of the
-//        accumulators, kept: now at most 32 fp32 per thread), BLOCK_K in
+// Tiles: BLOCK_M in {64, 128} dividing Q, BLOCK_M · P <= 8192 (at most 32 fp32 accumulators per
+//        thread), BLOCK_K in
 //        {16, 32, 64} dividing Q, min(BLOCK_K, N) dividing N, and the shared memory bound (the
 //        host checks bwd_geom::dx_smem_bytes; e.g. BLOCK_K = 64 fits only for small P).
 #pragma once
@@ -68,68 +70,168 @@ namespace ssd_kernels {
 
 namespace detail {
 
+// ldmatrix at a 32-bit shared-window byte address: the fragments of warp::load_a / load_b2 /
+// load_b2_trans, whose lane addresses are tile + dx_lane_*(lane, ld) (elements). The kernel forms
+// each warp's lane address once and adds the fragment's offset as a constant (an immediate of the
+// LDSM), instead of a 64-bit generic pointer sum per fragment.
+__device__ __forceinline__ int dx_lane_a(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
+__device__ __forceinline__ int dx_lane_b2(int lane, int ld) {
+  return ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
+}
+__device__ __forceinline__ int dx_lane_b2_trans(int lane, int ld) {
+  return ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8;
+}
+__device__ __forceinline__ void dx_ldsm_a(FragA& a, unsigned addr) { ptx::ldmatrix_x4(a.x, addr); }
+__device__ __forceinline__ void dx_ldsm_b2(FragB& b0, FragB& b1, unsigned addr) {
+  unsigned r[4];
+  ptx::ldmatrix_x4(r, addr);
+  b0.x[0] = r[0];
+  b0.x[1] = r[1];
+  b1.x[0] = r[2];
+  b1.x[1] = r[3];
+}
+__device__ __forceinline__ void dx_ldsm_b2_trans(FragB& b0, FragB& b1, unsigned addr) {
+  unsigned r[4];
+  ptx::ldmatrix_x4_trans(r, addr);
+  b0.x[0] = r[0];
+  b0.x[1] = r[1];
+  b1.x[0] = r[2];
+  b1.x[1] = r[3];
+}
+
+// v through an empty asm statement: the compiler cannot move what is computed from the copy
+// away from where the copy is made (out of a loop, or to a common earlier point).
+__device__ __forceinline__ int dx_opaque(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+// One thread's share of a cp.async copy of a ROWS x COLS tile of E (16-byte chunks of V elements,
+// shared rows of LD elements), as block::load_tile's vec path when NT is a multiple of the chunks
+// per row (kRowWalk): the thread copies chunks (row0() + it·RSTEP, col()) for it < ITERS (those
+// with has(it)). The kernel forms the thread's source pointers once per tile (64-bit there only) and
+// adds the step's offset; its destination is the stage's byte address + dst() + it·kIterBytes.
+template <int NT, int ROWS, int COLS, int LD, class E>
+struct DxChunks {
+  static constexpr int V = 16 / int(sizeof(E));
+  static_assert(COLS % V == 0 && LD % V == 0, "16-byte chunks");
+  static constexpr int CPR = COLS / V;
+  static constexpr bool kRowWalk = NT % CPR == 0;
+  static constexpr int RSTEP = kRowWalk ? NT / CPR : 1;
+  static constexpr int ITERS = (ROWS * CPR + NT - 1) / NT;
+  static constexpr unsigned kIterBytes = unsigned(RSTEP * LD * int(sizeof(E)));
+  __device__ __forceinline__ static int row0() { return int(threadIdx.x) / CPR; }
+  __device__ __forceinline__ static int col() { return (int(threadIdx.x) % CPR) * V; }
+  __device__ __forceinline__ static unsigned dst() { return unsigned((row0() * LD + col()) * int(sizeof(E))); }
+  __device__ __forceinline__ static bool has(int it) { return (ROWS * CPR) % NT == 0 || row0() + it * RSTEP < ROWS; }
+};
+
 // K loop over n shared by phases A2 and A1 of chunk_scan_bwd_dx: acc += RowTile(l, n) · KTile(p, n)ᵀ,
 // min(BLOCK_K, N) = BKN per step in increasing n, each step a chain of BKN/16 mma K=16 in increasing
-// n. Stage buf holds the row tile [BLOCK_M][LDA] then the K tile [P][LDA] (type T); the warp reads
-// rows [wm0, wm0 + 16·MI) of the row tile and rows [wn0, wn0 + 8·NJ) of the K tile. load_stage(buf,
-// ks) issues the cp.async copies of step ks (row tile and K tile, both T) into buffer buf.
-template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int BLOCK_M, int MI, int NJ, class T,
-          class LoadStage>
-__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, int wm0, int wn0,
+// n. Stage buf (shared byte address s_body + buf·STAGE_A) holds the row tile [BLOCK_M][LDA] then the
+// K tile [P][LDA] (type T); a_lane / b_lane: this lane's byte offsets of its warp's first A fragment
+// (rows wm0 ..) and first B pair (K-tile rows wn0 ..) in a stage. load_stage(buf, ks) issues the
+// cp.async copies of step ks (row tile and K tile) into buffer buf.
+template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T, class LoadStage>
+__device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body, unsigned a_lane, unsigned b_lane,
                                           LoadStage& load_stage) {
   const block::CpAsyncPipeline<STAGES> ring{KA};
   ring.prologue(load_stage);
   for (int ks = 0; ks < KA; ++ks) {
     ring.begin(ks, load_stage);
-    const T* sr = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE_A);
-    const T* sk = sr + BLOCK_M * LDA;
+    const unsigned stage = s_body + unsigned((ks % STAGES) * STAGE_A);
+    const unsigned sa = stage + a_lane, sk = stage + b_lane;
 #pragma unroll
     for (int kk = 0; kk < BKN; kk += 16) {
-      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a(a[i], sr + (wm0 + 16 * i) * LDA + kk, LDA),
-                             warp::load_b2(b0, b1, sk + (wn0 + 8 * j) * LDA + kk, LDA));
+      SSD_WARP_MMA_K16_PAIRS(T, acc, dx_ldsm_a(a[i], sa + unsigned((16 * i * LDA + kk) * 2)),
+                             dx_ldsm_b2(b0, b1, sk + unsigned((8 * j * LDA + kk) * 2)));
     }
   }
   ring.drain();
   __syncthreads();  // the stage buffers are reused by the staging tile
 }
 
+// 8 consecutive elements of a row as fp32: ptr[0..7] with vec (16-byte aligned, unit stride),
+// else ptr[i·sp].
+template <class T>
+__device__ __forceinline__ void dx_load8(const T* ptr, long long sp, bool vec, float (&v)[8]) {
+  if (vec) {
+    const uint4 u = *reinterpret_cast<const uint4*>(ptr);
+    ptx::unpack2<T>(u.x, v[0], v[1]);
+    ptx::unpack2<T>(u.y, v[2], v[3]);
+    ptx::unpack2<T>(u.z, v[4], v[5]);
+    ptx::unpack2<T>(u.w, v[6], v[7]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = to_float(ptr[i * sp]);
+  }
+}
+
+// dot = Σ_p float(src_p) · so_p over p = 0 .. P-1 in increasing order from `dot`, with fma; with
+// LO each p adds both terms, the lo term first: dot = fma(src_p, so_p, fma(src_lo_p, so_p, dot)).
+// Eight consecutive p per group: e / f their src / src_lo values, r0 / r1 their so values.
+template <bool LO>
+__device__ __forceinline__ float dx_dot8(float dot, const float (&e)[8], const float (&f)[8], float4 r0, float4 r1) {
+  if constexpr (LO) {
+    const float rv[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+    for (int q = 0; q < 8; ++q) dot = __fmaf_rn(e[q], rv[q], __fmaf_rn(f[q], rv[q], dot));
+  } else {
+    dot = __fmaf_rn(e[0], r0.x, dot);
+    dot = __fmaf_rn(e[1], r0.y, dot);
+    dot = __fmaf_rn(e[2], r0.z, dot);
+    dot = __fmaf_rn(e[3], r0.w, dot);
+    dot = __fmaf_rn(e[4], r1.x, dot);
+    dot = __fmaf_rn(e[5], r1.y, dot);
+    dot = __fmaf_rn(e[6], r1.z, dot);
+    dot = __fmaf_rn(e[7], r1.w, dot);
+  }
+  return dot;
+}
+
+template <class T>
+__device__ __forceinline__ void dx_unpack8(const uint4& u, float (&v)[8]) {
+  ptx::unpack2<T>(u.x, v[0], v[1]);
+  ptx::unpack2<T>(u.y, v[2], v[3]);
+  ptx::unpack2<T>(u.z, v[4], v[5]);
+  ptx::unpack2<T>(u.w, v[6], v[7]);
+}
+
 // out[l] = finish(l, Σ_p float(src_lp) · so_lp) for every row l = m0 + r of the tile, 0 past λ
 // (valid rows only read). One thread per row walks p = 0 .. P-1 in increasing order from +0.0 with
-// fma. so: the staged fp32 tile [BLOCK_M][LDO]; src points at (b, t = 0, h, p = 0) of a
+// fma. so: the staged fp32 tile [BLOCK_M][LDO]; src points at (b, t = t0, h, p = 0) of a
 // (b, L, h, p) tensor. With LO, src_lo (laid out as src) is src's second term and each p adds
 // both, the lo term first: dot = fma(float(src_lp), so_lp, fma(float(src_lo_lp), so_lp, dot)).
 template <int P, int LDO, int BLOCK_M, int NT, bool LO = false, class T, class Finish>
-__device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, long long t0, const T* src,
-                                            long long stride_l, long long stride_p, bool vec, float* out,
-                                            const Finish& finish, const T* src_lo = nullptr) {
+__device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, const T* src, long long stride_l,
+                                            long long stride_p, bool vec, float* out, const Finish& finish,
+                                            const T* src_lo = nullptr) {
   for (int r = threadIdx.x; r < BLOCK_M; r += NT) {
     const int l = m0 + r;
     float res = 0.f;
     if (l < valid) {
       const float* sr = so + r * LDO;
-      const long long off = (t0 + l) * stride_l;
+      const long long off = l * stride_l;
+      const T* row = src + off;
+      const T* row_lo = LO ? src_lo + off : nullptr;
       float dot = 0.f;
-#pragma unroll 4
-      for (int cc = 0; cc < P; cc += 8) {
-        float e[8];
-        load8<T>(src, off + cc * stride_p, stride_p, vec, e);
-        const float4 r0 = *reinterpret_cast<const float4*>(sr + cc);
-        const float4 r1 = *reinterpret_cast<const float4*>(sr + cc + 4);
-        if constexpr (LO) {
-          float f[8];
-          load8<T>(src_lo, off + cc * stride_p, stride_p, vec, f);
-          const float rv[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+      if (vec) {  // no branch in the loop: the loads can be issued ahead of the fma chain
 #pragma unroll
-          for (int q = 0; q < 8; ++q) dot = __fmaf_rn(e[q], rv[q], __fmaf_rn(f[q], rv[q], dot));
-        } else {
-          dot = __fmaf_rn(e[0], r0.x, dot);
-          dot = __fmaf_rn(e[1], r0.y, dot);
-          dot = __fmaf_rn(e[2], r0.z, dot);
-          dot = __fmaf_rn(e[3], r0.w, dot);
-          dot = __fmaf_rn(e[4], r1.x, dot);
-          dot = __fmaf_rn(e[5], r1.y, dot);
-          dot = __fmaf_rn(e[6], r1.z, dot);
-          dot = __fmaf_rn(e[7], r1.w, dot);
+        for (int cc = 0; cc < P; cc += 8) {
+          float e[8], f[8];
+          dx_unpack8<T>(*reinterpret_cast<const uint4*>(row + cc), e);
+          if (LO) dx_unpack8<T>(*reinterpret_cast<const uint4*>(row_lo + cc), f);
+          dot = dx_dot8<LO>(dot, e, f, *reinterpret_cast<const float4*>(sr + cc),
+                            *reinterpret_cast<const float4*>(sr + cc + 4));
+        }
+      } else {
+#pragma unroll 4
+        for (int cc = 0; cc < P; cc += 8) {
+          float e[8], f[8];
+          dx_load8<T>(row + cc * stride_p, stride_p, false, e);
+          if (LO) dx_load8<T>(row_lo + cc * stride_p, stride_p, false, f);
+          dot = dx_dot8<LO>(dot, e, f, *reinterpret_cast<const float4*>(sr + cc),
+                            *reinterpret_cast<const float4*>(sr + cc + 4));
         }
       }
       res = finish(l, dot);
@@ -150,13 +252,18 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128 (4 row warps of 16 or 32 rows)");
   static_assert(BLOCK_K == 16 || BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 16, 32 or 64");
   static_assert(Q % BLOCK_M == 0 && Q % BLOCK_K == 0, "BLOCK_M and BLOCK_K must divide the chunk");
-  static_assert(P % 32 == 0 && N % 16 == 0, "headdim must be a multiple of 32 (2 column warps of whole "
-                                          "load_b2 pairs), dstate of 16");
+  static_assert(P % 32 == 0 && N % 16 == 0, "headdim must be a multiple of 32 (up to 2 column warps of "
+                                          "whole load_b2 pairs), dstate of 16");
   static_assert(BLOCK_M * P <= 8192, "accumulator over 64 registers per thread: lower BLOCK_M");
   constexpr int NT = dx_threads();
-  static_assert(NT == 256, "warp grid is 4 (rows) x 2 (P halves)");
-  constexpr int WM = BLOCK_M / 4;  // rows per warp
-  constexpr int WN = P / 2;        // columns per warp
+  static_assert(NT == 256, "8 warps");
+  // Warp grid: one 16-row band per warp, WARPS_M = BLOCK_M / 16 bands (8 or 4) by WARPS_N = 8 /
+  // WARPS_M column blocks (1 or 2). One row band per warp keeps Wt's formation (the exp per
+  // element) to the warp that uses it.
+  constexpr int WARPS_M = BLOCK_M / 16, WARPS_N = 8 / WARPS_M;
+  static_assert(WARPS_M * WARPS_N == 8, "8 warps");
+  constexpr int WM = BLOCK_M / WARPS_M;  // rows per warp (16)
+  constexpr int WN = P / WARPS_N;        // columns per warp
   constexpr int MI = WM / 16, NJ = WN / 8;
   static_assert(NJ % 2 == 0, "B fragments are loaded in pairs (load_b2)");
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
@@ -189,9 +296,16 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  const int wm0 = (warp >> 1) * WM;  // row band
-  const int wn0 = (warp & 1) * WN;   // column half
+  const int wm0 = (warp / WARPS_N) * WM;  // row band
+  const int wn0 = (warp % WARPS_N) * WN;  // column block
   const int lg = lane >> 2, lt = lane & 3;
+
+  // Shared-window byte addresses (32-bit): the stage buffers, and this lane's ldmatrix offsets
+  // inside a stage (the fragment's own offset is a constant added per load).
+  const unsigned s_body_addr = ptx::smem_addr(s_body);
+  const unsigned a_lane_n = unsigned((wm0 * LDA + detail::dx_lane_a(lane, LDA)) * 2);  // row tile, rows wm0 ..
+  const unsigned b_lane_n = unsigned(((BLOCK_M + wn0) * LDA + detail::dx_lane_b2(lane, LDA)) * 2);  // K tile, rows wn0 ..
+  const unsigned dy_lane = unsigned(BLOCK_K * LDCB * 4 + (wn0 + detail::dx_lane_b2_trans(lane, LDY)) * 2);
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
@@ -211,26 +325,47 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);
 
+  // This thread's chunks of the cp.async copies (detail::DxChunks): the n loops' row tile (C | B)
+  // and K tile (P | ds), phase B's CB and dy tiles.
+  using RowChunks = detail::DxChunks<NT, BLOCK_M, BKN, LDA, T>;
+  using KChunks = detail::DxChunks<NT, P, BKN, LDA, T>;
+  using CbChunks = detail::DxChunks<NT, BLOCK_K, BLOCK_M, LDCB, float>;
+  using DyChunks = detail::DxChunks<NT, BLOCK_K, P, LDY, T>;
+  static_assert(RowChunks::kRowWalk && KChunks::kRowWalk && CbChunks::kRowWalk,
+                "the n loops' tiles and the CB tile are copied row-walk (NT a multiple of their chunks per row)");
+
   for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
     const int g = h / HEADS_PER_GROUP;
     float d_head = 0.f;
     if (Spec::kD && !Spec::kDPerHeaddim) d_head = p.D.data[h * p.D.stride[0]];
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ_c = valid - 1
-      const long long chunk_off = p.dA_cumsum.offset(b, h, c);
-      const float* dA = p.dA_cumsum.data + chunk_off;
-      const float* dt = p.dt + chunk_off;
-      float* ddt_x_out = p.ddt_x + chunk_off;
-      float* w_out = p.w + chunk_off;
-      float* v_out = p.v + chunk_off;
-      const T* safe_x = xg + p.x.offset(b, 0, h);
-      const T* safe_dy = dyg + p.dy.offset(b, 0, h);
-      const T* safe_b = Bg + p.B.offset(b, 0, g);
-      const T* safe_c = Cg + p.C.offset(b, 0, g);
-      // P_c's and ds_c's terms: hi (states, ds) and lo (states_lo, ds_lo, laid out alike), formed in
-      // the phases' loops (fewer live registers).
-      const long long ds_off = p.ds.offset(b, c, h), p_off = p.states.offset(b, c, h);
-      const float* cb_base = p.CB.ptr(b, c, g);
+      // The (b, c, h) pointers, formed afresh by each phase of a tile from opaque copies of b, c, h,
+      // g (detail::dx_opaque): left to itself the compiler forms them once, outside the tile loop,
+      // and keeps ~20 registers of them live through every K loop (spills at 128 registers).
+      // P_c's and ds_c's terms: hi (states, ds) and lo (states_lo, ds_lo, laid out alike).
+      struct ChunkPtrs {
+        long long t0, chunk_off, ds_off, p_off, dy_off, dx_off;  // dy_off: (b, 0, h); dx_off: (b, t0, h)
+        const T *safe_x, *safe_dy, *safe_b, *safe_c;
+        const float* cb_base;
+      };
+      auto chunk_ptrs = [&]() {
+        const int bo = detail::dx_opaque(b), co = detail::dx_opaque(c), ho = detail::dx_opaque(h),
+                  go = detail::dx_opaque(g);
+        ChunkPtrs k;
+        k.t0 = (long long)co * Q;
+        k.chunk_off = p.dA_cumsum.offset(bo, ho, co);
+        k.ds_off = p.ds.offset(bo, co, ho);
+        k.p_off = p.states.offset(bo, co, ho);
+        k.safe_x = xg + p.x.offset(bo, 0, ho);
+        k.dy_off = p.dy.offset(bo, 0, ho);
+        k.dx_off = p.dx.offset(bo, k.t0, ho);
+        k.safe_dy = dyg + k.dy_off;
+        k.safe_b = Bg + p.B.offset(bo, 0, go);
+        k.safe_c = Cg + p.C.offset(bo, 0, go);
+        k.cb_base = p.CB.ptr(bo, co, go);
+        return k;
+      };
       int q_prev = 0;
       if (Spec::kSeqIdx && c > 0) q_prev = p.seq_idx(b, t0 - 1);
 
@@ -239,18 +374,20 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
         if (m0 >= valid) {
           // Rows all padding (uniform over the block; no shared memory touched): only the zeros
           // of this tile's slots of the (b, h, c, Q) vectors.
+          const long long chunk_off = chunk_ptrs().chunk_off;
           for (int r = tid; r < BLOCK_M; r += NT) {
-            ddt_x_out[m0 + r] = 0.f;
-            w_out[m0 + r] = 0.f;
-            v_out[m0 + r] = 0.f;
+            p.ddt_x[chunk_off + m0 + r] = 0.f;
+            p.w[chunk_off + m0 + r] = 0.f;
+            p.v[chunk_off + m0 + r] = 0.f;
           }
           continue;
         }
 
         // Per-position fp32 data of the whole chunk (visible after the first barrier of phase A2).
+        const long long chunk_off = chunk_ptrs().chunk_off;
         for (int l = tid; l < Q; l += NT) {
-          s_dA[l] = dA[l];
-          s_dt[l] = dt[l];
+          s_dA[l] = p.dA_cumsum.data[chunk_off + l];
+          s_dt[l] = p.dt[chunk_off + l];
           if (Spec::kSeqIdx)
             s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
         }
@@ -263,6 +400,63 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
         // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n].
         auto sRow = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
         auto sK = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
+
+        // The n loops' copies of step ks into buffer buf: the row tile's rows m0 + r of `rows`
+        // (C or B: (b, L, g, n), rows of the chunk from t0), columns k0 .. k0 + BKN of n, rows
+        // past λ zero-filled; the K tile's rows p of `kt_hi` / `kt_lo` (P or ds terms, (b, c, h)
+        // rows of n from k_off), the hi term in steps 0 .. KA-1, the lo term in KA .. 2KA-1. On
+        // the 16-byte path the thread's source pointers are formed once (row_src; rows past λ read
+        // nothing, their pointer is the valid `safe`) and each step adds its k0.
+        auto n_loads = [&](long long t_first, const T* rows, const TensorRef<const void, 4>& view, bool vec_rows,
+                           const T* safe, const void* kt_hi, const void* kt_lo, long long k_off, long long k_stride,
+                           bool vec_k) {
+          const T* row_src[RowChunks::ITERS];
+          bool row_ok[RowChunks::ITERS];
+#pragma unroll
+          for (int it = 0; it < RowChunks::ITERS; ++it) {
+            const int r = RowChunks::row0() + it * RowChunks::RSTEP;
+            row_ok[it] = RowChunks::has(it) && m0 + r < valid;
+            row_src[it] = row_ok[it] ? rows + (t_first + m0 + r) * view.stride[1] + RowChunks::col() : safe;
+          }
+          const long long k_src = k_off + KChunks::row0() * k_stride + KChunks::col();
+          return [=](int buf, int ks) {
+            const int k0 = (ks < KA ? ks : ks - KA) * BKN;
+            const T* kt = static_cast<const T*>(ks < KA ? kt_hi : kt_lo);
+            const unsigned row_dst = s_body_addr + unsigned(buf * STAGE_A) + RowChunks::dst();
+            const unsigned k_dst = s_body_addr + unsigned(buf * STAGE_A + BLOCK_M * LDA * 2) + KChunks::dst();
+            auto rows_vec = [&]() {
+#pragma unroll
+              for (int it = 0; it < RowChunks::ITERS; ++it)
+                if (RowChunks::has(it))
+                  ptx::cp_async_16(row_dst + it * RowChunks::kIterBytes, row_src[it] + k0, row_ok[it]);
+            };
+            auto k_vec = [&]() {
+              const T* src = kt + k_src + k0;
+#pragma unroll
+              for (int it = 0; it < KChunks::ITERS; ++it)
+                if (KChunks::has(it))
+                  ptx::cp_async_16(k_dst + it * KChunks::kIterBytes, src + it * KChunks::RSTEP * k_stride, true);
+            };
+            if (vec_rows && vec_k) {  // the common case: both 16-byte paths, no branch between them
+              rows_vec();
+              k_vec();
+              return;
+            }
+            if (vec_rows) {
+              rows_vec();
+            } else {
+              block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), rows + (t_first + m0) * view.stride[1] + k0 * view.stride[3],
+                                                      view.stride[1], view.stride[3], false, safe,
+                                                      [&](int r, int) { return m0 + r < valid; });
+            }
+            if (vec_k) {
+              k_vec();
+            } else {
+              const T* src = kt + k_off + k0;
+              block::load_tile<NT, P, BKN, LDA>(sK(buf), src, k_stride, 1, false, src, [&](int, int) { return true; });
+            }
+          };
+        };
 
         // ---- Staging of acc through the shared fp32 tile [l][p], and the per-row p sums ----
         float* so = reinterpret_cast<float*>(s_body);
@@ -283,17 +477,11 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
         // ---------------- Phase A2: acc = C_tile · P_cᵀ (contraction over n), then v ----------------
         zero_acc();
         {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
-          const T* ct = safe_c + (t0 + m0) * p.C.stride[1];
-          auto load_stage = [&](int buf, int ks) {
-            const int k0 = (ks < KA ? ks : ks - KA) * BKN;
-            const T* Pt = static_cast<const T*>(ks < KA ? p.states.data : p.states_lo.data) + p_off;
-            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3],
-                                                    vec_c, safe_c, [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, P, BKN, LDA>(sK(buf), Pt + k0, p.states.stride[3], 1, vec_p, Pt,
-                                              [&](int, int) { return true; });
-          };
-          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0,
-                                                                                      load_stage);
+          const ChunkPtrs at = chunk_ptrs();
+          auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
+                                    p.states.stride[3], vec_p);
+          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
+                                                                             load_stage);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -302,30 +490,29 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const float e = keep ? __expf(s_dA[l]) : 0.f;
           return __fmul_rn(e, dot);
         };
-        if constexpr (Spec::kDyLo) {  // dy's two terms (dy_lo laid out as dy)
-          const T* safe_dy_lo = static_cast<const T*>(p.dy_lo) + p.dy.offset(b, 0, h);
-          detail::dx_row_dots<P, LDO, BLOCK_M, NT, true>(so, m0, valid, t0, safe_dy, p.dy.stride[1], p.dy.stride[3],
-                                                         vec_dy && aligned16(p.dy_lo), v_out, finish_v, safe_dy_lo);
-        } else {
-          detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_dy, p.dy.stride[1], p.dy.stride[3], vec_dy,
-                                                  v_out, finish_v);
+        {
+          const ChunkPtrs at = chunk_ptrs();
+          const T* dy_rows = at.safe_dy + at.t0 * p.dy.stride[1];
+          float* v_out = p.v + at.chunk_off;
+          if constexpr (Spec::kDyLo) {  // dy's two terms (dy_lo laid out as dy)
+            const T* dy_lo_rows = static_cast<const T*>(p.dy_lo) + at.dy_off + at.t0 * p.dy.stride[1];
+            detail::dx_row_dots<P, LDO, BLOCK_M, NT, true>(so, m0, valid, dy_rows, p.dy.stride[1], p.dy.stride[3],
+                                                           vec_dy && aligned16(p.dy_lo), v_out, finish_v, dy_lo_rows);
+          } else {
+            detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, dy_rows, p.dy.stride[1], p.dy.stride[3], vec_dy,
+                                                    v_out, finish_v);
+          }
         }
         __syncthreads();  // the staging tile is reused by phase A1's stages
 
         // ---------------- Phase A1: acc = B_tile · ds_cᵀ (over n), row scale eend, then w ----------------
         zero_acc();
         {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
-          const T* bt = safe_b + (t0 + m0) * p.B.stride[1];
-          auto load_stage = [&](int buf, int ks) {
-            const int k0 = (ks < KA ? ks : ks - KA) * BKN;
-            const T* dst = static_cast<const T*>(ks < KA ? p.ds.data : p.ds_lo.data) + ds_off;
-            block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), bt + k0 * p.B.stride[3], p.B.stride[1], p.B.stride[3],
-                                                    vec_b, safe_b, [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, P, BKN, LDA>(sK(buf), dst + k0, p.ds.stride[3], 1, vec_ds, dst,
-                                              [&](int, int) { return true; });
-          };
-          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, BLOCK_M, MI, NJ, T>(acc, s_body, wm0, wn0,
-                                                                                      load_stage);
+          const ChunkPtrs at = chunk_ptrs();
+          auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
+                                    p.ds.stride[3], vec_ds);
+          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
+                                                                             load_stage);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];
@@ -351,14 +538,18 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           }
         }
         stage_acc();
-        auto finish_w = [&](int l, float dot) {  // dΔˣst_l = dot, w_l = Δ_l · dot
-          ddt_x_out[l] = dot;
-          return __fmul_rn(s_dt[l], dot);
-        };
-        detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, t0, safe_x, p.x.stride[1], p.x.stride[3], vec_x, w_out,
-                                                finish_w);
-        for (int r = tid; r < BLOCK_M; r += NT)
-          if (m0 + r >= valid) ddt_x_out[m0 + r] = 0.f;  // dx_row_dots wrote w's zeros past λ
+        {
+          const ChunkPtrs at = chunk_ptrs();
+          float* ddt_x_out = p.ddt_x + at.chunk_off;
+          auto finish_w = [&](int l, float dot) {  // dΔˣst_l = dot, w_l = Δ_l · dot
+            ddt_x_out[l] = dot;
+            return __fmul_rn(s_dt[l], dot);
+          };
+          detail::dx_row_dots<P, LDO, BLOCK_M, NT>(so, m0, valid, at.safe_x + at.t0 * p.x.stride[1], p.x.stride[1],
+                                                  p.x.stride[3], vec_x, p.w + at.chunk_off, finish_w);
+          for (int r = tid; r < BLOCK_M; r += NT)
+            if (m0 + r >= valid) ddt_x_out[m0 + r] = 0.f;  // dx_row_dots wrote w's zeros past λ
+        }
         __syncthreads();  // the staging tile is reused by phase B's stages
 
         // ---------------- Phase B: acc += Wt · dY (contraction over m) ----------------
@@ -366,60 +557,129 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const int kb0 = m0 / BLOCK_K;                     // the step containing m0 (m < m0 <= l: zeros)
           const int kb1 = (valid + BLOCK_K - 1) / BLOCK_K;  // steps past λ hold zeros only
           const int nk = kb1 - kb0;
-          const T* dyt = safe_dy + t0 * p.dy.stride[1];
+          const ChunkPtrs at = chunk_ptrs();
+          const T* safe_dy = at.safe_dy;
+          const float* cb_base = at.cb_base;
+          const T* dyt = safe_dy + at.t0 * p.dy.stride[1];
+          const long long cb_stride = p.CB.stride[3], dy_stride = p.dy.stride[1];
           auto sCB = [&](int buf) { return reinterpret_cast<float*>(s_body + buf * STAGE_B); };
           auto sDY = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_B + BLOCK_K * LDCB * 4); };
+          // The thread's CB chunks: rows m = k0 + r, columns l = m0 + c0 .. +3, read only when
+          // l0 <= m <= λ (every such address lies in the chunk's Q x Q block of CB, so the
+          // pointer itself is always valid); its dy chunks: rows m = k0 + r <= λ (others read
+          // nothing, from `safe_dy`). The ring asks for the steps in increasing order, once each,
+          // so the 16-byte paths walk their source pointers one step (BLOCK_K rows) per call.
+          const int cb_r0 = CbChunks::row0(), cb_c0 = m0 + CbChunks::col();
+          const long long cb_row_step = CbChunks::RSTEP * cb_stride;  // between a thread's chunks
+          const float* cb_next = cb_base + (kb0 * BLOCK_K + cb_r0) * cb_stride + cb_c0;
+          const int dy_r0 = DyChunks::row0();
+          const long long dy_row_step = DyChunks::RSTEP * dy_stride;
+          const T* dy_next = dyt + (kb0 * BLOCK_K + dy_r0) * dy_stride + DyChunks::col();
+          constexpr bool kDyRowWalk = DyChunks::kRowWalk;
+          const bool vec_b_phase = vec_cb && vec_dy && kDyRowWalk;
           auto load_stage = [&](int buf, int ks) {  // ks: absolute step index
             const int k0 = ks * BLOCK_K;
-            // CB rows m = k0 + r, columns l = m0 + c0 .. +3: only groups with l0 <= m <= λ.
-            block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + (long long)k0 * p.CB.stride[3] + m0,
-                                                         p.CB.stride[3], 1, vec_cb, cb_base, [&](int r, int c0) {
-                                                           return m0 + c0 <= k0 + r && k0 + r < valid;
-                                                         });
-            block::load_tile<NT, BLOCK_K, P, LDY>(sDY(buf), dyt + k0 * p.dy.stride[1], p.dy.stride[1], p.dy.stride[3],
-                                                  vec_dy, safe_dy, [&](int r, int) { return k0 + r < valid; });
+            const unsigned cb_dst = s_body_addr + unsigned(buf * STAGE_B) + CbChunks::dst();
+            const unsigned dy_dst = s_body_addr + unsigned(buf * STAGE_B + BLOCK_K * LDCB * 4) + DyChunks::dst();
+            auto cb_vec = [&]() {
+#pragma unroll
+              for (int it = 0; it < CbChunks::ITERS; ++it) {
+                const int m = k0 + cb_r0 + it * CbChunks::RSTEP;
+                if (CbChunks::has(it))
+                  ptx::cp_async_16(cb_dst + it * CbChunks::kIterBytes, cb_next + it * cb_row_step, cb_c0 <= m && m < valid);
+              }
+            };
+            auto dy_vec = [&]() {
+#pragma unroll
+              for (int it = 0; it < DyChunks::ITERS; ++it) {
+                const bool ok = k0 + dy_r0 + it * DyChunks::RSTEP < valid;
+                if (DyChunks::has(it))
+                  ptx::cp_async_16(dy_dst + it * DyChunks::kIterBytes, ok ? dy_next + it * dy_row_step : safe_dy, ok);
+              }
+            };
+            if (vec_b_phase) {  // the common case: both 16-byte paths, no branch between them
+              cb_vec();
+              dy_vec();
+            } else {
+              if (vec_cb) {
+                cb_vec();
+              } else {
+                block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + k0 * cb_stride + m0, cb_stride, 1,
+                                                             false, cb_base, [&](int r, int c0) {
+                                                               return m0 + c0 <= k0 + r && k0 + r < valid;
+                                                             });
+              }
+              if (vec_dy && kDyRowWalk) {
+                dy_vec();
+              } else {
+                block::load_tile<NT, BLOCK_K, P, LDY>(sDY(buf), dyt + k0 * dy_stride, dy_stride, p.dy.stride[3],
+                                                      vec_dy, safe_dy, [&](int r, int) { return k0 + r < valid; });
+              }
+            }
+            cb_next += BLOCK_K * cb_stride;
+            dy_next += BLOCK_K * dy_stride;
           };
 
           // Steps are the column blocks kb0 .. kb0 + nk - 1.
           const block::CpAsyncPipeline<STAGES> ring{nk};
           auto load_block = [&](int buf, int step) { load_stage(buf, kb0 + step); };
           ring.prologue(load_block);
+          const int l_first = m0 + wm0;  // the warp's first row
           for (int ks = 0; ks < nk; ++ks) {
             ring.begin(ks, load_block);
             const float* scb = sCB(ks % STAGES);
-            const T* sdy = sDY(ks % STAGES);
+            const unsigned sdy = s_body_addr + unsigned((ks % STAGES) * STAGE_B) + dy_lane;
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               const int mk = kk + 2 * lt;                 // step-local m of columns 2t, 2t+1 (+8, +9)
-              const int m01 = (kb0 + ks) * BLOCK_K + mk;  // chunk positions
-              const float2 am01 = *reinterpret_cast<const float2*>(s_dA + m01);
-              const float2 am89 = *reinterpret_cast<const float2*>(s_dA + m01 + 8);
+              const int mb = (kb0 + ks) * BLOCK_K + kk;   // the 16-column block's first position
+              const int m01 = mb + 2 * lt;                // chunk positions
               FragA a[MI];
+              // Wt(l, m) of the warp's rows l in [l_first, l_first + WM) and this block's m in
+              // [mb, mb + 16): formed with the mask (l <= m <= λ) in general; without it where every
+              // element passes; all +0 where none does (what the masked formation gives there).
+              auto form = [&](const bool masked) {  // called with a constant (inlined, folded)
+                const float2 am01 = *reinterpret_cast<const float2*>(s_dA + m01);
+                const float2 am89 = *reinterpret_cast<const float2*>(s_dA + m01 + 8);
+                const bool v0 = m01 < valid, v1 = m01 + 1 < valid, v8 = m01 + 8 < valid, v9 = m01 + 9 < valid;
 #pragma unroll
-              for (int i = 0; i < MI; ++i) {
+                for (int i = 0; i < MI; ++i) {
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                  const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
-                  const int l = m0 + r;
-                  const float al = a_row[i][half];
-                  const float* cbc = scb + mk * LDCB + r;  // CB(m01, l): Wt(l, m01) before the decay
-                  const float c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
-                  const float w0 =
-                      (l <= m01 && m01 < valid) ? __fmul_rn(c0, __expf(fminf(am01.x - al, 0.f))) : 0.f;
-                  const float w1 =
-                      (l <= m01 + 1 && m01 + 1 < valid) ? __fmul_rn(c1, __expf(fminf(am01.y - al, 0.f))) : 0.f;
-                  const float w8 =
-                      (l <= m01 + 8 && m01 + 8 < valid) ? __fmul_rn(c8, __expf(fminf(am89.x - al, 0.f))) : 0.f;
-                  const float w9 =
-                      (l <= m01 + 9 && m01 + 9 < valid) ? __fmul_rn(c9, __expf(fminf(am89.y - al, 0.f))) : 0.f;
-                  a[i].x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
-                  a[i].x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+                  for (int half = 0; half < 2; ++half) {
+                    const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+                    const int l = m0 + r;
+                    const float al = a_row[i][half];
+                    const float* cbc = scb + mk * LDCB + r;  // CB(m01, l): Wt(l, m01) before the decay
+                    const float c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
+                    // Each product is formed, then selected (no branch per element); a selected
+                    // element is that product.
+                    float w0 = __fmul_rn(c0, __expf(fminf(am01.x - al, 0.f)));
+                    float w1 = __fmul_rn(c1, __expf(fminf(am01.y - al, 0.f)));
+                    float w8 = __fmul_rn(c8, __expf(fminf(am89.x - al, 0.f)));
+                    float w9 = __fmul_rn(c9, __expf(fminf(am89.y - al, 0.f)));
+                    if (masked) {
+                      w0 = (l <= m01 && v0) ? w0 : 0.f;
+                      w1 = (l <= m01 + 1 && v1) ? w1 : 0.f;
+                      w8 = (l <= m01 + 8 && v8) ? w8 : 0.f;
+                      w9 = (l <= m01 + 9 && v9) ? w9 : 0.f;
+                    }
+                    a[i].x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+                    a[i].x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+                  }
                 }
+              };
+              if (l_first > mb + 15 || mb >= valid) {
+#pragma unroll
+                for (int i = 0; i < MI; ++i) a[i].x[0] = a[i].x[1] = a[i].x[2] = a[i].x[3] = 0u;
+              } else if (l_first + WM - 1 <= mb && mb + 15 < valid) {
+                form(false);
+              } else {
+                form(true);
               }
 #pragma unroll
               for (int j = 0; j < NJ; j += 2) {
                 FragB b0, b1;
-                warp::load_b2_trans(b0, b1, sdy + kk * LDY + wn0 + 8 * j, LDY);
+                detail::dx_ldsm_b2_trans(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
 #pragma unroll
                 for (int i = 0; i < MI; ++i) {
                   warp::mma<T>(acc[i][j], a[i], b0);
@@ -437,32 +697,59 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
         {
           constexpr int CPR = P / 8;
           constexpr int TOTAL = BLOCK_M * CPR;
-          T* dxg = static_cast<T*>(p.dx.data);
-          for (int i = tid; i < TOTAL; i += NT) {
-            const int r = i / CPR, cc = (i % CPR) * 8;
-            const int l = m0 + r;
-            if (l >= valid) continue;
-            const long long t = t0 + l;
-            const float dl = s_dt[l];
-            float y[8];
-            {
-              const float4 y0 = *reinterpret_cast<const float4*>(so + r * LDO + cc);
-              const float4 y1 = *reinterpret_cast<const float4*>(so + r * LDO + cc + 4);
-              y[0] = __fmul_rn(dl, y0.x), y[1] = __fmul_rn(dl, y0.y), y[2] = __fmul_rn(dl, y0.z);
-              y[3] = __fmul_rn(dl, y0.w), y[4] = __fmul_rn(dl, y1.x), y[5] = __fmul_rn(dl, y1.y);
-              y[6] = __fmul_rn(dl, y1.z), y[7] = __fmul_rn(dl, y1.w);
-            }
-            if (Spec::kD) {
-              float dyv[8];
-              detail::load8<T>(safe_dy, p.dy.offset(0, t, 0, cc), p.dy.stride[3], vec_dy, dyv);
+          constexpr int ITERS = (TOTAL + NT - 1) / NT;  // (row, 8 columns) groups per thread
+          // (b, t0, h) of dx and of dy: row l of the chunk is + l·stride[1].
+          const ChunkPtrs at = chunk_ptrs();
+          T* dx_chunk = static_cast<T*>(p.dx.data) + at.dx_off;
+          const T* dy_chunk = at.safe_dy + at.t0 * p.dy.stride[1];
+          // Group it of this thread: row r, columns cc .. cc+7 of i = tid + it·NT; rows past λ
+          // are not written. VEC: dy and dx on their 16-byte paths (no branch inside the unrolled
+          // loop, so the groups' loads can be issued ahead).
+          auto groups = [&](const bool VEC) {  // called with a constant (inlined, folded)
 #pragma unroll
-              for (int v = 0; v < 8; ++v) {
-                const float d = Spec::kDPerHeaddim ? p.D(h, cc + v) : d_head;
-                y[v] = __fmaf_rn(dyv[v], d, y[v]);
+            for (int it = 0; it < ITERS; ++it) {
+              const int i = tid + it * NT;
+              if (TOTAL % NT != 0 && i >= TOTAL) break;
+              const int r = i / CPR, cc = (i % CPR) * 8;
+              const int l = m0 + r;
+              if (l >= valid) continue;
+              const float dl = s_dt[l];
+              float y[8];
+              {
+                const float4 y0 = *reinterpret_cast<const float4*>(so + r * LDO + cc);
+                const float4 y1 = *reinterpret_cast<const float4*>(so + r * LDO + cc + 4);
+                y[0] = __fmul_rn(dl, y0.x), y[1] = __fmul_rn(dl, y0.y), y[2] = __fmul_rn(dl, y0.z);
+                y[3] = __fmul_rn(dl, y0.w), y[4] = __fmul_rn(dl, y1.x), y[5] = __fmul_rn(dl, y1.y);
+                y[6] = __fmul_rn(dl, y1.z), y[7] = __fmul_rn(dl, y1.w);
+              }
+              if (Spec::kD) {
+                float dyv[8];
+                detail::dx_load8<T>(dy_chunk + l * p.dy.stride[1] + (VEC ? cc : cc * p.dy.stride[3]), p.dy.stride[3],
+                                    VEC, dyv);
+#pragma unroll
+                for (int v = 0; v < 8; ++v) {
+                  const float d = Spec::kDPerHeaddim ? p.D(h, cc + v) : d_head;
+                  y[v] = __fmaf_rn(dyv[v], d, y[v]);
+                }
+              }
+              T* out = dx_chunk + l * p.dx.stride[1] + (VEC ? cc : cc * p.dx.stride[3]);
+              if (VEC) {
+                uint4 u;
+                u.x = ptx::pack2<T>(y[0], y[1]);
+                u.y = ptx::pack2<T>(y[2], y[3]);
+                u.z = ptx::pack2<T>(y[4], y[5]);
+                u.w = ptx::pack2<T>(y[6], y[7]);
+                *reinterpret_cast<uint4*>(out) = u;
+              } else {
+#pragma unroll
+                for (int v = 0; v < 8; ++v) out[v * p.dx.stride[3]] = from_float<T>(y[v]);
               }
             }
-            detail::store8<T>(dxg, p.dx.offset(b, t, h, cc),
-                              p.dx.stride[3], vec_dx, y);
+          };
+          if ((vec_dy || !Spec::kD) && vec_dx) {
+            groups(true);
+          } else {
+            groups(false);
           }
         }
         __syncthreads();  // the staging tile and the per-position arrays are reused by the next tile
