@@ -370,7 +370,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
           // (the next writes of s_w and of this stage buffer follow the next step's barrier)
         }
         ring.drain();
-        __syncthreads();  // shared tiles, W, carries and per-position arrays are reused by the next item
+        __syncthreads();  // shared tiles, W and the per-position arrays are reused by the next item
       }
     }
   }
