@@ -341,6 +341,9 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
             }
           };
           constexpr int ITEMS = GROUPS * BLOCK_N;  // column chains of one kind per tile
+          // Column chains start at the first thread past the row owners: with BLOCK_M = 64 the chains
+          // run on warps 2, 3 and the row walks on warps 0, 1, i.e. on different SM sub-partitions.
+          const int item0 = (tid + NT - BLOCK_M) % NT;
           if constexpr (U_IN_STAGE) {
             __syncthreads();  // W visible; every warp's mma is done with this step's stage buffer
             store_fragments(s_u, LDU, uf);
@@ -348,7 +351,7 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
             row_prefix();
             __syncthreads();
             // U's and T's column chains side by side (U's items first).
-            for (int idx = tid; idx < 2 * ITEMS; idx += NT) {
+            for (int idx = item0; idx < 2 * ITEMS; idx += NT) {
               if (idx < ITEMS) {
                 column_item(true, idx, p.dtx_intra);
               } else {
@@ -358,14 +361,14 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
           } else {
             // One fp32 tile: u, then W through it.
             __syncthreads();
-            for (int idx = tid; idx < ITEMS; idx += NT) column_item(false, idx, p.dtx_intra);
+            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.dtx_intra);
             __syncthreads();
             store_fragments(s_w, LDW, acc);
             warp::zero_tile(acc);
             __syncthreads();
             row_prefix();
             __syncthreads();
-            for (int idx = tid; idx < ITEMS; idx += NT) column_item(false, idx, p.intra);
+            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.intra);
           }
           // (the next writes of s_w and of this stage buffer follow the next step's barrier)
         }
