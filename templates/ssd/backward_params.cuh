@@ -265,14 +265,22 @@ SSD_HOST_DEVICE constexpr int intra_tiles(int q, int bm) { return q / bm; }
 SSD_HOST_DEVICE constexpr int intra_stage_bytes(int p, int bm, int bn, int bk) {
   return (bm + bn) * (dcb_block_kp(p, bk) + kPad) * 2;  // dy tile [l][p] + x tile [s][p]
 }
-SSD_HOST_DEVICE constexpr int intra_w_bytes(int bm, int bn) { return bm * (bn + 1) * 4 + bm * 4; }  // W tile + row carry
+// fp32 epilogue tiles: W / S rows padded to 16-byte multiples with 4 floats (8 consecutive rows'
+// float4 on distinct banks, the row owners' walk); u rows with 8 (the mma fragments' 8-byte stores on
+// distinct banks). u lives in the stage buffer the last p-step read when it fits there.
+SSD_HOST_DEVICE constexpr int intra_w_ld(int bn) { return bn + 4; }
+SSD_HOST_DEVICE constexpr int intra_u_ld(int bn) { return bn + 8; }
+SSD_HOST_DEVICE constexpr int intra_w_bytes(int bm, int bn) { return bm * intra_w_ld(bn) * 4; }  // W / S tile
+SSD_HOST_DEVICE constexpr bool intra_u_in_stage(int p, int bm, int bn, int bk) {
+  return intra_stage_bytes(p, bm, bn, bk) >= bm * intra_u_ld(bn) * 4;
+}
 SSD_HOST_DEVICE constexpr int intra_fixed_bytes(int q) { return q * 4 * 2; }  // A, Δ of the chunk
 SSD_HOST_DEVICE constexpr int intra_stages(int q, int p, int bm, int bn, int bk) {
   return 3 * intra_stage_bytes(p, bm, bn, bk) + intra_w_bytes(bm, bn) + intra_fixed_bytes(q) <= kMaxStaticSmem ? 3
                                                                                                              : 2;
 }
 SSD_HOST_DEVICE constexpr int intra_smem_bytes(int q, int p, int bm, int bn, int bk) {
-  // stages of (dy, x) + the W/prefix tile with the row carries + A, Δ (CB goes straight to registers)
+  // stages of (dy, x) + the W / S tile + A, Δ (CB goes straight to registers; row carries in registers)
   return intra_stages(q, p, bm, bn, bk) * intra_stage_bytes(p, bm, bn, bk) + intra_w_bytes(bm, bn) +
          intra_fixed_bytes(q);
 }

@@ -31,13 +31,14 @@
 //     kDyLo the chain continues on the same accumulator over p = 0, 16, ... again with dy_lo as the
 //     A operand (the same x as B): p-steps 0 .. KP−1 on dy, KP .. 2KP−1 on dy_lo;
 //   * d: detail::bwd_decay_product (__fsub_rn, fminf, __expf, __fmul_rn, __fmul_rn), W: __fmul_rn;
-//   * S(l, ·): one thread owns row l; a running sum carried in shared memory from +0.0 across the
+//   * S(l, ·): one thread owns row l; a running sum carried in its register from +0.0 across the
 //     column tiles s0 = 0, BN, 2BN, ... in increasing order adds W(l, s) for s increasing with
 //     __fadd_rn, so S(l, k) is the same left-to-right sum for any BLOCK_N;
 //   * T_r(k): one thread per (r, k) adds S(l, k) for l = max(64r, k) .. min(64r+63, λ) increasing
 //     with __fadd_rn from +0.0. Row groups are 64 rows (kIntraRowGroup) whatever BLOCK_M is.
 //   * u: detail::bwd_decay (__fsub_rn, fminf, __expf, __fmul_rn), then __fmul_rn by CB; U_r(k) as
-//     T_r(k), over u(l, k) instead of S(l, k).
+//     T_r(k), over u(l, k) instead of S(l, k). bwd_decay is the first half of bwd_decay_product, so
+//     one fill forms both from the same expression (the compiler evaluates the exp once).
 // Each (r, k) slot is written by exactly one block (the row block holding group r) in exactly one
 // column tile (the one holding k): the column tiles cover [0, roundup(min(m0 + BM, λ + 1), BN)),
 // which contains [0, min(64r + 64, λ + 1)) for every group r of the block.
@@ -48,14 +49,19 @@
 //
 // Pipeline: one flat cp.async loop over step = tile·KPS + kp (KPS = KP, or 2KP with kDyLo: dy (then
 // dy_lo) tile rows m0.. and x tile rows s0.. per p-step), prefetching across column tiles. At the
-// last p-step of a tile the epilogue runs:
-// u -> shared [BM][BN+1]; barrier; U column sums + stores; barrier; W -> shared; barrier; row
-// prefix; barrier; T column sums + stores. The next tile's u write comes after the next step's
-// pipeline barrier, which orders it after these reads.
+// last p-step of a tile the epilogue runs (u and W computed together, in registers):
+//   * when the step's stage buffer holds a [BM][BN+8] fp32 tile (bwd_geom::intra_u_in_stage, e.g.
+//     64 x 32 x 64): W -> s_w [BM][BN+4]; barrier (every warp's mma is done with the stage);
+//     u -> the stage buffer, row prefix; barrier; U and T column sums + stores, in parallel;
+//   * otherwise (one fp32 tile): u -> s_w; barrier; U column sums + stores; barrier; W -> s_w;
+//     barrier; row prefix; barrier; T column sums + stores.
+// The next tile's writes (s_w; the stage buffer's next cp.async) come after the next step's
+// pipeline barrier, which orders them after these reads.
 //
 // Launch: block = bwd_geom::intra_threads(BLOCK_M, BLOCK_N) threads (warp grid of bmm_chunk_fwd);
 //         grid  = (bwd_geom::intra_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis
-//         grid-stride (x walked with the longest row blocks first); static shared memory
+//         grid-stride (x walked with the longest row blocks first); block >= BLOCK_M threads (one
+//         row owner each); static shared memory
 //         bwd_geom::intra_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) <= 48 KiB.
 // Legal tiles: BLOCK_M in {64, 128} dividing Q; BLOCK_N in {16, 32, 64}; BLOCK_K in {16, 32, 64}
 //   with min(BLOCK_K, P) dividing P; shared memory within 48 KiB.
@@ -68,6 +74,27 @@
 #include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
+
+namespace detail {
+
+// out = Σ_{r = first}^{end − 1} col[r·LD], r increasing, from +0.0 with __fadd_rn (one fixed chain);
+// each group of 8 rows is loaded before its adds so the loads overlap.
+template <int LD>
+__device__ __forceinline__ float intra_column_sum(const float* col, int first, int end) {
+  float t = 0.f;
+  int r = first;
+  for (; r + 8 <= end; r += 8) {
+    float v[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) v[q] = col[(r + q) * LD];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) t = __fadd_rn(t, v[q]);
+  }
+  for (; r < end; ++r) t = __fadd_rn(t, col[r * LD]);
+  return t;
+}
+
+}  // namespace detail
 
 template <class Spec, class Params>  // Params: ChunkScanBwdDdaIntraZParams with kDyLo, else ChunkScanBwdDdaIntraParams
 __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
@@ -89,24 +116,27 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
   constexpr int KPS = Spec::kDyLo ? 2 * KP : KP;  // p-steps per column tile (dy's pass, then dy_lo's)
   constexpr int STAGES = intra_stages(Q, P, BLOCK_M, BLOCK_N, BLOCK_K);
   constexpr int LD = BKP + kPad;       // dy tile [l][p] and x tile [s][p], type T
-  constexpr int LDW = BLOCK_N + 1;     // W / S tile [l][k], fp32 (odd stride: row walks conflict-free)
+  constexpr int LDW = intra_w_ld(BLOCK_N);  // W / S tile [l][k], fp32: 16-byte rows, 8 rows' float4 conflict-free
+  constexpr int LDU = intra_u_ld(BLOCK_N);  // u tile [l][k] in the stage buffer: fragment stores conflict-free
+  constexpr bool U_IN_STAGE = intra_u_in_stage(P, BLOCK_M, BLOCK_N, BLOCK_K);
   constexpr int MI = WM / 16, NJ = WN / 8;
   constexpr int TILES = intra_tiles(Q, BLOCK_M);
   constexpr int GROUPS = BLOCK_M / kIntraRowGroup;  // 64-row groups per row block
   static_assert(P % BKP == 0, "min(BLOCK_K, headdim) must divide headdim");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
+  static_assert(NT >= BLOCK_M, "one row owner per thread (the row carry lives in its register)");
+  static_assert(BLOCK_N % 4 == 0 && LDW % 4 == 0 && LDU % 2 == 0, "float4 row walks, float2 fragment stores");
   static_assert(intra_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or BLOCK_N");
-  static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * (BLOCK_M * LDW + BLOCK_M) + 4 * 2 * Q ==
+  static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * BLOCK_M * LDW + 4 * 2 * Q ==
                     intra_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K),
                 "shared layout out of sync with bwd_geom::intra_smem_bytes");
 
   __shared__ __align__(16) T s_tiles[STAGES][(BLOCK_M + BLOCK_N) * LD];
-  __shared__ float s_w[BLOCK_M * LDW];  // W, then S, of the current column tile
-  __shared__ float s_carry[BLOCK_M];    // Σ_{s < s0} W(l, s) per row
-  __shared__ float s_A[Q];
-  __shared__ float s_dt[Q];
+  __shared__ __align__(16) float s_w[BLOCK_M * LDW];  // W, then S, of the current column tile (or u first)
+  __shared__ __align__(16) float s_A[Q];
+  __shared__ __align__(16) float s_dt[Q];
 
   SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
 
@@ -136,14 +166,13 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
         const int kend = imin(m0 + BLOCK_M, valid);         // columns s < kend can be nonzero
         const int steps = ((kend + BLOCK_N - 1) / BLOCK_N) * KPS;
 
-        // Per-position data of the chunk and the row carries (visible after the loop's first barrier;
-        // the previous item's readers finished before its closing barrier). Each row's carry is
-        // initialised and later updated by the same thread (r = tid + i·NT).
+        // Per-position data of the chunk (visible after the loop's first barrier; the previous item's
+        // readers finished before its closing barrier).
         for (int l = tid; l < Q; l += NT) {
           s_A[l] = p.dA_cumsum.data[chunk_off + l];
           s_dt[l] = p.dt[chunk_off + l];
         }
-        for (int r = tid; r < BLOCK_M; r += NT) s_carry[r] = 0.f;
+        float row_carry = 0.f;  // thread tid < BLOCK_M owns row tid: Σ_{s < s0} W(m0 + tid, s)
 
         const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
         const T* xt = safe_x + t0 * p.x.stride[1];
@@ -183,28 +212,29 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
           const int kp = step % KPS;
           const int s0 = (step / KPS) * BLOCK_N;
           if (kp == 0) {
-            // This tile's CB entries, read early so the loads overlap the p-steps.
+            // This tile's CB entries, read early so the loads overlap the p-steps (the vector test
+            // outside the unrolled loops: straight-line predicated loads).
+            auto read_cb = [&](bool vec) {
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
+              for (int i = 0; i < MI; ++i) {
 #pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int l = m0 + wm0 + 16 * i + lg + 8 * half;
-                const float* cbr = cb_base + (long long)l * p.CB.stride[3];
+                for (int half = 0; half < 2; ++half) {
+                  const int l = m0 + wm0 + 16 * i + lg + 8 * half;
+                  const float* cbr = cb_base + (long long)l * p.CB.stride[3];
 #pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                  const int s = s0 + wn0 + 8 * j + 2 * lt;
-                  float2 v = make_float2(0.f, 0.f);
-                  if (s <= l && l < valid) {
-                    if (vec_cb) {
-                      v = *reinterpret_cast<const float2*>(cbr + s);
-                    } else {
-                      v.x = cbr[s];
-                      v.y = cbr[s + 1];
-                    }
+                  for (int j = 0; j < NJ; ++j) {
+                    const int s = s0 + wn0 + 8 * j + 2 * lt;
+                    float2 v = make_float2(0.f, 0.f);
+                    if (s <= l && l < valid) v = vec ? *reinterpret_cast<const float2*>(cbr + s) : make_float2(cbr[s], cbr[s + 1]);
+                    cbv[i][half][j] = v;
                   }
-                  cbv[i][half][j] = v;
                 }
               }
+            };
+            if (vec_cb) {
+              read_cb(true);
+            } else {
+              read_cb(false);
             }
           }
           const int buf = step % STAGES;
@@ -218,79 +248,132 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
           if (kp != KPS - 1) continue;
 
           // ---- Epilogue of column tile s0 ----
-          // Column k of group r: out_r(k) = Σ_{l = max(64r, k)}^{min(64r + 63, λ)} s_w(l, k), l increasing.
-          auto store_column_sums = [&](float* out) {
-            for (int idx = tid; idx < GROUPS * BLOCK_N; idx += NT) {
-              const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
-              const int kg = s0 + k;
-              const int lo = m0 + rg * kIntraRowGroup;          // first row of the group (chunk position)
-              const int hi = imin(lo + kIntraRowGroup, valid);  // rows l < hi
-              if (lo >= valid || kg >= hi) continue;            // slot not in the stored set
-              float t = 0.f;
-              for (int l = kg > lo ? kg : lo; l < hi; ++l) t = __fadd_rn(t, s_w[(l - m0) * LDW + k]);
-              const int rglob = lo / kIntraRowGroup;
-              if (Spec::kDeterministic) {
-                out[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
-              } else {
-                atomicAdd(out + row_bhc * Q + kg, t);
+          // u and W of this thread's fragment entries, the exp evaluated once (bwd_decay is
+          // bwd_decay_product's first factor); 0 unless l <= λ and s <= l (u) / s < l (W), selected, not
+          // multiplied by a mask: A past λ may be NaN-poisoned. One of them goes straight to s_w (8-byte
+          // column pairs), the other stays in registers for after the next barrier: U_IN_STAGE: W to
+          // s_w, u in uf; otherwise u to s_w, W in place of M in acc.
+          FragC uf[MI][NJ];
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int r = wm0 + 16 * i + FragC::row(lane, half);  // row inside the block
+              const int l = m0 + r;
+              const float al = s_A[l];
+              const bool row_ok = l < valid;
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int k = wn0 + 8 * j + FragC::col(lane);  // column inside the tile (even)
+                const int s = s0 + k;
+                const float2 as = *reinterpret_cast<const float2*>(s_A + s);
+                const float2 ds = *reinterpret_cast<const float2*>(s_dt + s);
+                float2 to_tile;
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float m = acc[i][j].x[2 * half + e];
+                  const float cb = e ? cbv[i][half][j].y : cbv[i][half][j].x;
+                  const float a_s = e ? as.y : as.x;
+                  const float u = __fmul_rn(cb, detail::bwd_decay(m, al, a_s));
+                  const float w = __fmul_rn(cb, detail::bwd_decay_product(m, al, a_s, e ? ds.y : ds.x));
+                  const float u_sel = (row_ok && s + e <= l) ? u : 0.f;
+                  const float w_sel = (row_ok && s + e < l) ? w : 0.f;
+                  (e ? to_tile.y : to_tile.x) = U_IN_STAGE ? w_sel : u_sel;
+                  (U_IN_STAGE ? uf : acc)[i][j].x[2 * half + e] = U_IN_STAGE ? u_sel : w_sel;
+                }
+                *reinterpret_cast<float2*>(s_w + r * LDW + k) = to_tile;
               }
             }
-          };
-          // s_w(l, s) = CB(l, s)·d for this thread's fragment entries, d = bwd_decay_product (W, with Δ_s)
-          // or bwd_decay (u); 0 unless l <= λ and s < l + diag (selected, not multiplied by a mask: A
-          // past λ may be NaN-poisoned).
-          auto fill_tile = [&](bool with_dt, int diag) {
-            auto f = [&](float m, float cb, int s, float al) {
-              return __fmul_rn(cb, with_dt ? detail::bwd_decay_product(m, al, s_A[s], s_dt[s])
-                                           : detail::bwd_decay(m, al, s_A[s]));
-            };
+          }
+          // A fragment tile into a shared [BM][ld] fp32 tile (column pairs, 8 bytes).
+          auto store_fragments = [&](float* tile, int ld, const FragC(&f)[MI][NJ]) {
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
-                const int r = wm0 + 16 * i + FragC::row(lane, half);  // row inside the block
-                const int l = m0 + r;
-                const float al = s_A[l];
-                const bool row_ok = l < valid;
+                const int r = wm0 + 16 * i + FragC::row(lane, half);
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) {
-                  const int k = wn0 + 8 * j + FragC::col(lane);  // column inside the tile
-                  const int s = s0 + k;
-                  s_w[r * LDW + k] = (row_ok && s < l + diag) ? f(acc[i][j].x[2 * half], cbv[i][half][j].x, s, al) : 0.f;
-                  s_w[r * LDW + k + 1] =
-                      (row_ok && s + 1 < l + diag) ? f(acc[i][j].x[2 * half + 1], cbv[i][half][j].y, s + 1, al) : 0.f;
+                  const int k = wn0 + 8 * j + FragC::col(lane);
+                  *reinterpret_cast<float2*>(tile + r * ld + k) = make_float2(f[i][j].x[2 * half], f[i][j].x[2 * half + 1]);
                 }
               }
             }
           };
-          // 0. u(l, s) (s <= l) into the shared tile, then U's column sums.
-          fill_tile(false, 1);
-          __syncthreads();
-          store_column_sums(p.dtx_intra);
-          __syncthreads();
-          // 1. W(l, s) (s < l) into the shared tile; M restarts from 0 for the next tile.
-          fill_tile(true, 0);
-          warp::zero_tile(acc);
-          __syncthreads();
-          // 2. Row l: exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to right.
-          for (int r = tid; r < BLOCK_M; r += NT) {
-            float carry = s_carry[r];
-            float* row = s_w + r * LDW;
-#pragma unroll 8
-            for (int k = 0; k < BLOCK_N; ++k) {
-              const float wv = row[k];
-              row[k] = carry;
-              carry = __fadd_rn(carry, wv);
+          // Row tid: exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to
+          // right, in place (16-byte loads and stores).
+          auto row_prefix = [&] {
+            if (tid < BLOCK_M) {
+              float* row = s_w + tid * LDW;
+#pragma unroll
+              for (int k = 0; k < BLOCK_N; k += 4) {
+                const float4 wv = *reinterpret_cast<const float4*>(row + k);
+                float4 sv;
+                sv.x = row_carry;
+                row_carry = __fadd_rn(row_carry, wv.x);
+                sv.y = row_carry;
+                row_carry = __fadd_rn(row_carry, wv.y);
+                sv.z = row_carry;
+                row_carry = __fadd_rn(row_carry, wv.z);
+                sv.w = row_carry;
+                row_carry = __fadd_rn(row_carry, wv.w);
+                *reinterpret_cast<float4*>(row + k) = sv;
+              }
             }
-            s_carry[r] = carry;
+          };
+          // Column k of group rg (item idx = rg·BN + k): out_rg(k) = Σ_{l = max(64rg', k)}^{min(64rg' + 63, λ)}
+          // tile(l, k), l increasing (rg' the chunk's group index).
+          float* const s_u = reinterpret_cast<float*>(s_tiles[buf]);  // u when U_IN_STAGE (free until the next step's refill)
+          auto column_item = [&](bool from_stage, int idx, float* out) {
+            const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
+            const int kg = s0 + k;
+            const int lo = m0 + rg * kIntraRowGroup;          // first row of the group (chunk position)
+            const int hi = imin(lo + kIntraRowGroup, valid);  // rows l < hi
+            if (lo >= valid || kg >= hi) return;              // slot not in the stored set
+            const int first = (kg > lo ? kg : lo) - m0, end = hi - m0;
+            const float t = from_stage ? detail::intra_column_sum<LDU>(s_u + k, first, end)
+                                       : detail::intra_column_sum<LDW>(s_w + k, first, end);
+            const int rglob = lo / kIntraRowGroup;
+            if (Spec::kDeterministic) {
+              out[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
+            } else {
+              atomicAdd(out + row_bhc * Q + kg, t);
+            }
+          };
+          constexpr int ITEMS = GROUPS * BLOCK_N;  // column chains of one kind per tile
+          // Column chains start at the first thread past the row owners: with BLOCK_M = 64 the chains
+          // run on warps 2, 3 and the row walks on warps 0, 1, i.e. on different SM sub-partitions.
+          const int item0 = (tid + NT - BLOCK_M) % NT;
+          if constexpr (U_IN_STAGE) {
+            __syncthreads();  // W visible; every warp's mma is done with this step's stage buffer
+            store_fragments(s_u, LDU, uf);
+            warp::zero_tile(acc);  // M restarts from 0 for the next tile
+            row_prefix();
+            __syncthreads();
+            // U's and T's column chains side by side (U's items first).
+            for (int idx = item0; idx < 2 * ITEMS; idx += NT) {
+              if (idx < ITEMS) {
+                column_item(true, idx, p.dtx_intra);
+              } else {
+                column_item(false, idx - ITEMS, p.intra);
+              }
+            }
+          } else {
+            // One fp32 tile: u, then W through it.
+            __syncthreads();
+            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.dtx_intra);
+            __syncthreads();
+            store_fragments(s_w, LDW, acc);
+            warp::zero_tile(acc);
+            __syncthreads();
+            row_prefix();
+            __syncthreads();
+            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.intra);
           }
-          __syncthreads();
-          // 3. T_r(k): the column sums of S.
-          store_column_sums(p.intra);
-          // (the next W write follows the next step's barrier)
+          // (the next writes of s_w and of this stage buffer follow the next step's barrier)
         }
         ring.drain();
-        __syncthreads();  // shared tiles, W, carries and per-position arrays are reused by the next item
+        __syncthreads();  // shared tiles, W and the per-position arrays are reused by the next item
       }
     }
   }
