@@ -33,6 +33,7 @@ struct TileStream {
   static_assert(NTHREADS % CPR == 0, "each thread keeps one column chunk");
   static constexpr int RSTEP = NTHREADS / CPR;                // rows between a thread's chunks
   static constexpr int ITERS = (ROWS + RSTEP - 1) / RSTEP;  // chunks per thread (the last may fall off)
+  static constexpr int kUnrolledChunks = 4;                 // copies with more chunks run a rolled loop
 
   const T* src;        // element (r0, c) of the next step's tile
   long long row_step;  // RSTEP rows, in elements
@@ -54,12 +55,26 @@ struct TileStream {
                                        Pred pred) const {
     const unsigned dst = s_addr + unsigned((r0 * LD + c) * int(sizeof(T)));
     if (vec) {
+      if constexpr (ITERS <= kUnrolledChunks) {
 #pragma unroll
-      for (int it = 0; it < ITERS; ++it) {
-        const int r = r0 + it * RSTEP;
-        if (ROWS % RSTEP == 0 || r < ROWS) {
+        for (int it = 0; it < ITERS; ++it) {
+          const int r = r0 + it * RSTEP;
+          if (ROWS % RSTEP == 0 || r < ROWS) {
+            const bool ok = pred(r, c);
+            ptx::cp_async_16(dst + unsigned(it * RSTEP * LD * int(sizeof(T))), ok ? src + it * row_step : safe, ok);
+          }
+        }
+      } else {
+        // A rolled walk: unrolled, the compiler keeps one 64-bit pointer per chunk across the
+        // whole contraction (register pressure); rolled, one pointer and one offset.
+        const T* g = src;
+        unsigned d = dst;
+#pragma unroll 1
+        for (int r = r0; r < ROWS; r += RSTEP) {
           const bool ok = pred(r, c);
-          ptx::cp_async_16(dst + unsigned(it * RSTEP * LD * int(sizeof(T))), ok ? src + it * row_step : safe, ok);
+          ptx::cp_async_16(d, ok ? g : safe, ok);
+          g += row_step;
+          d += unsigned(RSTEP * LD * int(sizeof(T)));
         }
       }
     } else {
