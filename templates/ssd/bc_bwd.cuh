@@ -50,6 +50,7 @@
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
+#include "ssd/primitives/tile_stream.cuh"
 
 namespace ssd_kernels {
 
@@ -99,6 +100,14 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   __shared__ __align__(16) float s_scale[2][BLOCK_M];
 
   SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
+  static_assert(sizeof(T) == 2, "ldmatrix tiles of 16-bit elements");
+  static_assert(LDST == LDO, "the state and C|B tiles share the B-fragment lane offset");
+  const unsigned s_stage_addr = ptx::smem_addr(s_stage);
+  // This lane's ldmatrix byte offsets (warp::*_lane_offset): A of the head phase, A of the dCB
+  // phase, B of both phases.
+  const unsigned xy_lane = warp::a_lane_offset<T, LDXY>();
+  const unsigned d_lane = Spec::kIsDC ? warp::a_lane_offset<T, LDD>() : warp::a_trans_lane_offset<T, LDD>();
+  const unsigned b_lane = warp::b2_trans_lane_offset<T, LDST>();
 
   const T* xyg = static_cast<const T*>(p.xy.data);
   const T* dcbg = static_cast<const T*>(p.dCB.data);
@@ -189,39 +198,59 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         auto sD = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE); };
         auto sO = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE) + D_ROWS * LDD; };
 
+        // Tile streams (ssd/primitives/tile_stream.cuh): each thread's chunks are fixed for the
+        // tile; steps are loaded in increasing order, each once, so the streams just move on.
+        // Head phase: a step moves x|dy and the state by one p block, or to the next head after
+        // the head's last one.
+        block::TileStream<NT, BLOCK_M, BKP, LDXY, T> xy_in;
+        block::TileStream<NT, BKP, BLOCK_N, LDST, T> st_in;
+        xy_in.init(xyg + p.xy.offset(b, t0 + m0, g * R, 0), p.xy.stride[1], p.xy.stride[3]);
+        st_in.init(st_t + p.state.offset(b, c, g * R, 0) + n0, p.state.stride[3], 1);
+        // dCB phase: a step moves both tiles by BLOCK_K positions; d_k0 is the next step's first
+        // position (l for dB, s for dC; 16-aligned).
+        int d_k0 = Spec::kIsDC ? 0 : m0;
+        block::TileStream<NT, D_ROWS, LDD - kPad, LDD, T> d_in;
+        block::TileStream<NT, BLOCK_K, BLOCK_N, LDO, T> o_in;
+        d_in.init(dcb + (long long)m0 * p.dCB.stride[3] + (Spec::kIsDC ? 0 : m0), p.dCB.stride[3], 1);
+        o_in.init(ot + d_k0 * p.other.stride[1], p.other.stride[1], p.other.stride[3]);
+
         auto head_load = [&](int buf, int k) {
-          const int h = g * R + k / KP;
-          const int pk0 = (k % KP) * BKP;
-          const T* xt = xyg + p.xy.offset(b, t0 + m0, h, pk0);
-          block::load_tile<NT, BLOCK_M, BKP, LDXY>(sXY(buf), xt, p.xy.stride[1], p.xy.stride[3], vec_xy, safe_xy,
-                                                   [&](int r, int) { return m0 + r < valid; });
-          const T* st = st_t + p.state.offset(b, c, h, pk0) + n0;
-          block::load_tile<NT, BKP, BLOCK_N, LDST>(sST(buf), st, p.state.stride[3], 1, vec_st, st_t,
-                                                   [](int, int) { return true; });
+          T* sx = sXY(buf);
+          const unsigned sx_addr = s_stage_addr + unsigned(buf * STAGE);
+          xy_in.copy(sx, sx_addr, vec_xy, p.xy.stride[3], safe_xy, [&](int r, int) { return m0 + r < valid; });
+          st_in.copy(sST(buf), sx_addr + unsigned(BLOCK_M * LDXY * int(sizeof(T))), vec_st, 1, st_t,
+                     [](int, int) { return true; });
+          if (k % KP == KP - 1) {
+            xy_in.advance(p.xy.stride[2] - (KP - 1) * BKP * p.xy.stride[3]);
+            st_in.advance(p.state.stride[2] - (KP - 1) * BKP * p.state.stride[3]);
+          } else {
+            xy_in.advance(BKP * p.xy.stride[3]);
+            st_in.advance(BKP * p.state.stride[3]);
+          }
         };
-        auto dcb_load = [&](int buf, int j) {
-          // k0: first position of the K step (l for dB, s for dC); 16-aligned.
-          const int k0 = Spec::kIsDC ? j * BLOCK_K : m0 + j * BLOCK_K;
+        auto dcb_load = [&](int buf) {
+          const int k0 = d_k0;
+          T* sd = sD(buf);
+          const unsigned sd_addr = s_stage_addr + unsigned(buf * STAGE);
           if constexpr (Spec::kIsDC) {
             // rows l = m0 + r, columns s = k0 + cc
-            block::load_tile<NT, BLOCK_M, BLOCK_K, LDD>(
-                sD(buf), dcb + (long long)m0 * p.dCB.stride[3] + k0, p.dCB.stride[3], 1, vec_dcb, dcb,
-                [&](int r, int c0) { return k0 + c0 <= m0 + r && m0 + r < valid; });
+            d_in.copy(sd, sd_addr, vec_dcb, 1, dcb, [&](int r, int c0) { return k0 + c0 <= m0 + r && m0 + r < valid; });
+            d_in.advance(BLOCK_K);
           } else {
             // rows l = k0 + r, columns s = m0 + cc
-            block::load_tile<NT, BLOCK_K, BLOCK_M, LDD>(
-                sD(buf), dcb + (long long)k0 * p.dCB.stride[3] + m0, p.dCB.stride[3], 1, vec_dcb, dcb,
-                [&](int r, int c0) { return m0 + c0 <= k0 + r && k0 + r < valid; });
+            d_in.copy(sd, sd_addr, vec_dcb, 1, dcb, [&](int r, int c0) { return m0 + c0 <= k0 + r && k0 + r < valid; });
+            d_in.advance(BLOCK_K * p.dCB.stride[3]);
           }
-          block::load_tile<NT, BLOCK_K, BLOCK_N, LDO>(sO(buf), ot + k0 * p.other.stride[1], p.other.stride[1],
-                                                      p.other.stride[3], vec_o, safe_o,
-                                                      [&](int r, int) { return k0 + r < valid; });
+          o_in.copy(sO(buf), sd_addr + unsigned(D_ROWS * LDD * int(sizeof(T))), vec_o, p.other.stride[3], safe_o,
+                    [&](int r, int) { return k0 + r < valid; });
+          o_in.advance(BLOCK_K * p.other.stride[1]);
+          d_k0 = k0 + BLOCK_K;
         };
         auto load_stage = [&](int buf, int k) {
           if (k < KH) {
             head_load(buf, k);
           } else {
-            dcb_load(buf, k - KH);
+            dcb_load(buf);
           }
         };
 
@@ -255,12 +284,13 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             // barrier, head hi+1 reads it at its last step, after at least one more barrier.
             const bool next_scale = pk == 0 && hi + 1 < R;
             if (next_scale) scale_fetch(hi + 1);
-            const T* sx = sXY(k % STAGES);
-            const T* ss = sST(k % STAGES);
+            const unsigned sx_addr = s_stage_addr + unsigned((k % STAGES) * STAGE);
+            const unsigned ss_addr = sx_addr + unsigned(BLOCK_M * LDXY * int(sizeof(T))) + b_lane;
 #pragma unroll
             for (int kk = 0; kk < BKP; kk += 16) {
-              SSD_WARP_MMA_K16(T, chain, warp::load_a(a[i], sx + (wm0 + 16 * i) * LDXY + kk, LDXY),
-                               warp::load_b2_trans(bf[j], bf[j + 1], ss + kk * LDST + wn0 + 8 * j, LDST));
+              // B fragments one pair at a time (register pressure).
+              SSD_WARP_MMA_K16_PAIRS(T, chain, warp::load_a_at(a[i], sx_addr + xy_lane + 2u * ((wm0 + 16 * i) * LDXY + kk)),
+                                     warp::load_b2_trans_at(b0, b1, ss_addr + 2u * (kk * LDST + wn0 + 8 * j)));
             }
             if (next_scale) scale_store((hi + 1) & 1);
           }
@@ -285,15 +315,16 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         // ---- dCB phase: acc += dCB-operand · (C | B), K steps in increasing position ----
         for (int k = KH; k < ksteps; ++k) {
           step_begin(k);
-          const T* sd = sD(k % STAGES);
-          const T* so = sO(k % STAGES);
+          const unsigned sd_addr = s_stage_addr + unsigned((k % STAGES) * STAGE) + d_lane;
+          const unsigned so_addr = s_stage_addr + unsigned((k % STAGES) * STAGE + D_ROWS * LDD * int(sizeof(T))) + b_lane;
 #pragma unroll
           for (int kk = 0; kk < BLOCK_K; kk += 16) {
-            // A: dCB as [l][s] row-major (dC), or transposed, [l][s] = [k][m] (dB: dCBᵀ).
-            SSD_WARP_MMA_K16(T, acc,
-                             if constexpr (Spec::kIsDC) warp::load_a(a[i], sd + (wm0 + 16 * i) * LDD + kk, LDD);
-                             else warp::load_a_trans(a[i], sd + kk * LDD + wm0 + 16 * i, LDD),
-                             warp::load_b2_trans(bf[j], bf[j + 1], so + kk * LDO + wn0 + 8 * j, LDO));
+            // A: dCB as [l][s] row-major (dC), or transposed, [l][s] = [k][m] (dB: dCBᵀ). B
+            // fragments one pair at a time (register pressure).
+            SSD_WARP_MMA_K16_PAIRS(T, acc,
+                                   if constexpr (Spec::kIsDC) warp::load_a_at(a[i], sd_addr + 2u * ((wm0 + 16 * i) * LDD + kk));
+                                   else warp::load_a_trans_at(a[i], sd_addr + 2u * (kk * LDD + wm0 + 16 * i)),
+                                   warp::load_b2_trans_at(b0, b1, so_addr + 2u * (kk * LDO + wn0 + 8 * j)));
           }
         }
         ring.drain();

@@ -38,6 +38,7 @@
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
+#include "ssd/primitives/tile_stream.cuh"
 
 namespace ssd_kernels {
 
@@ -92,6 +93,10 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
   __shared__ int s_seq[Spec::kSeqIdx ? BLOCK_M + BLOCK_N : 1];
 
   SSD_WARP_TILE_COORDS(WM, WN, WARPS_N);  // tid, warp, lane, wm0, wn0, lg, lt
+  const unsigned s_tiles_addr = ptx::smem_addr(&s_tiles[0][0]);
+  const unsigned s_side_addr = ptx::smem_addr(&s_side[0][0]);
+  static_assert(sizeof(T) == 2, "ldmatrix tiles of 16-bit elements");
+  const unsigned a_lane = warp::a_lane_offset<T, LD>(), b_lane = warp::b2_lane_offset<T, LD>();
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* dyg = static_cast<const T*>(p.dy.data);
@@ -129,30 +134,48 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           // Visible after the first barrier of the loop below.
           if (Spec::kSeqIdx) SSD_STAGE_TILE_SEQ_IDS(s_seq, p.seq_idx, b, t0, m0, n0, valid);
 
-          const T* dyt = safe_dy + (t0 + m0) * p.dy.stride[1];
-          const T* xt = safe_x + (t0 + n0) * p.x.stride[1];
-          // Stage `step` = (head h0 + step / KP, p-step step % KP) into buffer buf.
+          // Tile streams (ssd/primitives/tile_stream.cuh): each thread's chunks are fixed for the
+          // tile; a step moves the source by one p block, or to the next head after the last one.
+          block::TileStream<NT, BLOCK_M, BKP, LD, T> dy_in;
+          block::TileStream<NT, BLOCK_N, BKP, LD, T> x_in;
+          dy_in.init(safe_dy + (t0 + m0) * p.dy.stride[1] + h0 * p.dy.stride[2], p.dy.stride[1], p.dy.stride[3]);
+          x_in.init(safe_x + (t0 + n0) * p.x.stride[1] + h0 * p.x.stride[2], p.x.stride[1], p.x.stride[3]);
+          // The head's A rows, A columns and Δ columns: (b, h, nchunks, Q) intermediates, unit
+          // stride along Q; all Q entries exist, padding values are masked out.
+          block::TileStream<NT, 1, BLOCK_M, BLOCK_M, float> a_rows_in;
+          block::TileStream<NT, 1, BLOCK_N, BLOCK_N, float> a_cols_in, dt_cols_in;
+          {
+            const long long off = chunk_off + h0 * p.dA_cumsum.stride[1];
+            a_rows_in.init(p.dA_cumsum.data + off + m0, 0, 1);
+            a_cols_in.init(p.dA_cumsum.data + off + n0, 0, 1);
+            dt_cols_in.init(p.dt + off + n0, 0, 1);
+          }
+          // Stage `step` = (head h0 + step / KP, p-step step % KP) into buffer buf; steps are
+          // loaded in increasing order, each once, so the streams just move on.
           auto load_stage = [&](int buf, int step) {
-            const int h = h0 + step / KP, kp = step % KP;
-            const long long k0 = (long long)kp * BKP;
+            const int kp = step % KP;
             T* sa = s_tiles[buf];
             T* sb = sa + BLOCK_M * LD;
-            block::load_tile<NT, BLOCK_M, BKP, LD>(sa, dyt + h * p.dy.stride[2] + k0 * p.dy.stride[3], p.dy.stride[1],
-                                                   p.dy.stride[3], vec_dy, safe_dy,
-                                                   [&](int r, int) { return m0 + r < valid; });
-            block::load_tile<NT, BLOCK_N, BKP, LD>(sb, xt + h * p.x.stride[2] + k0 * p.x.stride[3], p.x.stride[1],
-                                                   p.x.stride[3], vec_x, safe_x,
-                                                   [&](int r, int) { return n0 + r < valid; });
+            const unsigned sa_addr = s_tiles_addr + unsigned(buf * int(sizeof(s_tiles[0])));
+            dy_in.copy(sa, sa_addr, vec_dy, p.dy.stride[3], safe_dy, [&](int r, int) { return m0 + r < valid; });
+            x_in.copy(sb, sa_addr + unsigned(BLOCK_M * LD * int(sizeof(T))), vec_x, p.x.stride[3], safe_x,
+                      [&](int r, int) { return n0 + r < valid; });
             if (kp == KP - 1) {  // the head's epilogue runs on this stage: bring its A, Δ along
-              // (b, h, nchunks, Q) intermediates: all Q entries exist, padding values are masked out.
-              const long long off = chunk_off + h * p.dA_cumsum.stride[1];
+              dy_in.advance(p.dy.stride[2] - (KP - 1) * BKP * p.dy.stride[3]);
+              x_in.advance(p.x.stride[2] - (KP - 1) * BKP * p.x.stride[3]);
               float* sd = s_side[buf];
+              const unsigned sd_addr = s_side_addr + unsigned(buf * int(sizeof(s_side[0])));
               auto all = [](int, int) { return true; };
-              block::load_tile<NT, 1, BLOCK_M, BLOCK_M>(sd, p.dA_cumsum.data + off + m0, 0, 1, vec_f, p.dA_cumsum.data, all);
-              block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M, p.dA_cumsum.data + off + n0, 0, 1, vec_f,
-                                                        p.dA_cumsum.data, all);
-              block::load_tile<NT, 1, BLOCK_N, BLOCK_N>(sd + BLOCK_M + BLOCK_N, p.dt + off + n0, 0, 1, vec_f, p.dt,
-                                                        all);
+              a_rows_in.copy(sd, sd_addr, vec_f, 1, p.dA_cumsum.data, all);
+              a_cols_in.copy(sd + BLOCK_M, sd_addr + 4u * BLOCK_M, vec_f, 1, p.dA_cumsum.data, all);
+              dt_cols_in.copy(sd + BLOCK_M + BLOCK_N, sd_addr + 4u * (BLOCK_M + BLOCK_N), vec_f, 1, p.dt, all);
+              const long long head_step = p.dA_cumsum.stride[1];
+              a_rows_in.advance(head_step);
+              a_cols_in.advance(head_step);
+              dt_cols_in.advance(head_step);
+            } else {
+              dy_in.advance(BKP * p.dy.stride[3]);
+              x_in.advance(BKP * p.x.stride[3]);
             }
           };
 
@@ -166,17 +189,28 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           for (int step = 0; step < STEPS; ++step) {
             ring.begin(step, load_stage);  // step visible to all; everyone is done with step - 1 (and its side buffer)
             const int buf = step % STAGES;
-            const T* sa = s_tiles[buf];
-            const T* sb = sa + BLOCK_M * LD;
+            // This lane's ldmatrix addresses in the stage (32-bit shared window).
+            const unsigned sa_addr = s_tiles_addr + unsigned(buf * int(sizeof(s_tiles[0]))) + a_lane;
+            const unsigned sb_addr = s_tiles_addr + unsigned(buf * int(sizeof(s_tiles[0]))) + b_lane;
 #pragma unroll
             for (int kk = 0; kk < BKP; kk += 16) {
               // B fragments one pair at a time (register pressure).
-              SSD_WARP_MMA_K16_PAIRS(T, hacc, warp::load_a(a[i], sa + (wm0 + 16 * i) * LD + kk, LD),
-                                     warp::load_b2(b0, b1, sb + (wn0 + 8 * j) * LD + kk, LD));
+              SSD_WARP_MMA_K16_PAIRS(T, hacc, warp::load_a_at(a[i], sa_addr + 2u * ((wm0 + 16 * i) * LD + kk)),
+                                     warp::load_b2_at(b0, b1, sb_addr + 2u * ((BLOCK_M + wn0 + 8 * j) * LD + kk)));
             }
             if (step % KP == KP - 1) {
               // Head epilogue: gacc += d^(i) (select, then one rounded add), and restart M from 0.
+              // The column values A(s), Δ(s) are read once per step (not per row), and d is formed
+              // for every entry before the select: straight-line code, the same operations on the
+              // kept entries (a masked entry's d is discarded, never added).
               const float* sd = s_side[buf];
+              float2 a_s[NJ], dt_s[NJ];
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                const int cl = wn0 + 8 * j + 2 * lt;  // columns cl, cl + 1 inside the tile
+                a_s[j] = *reinterpret_cast<const float2*>(sd + BLOCK_M + cl);
+                dt_s[j] = *reinterpret_cast<const float2*>(sd + BLOCK_M + BLOCK_N + cl);
+              }
 #pragma unroll
               for (int i = 0; i < MI; ++i) {
 #pragma unroll
@@ -194,9 +228,9 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
                       bool keep = row_ok && n0 + cl <= l;
                       if (Spec::kSeqIdx) keep = keep && q == s_seq[BLOCK_M + cl];
                       float& m = hacc[i][j].x[2 * half + e];
-                      const float d = keep ? detail::bwd_decay_product(m, al, sd[BLOCK_M + cl],
-                                                                       sd[BLOCK_M + BLOCK_N + cl])
-                                           : 0.f;
+                      const float d_all = detail::bwd_decay_product(m, al, e ? a_s[j].y : a_s[j].x,
+                                                                    e ? dt_s[j].y : dt_s[j].x);
+                      const float d = keep ? d_all : 0.f;
                       gacc[i][j].x[2 * half + e] = __fadd_rn(gacc[i][j].x[2 * half + e], d);
                       m = 0.f;
                     }
