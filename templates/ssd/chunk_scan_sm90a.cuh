@@ -35,8 +35,10 @@
 // barrier, so the stage a barrier frees is never read by wgmma again; phase B's first tiles are
 // copied from phase A's last barrier on where a stage is clear of phase A's last one (kEarlyB), and
 // the chunk's A and Δ rows come by cp.async with phase A's first tiles. Dynamic shared memory:
-// fwd_geom::chunk_scan_wg_smem_bytes. Registers: the loaders' row loops stay rolled (unrolled, their
-// per-row addresses become K-loop invariants held in registers: over 250 registers).
+// fwd_geom::chunk_scan_wg_smem_bytes. Loaders: unrolled, with the copies at immediate offsets from one
+// base address per call (the row step of the swizzled tiles made opaque, so its multiples are not
+// K-loop invariants held in registers: over 250 registers); ptxas then pads each group of cp.async
+// once instead of each copy.
 #pragma once
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -69,17 +71,18 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, lo
   static_assert(sizeof(T) == 2 && ROWS % RS == 0 && RS % 8 == 0, "16-bit elements, whole passes of rows");
   const int c0 = (int(threadIdx.x) & 7) * 8, r0 = int(threadIdx.x) >> 3;
   if (vec) {
-    // Not unrolled: an unrolled copy's per-row addresses are loop invariants of the K loop that the
-    // compiler keeps in registers (over a hundred with every tile), so it would spill.
+    // Unrolled, the destinations at immediate offsets (rows r0 + RS it: + 128 RS it bytes). The row
+    // step is made opaque here (the empty asm), so the sources are formed by additions at each call
+    // instead of as K-loop invariants held in registers (over a hundred with every tile: spills).
     const T* src = g + (long long)r0 * row_stride + c0;
-    const long long step = RS * row_stride;
-    unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));  // rows r0 + RS it: + 128 RS it
-#pragma unroll 1
+    long long step = RS * row_stride;
+    asm volatile("" : "+l"(step));
+    const unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));
+#pragma unroll
     for (int it = 0; it < ROWS / RS; ++it) {
       const bool ok = pred(r0 + RS * it, c0);
-      ptx::cp_async_16(dst, ok ? src : safe, ok);
+      ptx::cp_async_16(dst + RS * 128 * it, ok ? src : safe, ok);
       src += step;
-      dst += RS * 128;
     }
   } else {
 #pragma unroll 1
@@ -129,28 +132,23 @@ __device__ __forceinline__ void load_tile_sw128_f32(unsigned char* s, const floa
 
 // The ROWS x 64 fp32 CB tile into shared rows of LD floats: element (r, c) from g[r * row_stride + c]
 // to s[r * LD + c]; pred(r, c0) per 16-byte chunk (c0..c0+3) as load_tile_sw128 (block::load_tile's
-// contract, with the row loop kept rolled for the same reason). NT / 16 rows a pass.
+// contract). Two threads per row (NT = 2 ROWS), thread t row t / 2 and the chunks t % 2, t % 2 + 2, ...
+// 32 bytes apart on both sides: one base address each, the 8 copies at immediate offsets (a chunk not
+// read keeps the row's address, inside the tensor; cp.async reads nothing for it). A quarter-warp's
+// 8 chunks (4 rows of LD = 72 floats, 2 chunks each) fall in 8 different 16-byte bank groups.
 template <int NT, int ROWS, int LD, class Pred>
-__device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long row_stride, bool vec, const float* safe,
-                                             Pred pred) {
-  constexpr int RS = NT / 16;
-  static_assert(ROWS % RS == 0, "whole passes of rows");
-  const int c0 = (int(threadIdx.x) & 15) * 4, r0 = int(threadIdx.x) >> 4;  // 16 chunks per row
+__device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long row_stride, bool vec, Pred pred) {
+  static_assert(NT == 2 * ROWS && LD % 32 == 8, "two threads per row; rows 32 bytes apart modulo 128");
+  const int r = int(threadIdx.x) >> 1, h = int(threadIdx.x) & 1;
   if (vec) {
-    const float* src = g + (long long)r0 * row_stride + c0;
-    const long long step = RS * row_stride;
-    unsigned dst = ptx::smem_addr(s + r0 * LD + c0);
-#pragma unroll 1
-    for (int it = 0; it < ROWS / RS; ++it) {
-      const bool ok = pred(r0 + RS * it, c0);
-      ptx::cp_async_16(dst, ok ? src : safe, ok);
-      src += step;
-      dst += RS * LD * 4;
-    }
+    const float* src = g + (long long)r * row_stride + 4 * h;
+    const unsigned dst = ptx::smem_addr(s + r * LD + 4 * h);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ptx::cp_async_16(dst + 32 * i, src + 8 * i, pred(r, 4 * h + 8 * i));
   } else {
 #pragma unroll 1
-    for (int it = 0; it < ROWS / RS; ++it) {
-      const int r = r0 + RS * it;
+    for (int i = 0; i < 8; ++i) {
+      const int c0 = 4 * h + 8 * i;
       const bool ok = pred(r, c0);
 #pragma unroll
       for (int v = 0; v < 4; ++v) s[r * LD + c0 + v] = ok ? g[(long long)r * row_stride + c0 + v] : 0.f;
@@ -358,7 +356,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           unsigned char* sx = s_body + buf * STAGE;
           const int k0 = st * 64;
           sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
-                                                        vec_cb, cb_base, [&](int r, int c0) {
+                                                        vec_cb, [&](int r, int c0) {
                                                           return k0 + c0 <= m0 + r && m0 + r < valid;
                                                         });
 #pragma unroll
