@@ -24,14 +24,21 @@
 //     in 128-byte swizzled shared tiles (mma_ss<T, 0, 0>);
 //   phase B (ceil(kend / 64) steps): A = W from registers (each thread forms its FragA from the fp32
 //     CB tile and the chunk's A, Δ rows in shared memory, one k16 step's while the previous step's
-//     wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>).
+//     wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>). W is formed without a branch
+//     per element (the value, then the select), in three loops of one variant each: steps wholly
+//     below the diagonal without the mask, the others with it, and where a bound on the tile's
+//     exponents cannot exclude subnormal exps the guarded __expf for every step (sm90a_detail::decay).
 // Each phase runs a cp.async ring over the same shared body: phase B of fwd_geom::chunk_scan_wg_stages()
 // stages, phase A of chunk_scan_wg_stages_a() smaller ones (3 at 64 x 64). cp.async writes
 // through the generic proxy: each thread waits for its copies, fences (fence.proxy.async) and the
 // block barrier hands the stage to wgmma. Each step waits for its wgmma groups before the next
-// barrier, so the stage a barrier frees is never read by wgmma again. Dynamic shared memory:
-// fwd_geom::chunk_scan_wg_smem_bytes. Registers: the loaders' row loops stay rolled (unrolled, their
-// per-row addresses become K-loop invariants held in registers: over 250 registers).
+// barrier, so the stage a barrier frees is never read by wgmma again; phase B's first tiles are
+// copied from phase A's last barrier on where a stage is clear of phase A's last one (kEarlyB), and
+// the chunk's A and Δ rows come by cp.async with phase A's first tiles. Dynamic shared memory:
+// fwd_geom::chunk_scan_wg_smem_bytes. Loaders: unrolled, with the copies at immediate offsets from one
+// base address per call (the row step of the swizzled tiles made opaque, so its multiples are not
+// K-loop invariants held in registers: over 250 registers); ptxas then pads each group of cp.async
+// once instead of each copy.
 #pragma once
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -64,17 +71,18 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, lo
   static_assert(sizeof(T) == 2 && ROWS % RS == 0 && RS % 8 == 0, "16-bit elements, whole passes of rows");
   const int c0 = (int(threadIdx.x) & 7) * 8, r0 = int(threadIdx.x) >> 3;
   if (vec) {
-    // Not unrolled: an unrolled copy's per-row addresses are loop invariants of the K loop that the
-    // compiler keeps in registers (over a hundred with every tile), so it would spill.
+    // Unrolled, the destinations at immediate offsets (rows r0 + RS it: + 128 RS it bytes). The row
+    // step is made opaque here (the empty asm), so the sources are formed by additions at each call
+    // instead of as K-loop invariants held in registers (over a hundred with every tile: spills).
     const T* src = g + (long long)r0 * row_stride + c0;
-    const long long step = RS * row_stride;
-    unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));  // rows r0 + RS it: + 128 RS it
-#pragma unroll 1
+    long long step = RS * row_stride;
+    asm volatile("" : "+l"(step));
+    const unsigned dst = ptx::smem_addr(s + smem::swizzle128_offset(r0, c0));
+#pragma unroll
     for (int it = 0; it < ROWS / RS; ++it) {
       const bool ok = pred(r0 + RS * it, c0);
-      ptx::cp_async_16(dst, ok ? src : safe, ok);
+      ptx::cp_async_16(dst + RS * 128 * it, ok ? src : safe, ok);
       src += step;
-      dst += RS * 128;
     }
   } else {
 #pragma unroll 1
@@ -124,34 +132,116 @@ __device__ __forceinline__ void load_tile_sw128_f32(unsigned char* s, const floa
 
 // The ROWS x 64 fp32 CB tile into shared rows of LD floats: element (r, c) from g[r * row_stride + c]
 // to s[r * LD + c]; pred(r, c0) per 16-byte chunk (c0..c0+3) as load_tile_sw128 (block::load_tile's
-// contract, with the row loop kept rolled for the same reason). NT / 16 rows a pass.
+// contract). Two threads per row (NT = 2 ROWS), thread t row t / 2 and the chunks t % 2, t % 2 + 2, ...
+// 32 bytes apart on both sides: one base address each, the 8 copies at immediate offsets (a chunk not
+// read keeps the row's address, inside the tensor; cp.async reads nothing for it). A quarter-warp's
+// 8 chunks (4 rows of LD = 72 floats, 2 chunks each) fall in 8 different 16-byte bank groups.
 template <int NT, int ROWS, int LD, class Pred>
-__device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long row_stride, bool vec, const float* safe,
-                                             Pred pred) {
-  constexpr int RS = NT / 16;
-  static_assert(ROWS % RS == 0, "whole passes of rows");
-  const int c0 = (int(threadIdx.x) & 15) * 4, r0 = int(threadIdx.x) >> 4;  // 16 chunks per row
+__device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long row_stride, bool vec, Pred pred) {
+  static_assert(NT == 2 * ROWS && LD % 32 == 8, "two threads per row; rows 32 bytes apart modulo 128");
+  const int r = int(threadIdx.x) >> 1, h = int(threadIdx.x) & 1;
   if (vec) {
-    const float* src = g + (long long)r0 * row_stride + c0;
-    const long long step = RS * row_stride;
-    unsigned dst = ptx::smem_addr(s + r0 * LD + c0);
-#pragma unroll 1
-    for (int it = 0; it < ROWS / RS; ++it) {
-      const bool ok = pred(r0 + RS * it, c0);
-      ptx::cp_async_16(dst, ok ? src : safe, ok);
-      src += step;
-      dst += RS * LD * 4;
-    }
+    const float* src = g + (long long)r * row_stride + 4 * h;
+    const unsigned dst = ptx::smem_addr(s + r * LD + 4 * h);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ptx::cp_async_16(dst + 32 * i, src + 8 * i, pred(r, 4 * h + 8 * i));
   } else {
 #pragma unroll 1
-    for (int it = 0; it < ROWS / RS; ++it) {
-      const int r = r0 + RS * it;
+    for (int i = 0; i < 8; ++i) {
+      const int c0 = 4 * h + 8 * i;
       const bool ok = pred(r, c0);
 #pragma unroll
       for (int v = 0; v < 4; ++v) s[r * LD + c0 + v] = ok ? g[(long long)r * row_stride + c0 + v] : 0.f;
     }
   }
 }
+
+// wgmma descriptors from 32-bit halves (smem::make_desc's bits): the low word holds the start address
+// >> 4 (14 bits, which covers the whole shared window) and the LBO; the high word the SBO (1024 bytes)
+// and the 128-byte swizzle. A start address advanced by `bytes` is the low word + bytes / 16, no 64-bit
+// arithmetic.
+__device__ __forceinline__ unsigned desc_lo_sw128(unsigned smem_address, unsigned lbo_bytes) {
+  return (smem_address >> 4) | ((lbo_bytes >> 4) << 16);
+}
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned lo) {
+  unsigned long long d;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"((1024u >> 4) | (unsigned(smem::kSwizzle128B) << 30)));
+  return d;
+}
+
+// exp(min(al - as, 0)) as __expf computes it: ex2.approx.f32 of the product with log2(e) rounded to
+// fp32. With kPlain the caller guarantees that product is >= -126 (or NaN): there ex2.approx.f32 is the
+// plain ex2 instruction (the non-ftz form only adds, below -126, a halving of the input and a squaring
+// of the result, so the result can be subnormal), so ex2.approx.ftz.f32 gives the same bits without
+// that guard.
+constexpr float kLog2e = 1.4426950216293334961f;  // the fp32 constant of __expf: 0x3FB8AA3B
+template <bool kPlain>
+__device__ __forceinline__ float decay(float al, float as) {
+  if constexpr (kPlain) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fminf(al - as, 0.f) * kLog2e));
+    return e;
+  } else {
+    return __expf(fminf(al - as, 0.f));
+  }
+}
+
+// w, or +0 where `keep` is false: the value is computed first (the empty asm), so the select is one
+// instruction rather than a branch around the exp.
+__device__ __forceinline__ float keep_if(float w, bool keep) {
+  asm volatile("" : "+f"(w));
+  return keep ? w : 0.f;
+}
+
+// One phase-B step (64 positions from ks * 64) of this thread: per k16 slice its A fragment of W, formed
+// in fp32 (the mma.sync kernel's expression (CB · decay) · Δ, masked to s <= l) and rounded to T, then
+// the wgmma with the x slice (MN-major at descriptor low word x_lo). One slice at a time: its fragment
+// is formed while the previous slice's wgmma runs (forming more at once needs more registers).
+// kBelow: every position of the step is at or before every row of the warpgroup (no mask); kPlain:
+// decay<true> is exact for every element (the caller's bound).
+template <class T, bool kBelow, bool kPlain, int LDCB, int N>
+__device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const float* s_dt, const float* scb,
+                                       const float (&a_row)[2], int ks, int m0, int r_lo, int lt, unsigned x_lo) {
+#pragma unroll
+  for (int kq = 0; kq < 4; ++kq) {
+    FragA a;
+    const int kk = 16 * kq;
+    const int s01 = ks * 64 + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
+    const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
+    const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
+    const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
+    const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = r_lo + 8 * half;  // row inside the tile
+      const int l = m0 + r;
+      const float al = a_row[half];
+      const float* cbr = scb + r * LDCB + kk + 2 * lt;
+      const float2 c01 = *reinterpret_cast<const float2*>(cbr);
+      const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
+      float w0 = c01.x * decay<kPlain>(al, as01.x) * dt01.x;
+      float w1 = c01.y * decay<kPlain>(al, as01.y) * dt01.y;
+      float w8 = c89.x * decay<kPlain>(al, as89.x) * dt89.x;
+      float w9 = c89.y * decay<kPlain>(al, as89.y) * dt89.y;
+      if constexpr (!kBelow) {
+        w0 = keep_if(w0, s01 <= l);
+        w1 = keep_if(w1, s01 + 1 <= l);
+        w8 = keep_if(w8, s01 + 8 <= l);
+        w9 = keep_if(w9, s01 + 9 <= l);
+      }
+      a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+      a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+    }
+    warpgroup::fence_operand(acc);
+    warpgroup::fence();
+    warpgroup::mma_rs<T, 1>(acc, a, desc_sw128(x_lo + kk * 128 / 16), true);  // k16 slices 16 rows apart
+    warpgroup::commit_group();
+    warpgroup::fence_operand(acc);
+  }
+}
+
+// Byte ranges [a0, a1) and [b0, b1) do not meet.
+__host__ __device__ constexpr bool disjoint(int a0, int a1, int b0, int b1) { return a1 <= b0 || b1 <= a0; }
 
 }  // namespace sm90a_detail
 
@@ -180,12 +270,21 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   static_assert(chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= chunk_scan_wg_body_bytes(BLOCK_M, BLOCK_N),
                 "epilogue tile");
   using Acc = WgAcc<BLOCK_N>;
+  // Phase B's step 0 goes to a stage whose bytes phase A's last step (its stage (KA - 1) % STAGES_A)
+  // does not read, when one exists (kEarlyB): its copies are then issued at that step's barrier, one
+  // phase-A step ahead of phase B. Step ks uses stage (ks + B0) % STAGES.
+  constexpr int LAST_A = (KA - 1) % STAGES_A;
+  constexpr bool kB0Free = sm90a_detail::disjoint(0, STAGE, LAST_A * STAGE_A, (LAST_A + 1) * STAGE_A);
+  constexpr bool kB1Free = sm90a_detail::disjoint(STAGE, 2 * STAGE, LAST_A * STAGE_A, (LAST_A + 1) * STAGE_A);
+  constexpr bool kEarlyB = kB0Free || kB1Free;
+  constexpr int B0 = kB0Free ? 0 : kB1Free ? 1 : 0;
 
   extern __shared__ unsigned char s_dyn[];
   float* s_dA = reinterpret_cast<float*>(s_dyn);
   float* s_dt = s_dA + Q;
   int* s_seq = reinterpret_cast<int*>(s_dt + Q);  // Q entries with seq_idx
   unsigned char* s_body = sm90a_detail::align1024(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
+  const unsigned body_addr = ptx::smem_addr(s_body);
 
   const int tid = threadIdx.x;
   const int wg = BLOCK_M == 64 ? 0 : tid >> 7;  // warpgroup: tile rows 64 wg .. 64 wg + 63
@@ -232,12 +331,40 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         const int kend = (m0 + BLOCK_M < valid) ? m0 + BLOCK_M : valid;  // positions s < kend are needed
         const int KB = (kend + 63) / 64;                                   // phase-B steps (64 s each)
 
-        // Per-position fp32 data of the whole chunk (visible after phase A's first barrier).
-        for (int l = tid; l < Q; l += NT) {
-          s_dA[l] = dA[l];
-          s_dt[l] = dt[l];
-          if (Spec::kSeqIdx) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
+        // Per-position fp32 data of the whole chunk (visible after phase A's first barrier). With
+        // 16-byte aligned rows by cp.async in phase A's first copy group: a synchronous load here
+        // would hold every thread for one memory latency before its first tile copy is issued.
+        if (aligned16(dA) && aligned16(dt)) {
+          for (int i = tid; i < Q / 2; i += NT) {  // Q / 4 16-byte chunks per row
+            const bool second = i >= Q / 4;
+            const int j = (second ? i - Q / 4 : i) * 4;
+            ptx::cp_async_16(ptx::smem_addr((second ? s_dt : s_dA) + j), (second ? dt : dA) + j, true);
+          }
+        } else {
+          for (int l = tid; l < Q; l += NT) {
+            s_dA[l] = dA[l];
+            s_dt[l] = dt[l];
+          }
         }
+        if (Spec::kSeqIdx)
+          for (int l = tid; l < Q; l += NT) s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
+
+        // Phase B's copies of step st (the CB and x tiles) into stage buf.
+        const float* cbt = cb_base + (long long)m0 * p.CB.stride[3];
+        const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
+        auto load_b = [&](int buf, int st) {
+          unsigned char* sx = s_body + buf * STAGE;
+          const int k0 = st * 64;
+          sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
+                                                        vec_cb, [&](int r, int c0) {
+                                                          return k0 + c0 <= m0 + r && m0 + r < valid;
+                                                        });
+#pragma unroll
+          for (int j = 0; j < BLOCK_N / 64; ++j)
+            sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
+                                                  p.x.stride[1], p.x.stride[3], vec_x, safe_x,
+                                                  [&](int r, int) { return k0 + r < valid; });
+        };
 
         Acc acc;
         acc.zero();
@@ -263,30 +390,37 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             if (st < KA) load_a(st, st);
             ptx::cp_async_commit();
           }
+          int sa = 0;  // ks % STAGES_A
 #pragma unroll 1
           for (int ks = 0; ks < KA; ++ks) {
             ptx::cp_async_wait<STAGES_A - 2>();
             ptx::fence_proxy_async_shared();  // this thread's copies / stores, before wgmma reads them
             __syncthreads();                  // step ks visible to all; every wgmma of step ks-1 is complete
-            if (ks + STAGES_A - 1 < KA) load_a((ks + STAGES_A - 1) % STAGES_A, ks + STAGES_A - 1);
+            if (ks + STAGES_A - 1 < KA) load_a(sa == 0 ? STAGES_A - 1 : sa - 1, ks + STAGES_A - 1);
+            if (kEarlyB && ks == KA - 1) load_b(B0, 0);  // bytes no wgmma reads any more
             ptx::cp_async_commit();
             {
-              // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further).
-              const T* sC = reinterpret_cast<const T*>(s_body + (ks % STAGES_A) * STAGE_A + wg * 64 * 128);
-              const T* sP = reinterpret_cast<const T*>(s_body + (ks % STAGES_A) * STAGE_A + BLOCK_M * 128);
+              // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further); the k16
+              // slices 32 bytes apart.
+              const unsigned a_lo = sm90a_detail::desc_lo_sw128(body_addr + sa * STAGE_A + wg * 64 * 128, 16);
+              const unsigned b_lo = sm90a_detail::desc_lo_sw128(body_addr + sa * STAGE_A + BLOCK_M * 128, 16);
               warpgroup::fence_operand(acc);
               warpgroup::fence();
 #pragma unroll
               for (int kk = 0; kk < 64; kk += 16)
-                warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_k_major_sw128(sC, 64, kk),
-                                           smem::desc_k_major_sw128(sP, BLOCK_N, kk), true);
+                warpgroup::mma_ss<T, 0, 0>(acc, sm90a_detail::desc_sw128(a_lo + kk * 2 / 16),
+                                           sm90a_detail::desc_sw128(b_lo + kk * 2 / 16), true);
               warpgroup::commit_group();
               warpgroup::wait_group<0>();
               warpgroup::fence_operand(acc);
             }
+            sa = sa + 1 == STAGES_A ? 0 : sa + 1;
           }
-          ptx::cp_async_wait<0>();
-          __syncthreads();  // phase-A stages are reused by phase B
+          if constexpr (!kEarlyB) {
+            ptx::cp_async_wait<0>();
+            __syncthreads();  // phase-A stages are reused by phase B
+          }
+          // With kEarlyB phase B's first barrier is the one that frees phase A's last stage.
         }
 
         // Row scale e_l, and the rows' A(l) for phase B.
@@ -308,69 +442,62 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
 
         // ---------------- Phase B: acc += W · X (contraction over s, 64 per step) ----------------
         {
-          const float* cbt = cb_base + (long long)m0 * p.CB.stride[3];
-          const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
-          auto load_b = [&](int buf, int st) {
-            unsigned char* sx = s_body + buf * STAGE;
-            const int k0 = st * 64;
-            sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
-                                                          vec_cb, cb_base, [&](int r, int c0) {
-                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
-                                                          });
-#pragma unroll
-            for (int j = 0; j < BLOCK_N / 64; ++j)
-              sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
-                                                    p.x.stride[1], p.x.stride[3], vec_x, safe_x,
-                                                    [&](int r, int) { return k0 + r < valid; });
-          };
 #pragma unroll
           for (int st = 0; st < STAGES - 1; ++st) {
-            if (st < KB) load_b(st, st);
+            if (st < KB && !(kEarlyB && st == 0)) load_b((st + B0) % STAGES, st);
             ptx::cp_async_commit();
           }
+          // Phase B's exponents are t = rn(min(A(l) - A(s), 0) · log2 e) (decay). Over this thread's
+          // rows (A(l) >= al_lo) and the positions s < KB · 64 (A(s) <= as_hi) rounding is monotonic,
+          // so every t >= rn(min(al_lo - as_hi, 0) · log2 e); an A(l) or A(s) that is NaN gives
+          // min(NaN, 0) = 0 (fminf / fmaxf drop NaNs from the bounds; a bound that is NaN fails the
+          // test). When that bound is >= -126 for every thread of the block, the tile uses decay<true>:
+          // the same bits without the subnormal guard. One loop per variant: a choice per step inside
+          // one loop makes ptxas spill.
+          float as_hi = s_dA[lane];  // every warp the same: the largest A(s) over the tile's steps
+          for (int pos = lane + 32; pos < KB * 64; pos += 32) as_hi = fmaxf(as_hi, s_dA[pos]);
+#pragma unroll
+          for (int o = 16; o >= 1; o >>= 1) as_hi = fmaxf(as_hi, __shfl_xor_sync(0xffffffffu, as_hi, o));
+          const float al_lo = fminf(a_row[0], a_row[1]);
+          const bool plain_here = fminf(al_lo - as_hi, 0.f) * sm90a_detail::kLog2e >= -126.f;
+          // Phase B's first barrier (step 0's tiles visible; with kEarlyB phase A's last stage free),
+          // reducing the test over the block: the choice is the same for all its warpgroups.
+          ptx::cp_async_wait<STAGES - 2>();
+          ptx::fence_proxy_async_shared();
+          const bool plain = __syncthreads_and(plain_here) != 0;
+          const int row0 = m0 + 64 * wg;  // this warpgroup's first row
+          int sb = B0 % STAGES;  // (ks + B0) % STAGES
+          auto run = [&](const bool kPlain, const bool kBelow, int ks_begin, int ks_end) {
 #pragma unroll 1
-          for (int ks = 0; ks < KB; ++ks) {
-            ptx::cp_async_wait<STAGES - 2>();
-            ptx::fence_proxy_async_shared();
-            __syncthreads();
-            if (ks + STAGES - 1 < KB) load_b((ks + STAGES - 1) % STAGES, ks + STAGES - 1);
-            ptx::cp_async_commit();
-            const T* sx = reinterpret_cast<const T*>(s_body + (ks % STAGES) * STAGE);
-            const float* scb = reinterpret_cast<const float*>(s_body + (ks % STAGES) * STAGE + TILE0);
-            // One k16 step at a time: its fragment is formed while the previous step's wgmma runs
-            // (forming more at once needs more registers).
-#pragma unroll
-            for (int kq = 0; kq < 4; ++kq) {
-              FragA a;
-              const int kk = 16 * kq;
-              const int s01 = ks * 64 + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
-              const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
-              const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
-              const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
-              const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int r = r_lo + 8 * half;  // row inside the tile
-                const int l = m0 + r;
-                const float al = a_row[half];
-                const float* cbr = scb + r * LDCB + kk + 2 * lt;
-                const float2 c01 = *reinterpret_cast<const float2*>(cbr);
-                const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
-                const float w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
-                const float w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
-                const float w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
-                const float w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
-                a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
-                a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+            for (int ks = ks_begin; ks < ks_end; ++ks) {
+              if (ks > 0) {  // step 0's barrier is the one above
+                ptx::cp_async_wait<STAGES - 2>();
+                ptx::fence_proxy_async_shared();
+                __syncthreads();
               }
+              if (ks + STAGES - 1 < KB) load_b(sb == 0 ? STAGES - 1 : sb - 1, ks + STAGES - 1);
+              ptx::cp_async_commit();
+              const float* scb = reinterpret_cast<const float*>(s_body + sb * STAGE + TILE0);
+              // x [s][p], MN-major: the k16 slices 16 rows of 128 bytes apart.
+              const unsigned x_lo = sm90a_detail::desc_lo_sw128(body_addr + sb * STAGE, 64 * 128);
+              if (kPlain && kBelow)
+                sm90a_detail::w_step<T, true, true, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
+              else if (kPlain)
+                sm90a_detail::w_step<T, false, true, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
+              else
+                sm90a_detail::w_step<T, false, false, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
+              warpgroup::wait_group<0>();
               warpgroup::fence_operand(acc);
-              warpgroup::fence();
-              warpgroup::mma_rs<T, 1>(acc, a, smem::desc_mn_major_sw128(sx, 64, kk), true);
-              warpgroup::commit_group();
-              warpgroup::fence_operand(acc);
+              sb = sb + 1 == STAGES ? 0 : sb + 1;
             }
-            warpgroup::wait_group<0>();
-            warpgroup::fence_operand(acc);
+          };
+          // Steps ks < kb_below are wholly at or before the warpgroup's first row (no mask).
+          const int kb_below = row0 / 64 < KB ? row0 / 64 : KB;
+          if (plain) {
+            run(true, true, 0, kb_below);
+            run(true, false, kb_below, KB);
+          } else {
+            run(false, false, 0, KB);
           }
         }
         ptx::cp_async_wait<0>();
@@ -383,7 +510,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         constexpr bool kXFromTile = BLOCK_M == 64;
         static_assert(!kXFromTile || (STAGES == 2 && chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= STAGE),
                       "epilogue tile next to the last x tile");
-        const int other = kXFromTile ? KB & 1 : 0;  // the stage the last step (KB - 1) did not use
+        const int other = kXFromTile ? (KB + B0) & 1 : 0;  // the stage the last step (KB - 1) did not use
         float* so = reinterpret_cast<float*>(s_body + other * STAGE);
 #pragma unroll
         for (int i = 0; i < Acc::kRegs; i += 2)

@@ -411,6 +411,94 @@ TEST_CASE("chunk_scan_fwd: sm_90a (wgmma) against sm_90 (mma.sync) on the same i
   CHECK(wgmma_cases >= 5);  // the plan picks the wgmma kernel on sm_90a where the shape allows
 }
 
+TEST_CASE("chunk_scan_fwd sm_90a: W's variants (no mask, mask, guarded exp) give the mma.sync kernel's bits" *
+          doctest::skip(!gpu_available())) {
+  // The wgmma kernel forms W per tile in one of three loops (chunk_scan_sm90a.cuh): without the mask
+  // for steps below the diagonal, with it for the others, and with __expf's subnormal guard for every
+  // step of a tile whose exponent bound (the least A(l) of the rows against the largest A(s) of the
+  // positions) is below -126; elsewhere ex2 without the guard, the same bits. Heads with A from -0.5
+  // to -64 make both kinds of tile (counted here from the workspace's dA_cumsum, as the kernel
+  // decides), and every legal tile of chunk_scan_fwd must give the sm_90 mma.sync kernel's out and
+  // out_x bit for bit (the wgmma kernel did before W was split: entry 6 of docs/perf.md).
+  if (!device_is_sm90a()) {
+    MESSAGE("the device is not sm_90a: no wgmma path to compare");
+    return;
+  }
+  RuntimeHolder rt;
+  RuntimeHolder rt90(SSD_ARCH_SM90);
+  const FwdCase cases[] = {
+      // nemotronh-56b's head shape, softplus Δ (small), D per head.
+      {1, 1024, 8, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false},
+      // fp16, every option, a partial last chunk (padding rows), Δ up to 0.2 without softplus.
+      {2, 700, 8, 64, 2, 64, 256, SSD_DTYPE_FP16, true, true, true, false, false, true, true},
+      // headdim 128 (the 64 x 128 tile), chunk 128.
+      {1, 500, 4, 128, 1, 128, 128, SSD_DTYPE_BF16, false, false, true, true, true, false, false},
+  };
+  const double decay_A[] = {-0.5, -6.0, -24.0, -64.0};
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    std::vector<double> A(size_t(c.h));
+    for (int64_t h = 0; h < c.h; ++h) A[size_t(h)] = decay_A[h % 4];
+    prob.A = make_array(SSD_DTYPE_FP32, A);
+    prob.d_A = upload_array(prob.A);
+    ssd_forward_args a = prob.args();
+    const std::vector<uint8_t> r90 = prob.run(rt90.rt), ws90 = download_bytes(prob.d_ws);
+    const size_t nx = size_t(c.b * c.L * c.h * c.p), nout = 2 * ((c.z ? 2 : 1) * nx);
+    // The kernel's choice per 64-row tile, from dA_cumsum (b, h, chunk, Q) fp32.
+    const size_t nch = size_t(c.b * c.h * prob.nc * c.Q);
+    std::vector<float> dA(nch);
+    std::memcpy(dA.data(), ws90.data() + prob.layout.dA_cumsum_offset, 4 * nch);
+    int plain = 0, guarded = 0;
+    for (size_t row = 0; row < nch / size_t(c.Q); ++row) {
+      const int64_t chunk = int64_t(row % size_t(prob.nc));
+      const int valid = int(std::min<int64_t>(c.Q, c.L - chunk * c.Q));
+      const float* r = dA.data() + row * size_t(c.Q);
+      for (int m0 = 0; m0 < valid; m0 += 64) {
+        const int kend = std::min(m0 + 64, valid), positions = (kend + 63) / 64 * 64;
+        const float al_lo = *std::min_element(r + m0, r + m0 + 64);
+        const float as_hi = *std::max_element(r, r + positions);
+        const float t = std::min(al_lo - as_hi, 0.f) * 1.4426950216293334961f;
+        (t >= -126.f ? plain : guarded) += 1;
+      }
+    }
+    MESSAGE("64-row tiles " << describe(c) << ": " << plain << " without the exp guard, " << guarded << " with it");
+    CHECK(plain > 0);
+    CHECK(guarded > 0);
+    auto configs = ssd::forward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+    REQUIRE(configs.ok());
+    for (const ssd_kernel_config& k : configs.value()) {
+      if (k.kernel != SSD_KERNEL_CHUNK_SCAN_FWD) continue;
+      for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+        CAPTURE(tile.m);
+        CAPTURE(tile.n);
+        ssd::ForwardTuning t;
+        t.scan = tile;
+        poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
+        REQUIRE(ssd::ssd_forward(*rt.rt, &a, nullptr, nullptr, {}, &t).ok());
+        const std::vector<uint8_t> r = c.z ? download_all({&prob.d_out, &prob.d_out_x, &prob.d_final})
+                                           : download_all({&prob.d_out, &prob.d_final});
+        const std::vector<uint8_t> ws = download_bytes(prob.d_ws);
+        // The stages before chunk_scan_fwd give the same workspace on both runtimes (Δ, A, CB, P).
+        const size_t ncb = size_t(c.b * prob.nc * c.g * c.Q * c.Q), nst = size_t(c.b * prob.nc * c.h * c.p * c.n);
+        auto same_section = [&](size_t offset, size_t bytes) {
+          return std::equal(ws.begin() + offset, ws.begin() + offset + bytes, ws90.begin() + offset);
+        };
+        REQUIRE(same_section(prob.layout.dt_out_offset, 4 * nch));
+        REQUIRE(same_section(prob.layout.dA_cumsum_offset, 4 * nch));
+        REQUIRE(same_section(prob.layout.CB_offset, 4 * ncb));
+        REQUIRE(same_section(prob.layout.states_offset, 2 * nst));
+        size_t equal = 0;
+        for (size_t i = 0; i < nout; ++i) equal += r[i] == r90[i];
+        MESSAGE("chunk_scan_fwd " << tile.m << "x" << tile.n << "x" << tile.k << " (wgmma) vs sm_90 mma.sync "
+                                  << describe(c) << ": out" << (c.z ? "+out_x" : "") << " bytes equal " << equal
+                                  << " / " << nout);
+        CHECK(equal == nout);
+      }
+    }
+  }
+}
+
 TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel's P and final states" *
           doctest::skip(!gpu_available())) {
   // chunk_state_passing_fwd on sm_90a (chunk_state_passing_sm90a.cuh) keeps the mma.sync kernel's order:

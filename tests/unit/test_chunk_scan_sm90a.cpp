@@ -191,9 +191,13 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     INFO(cubin->log);
     const std::string ty = k.dtype == SSD_DTYPE_BF16 ? ".bf16.bf16" : ".f16.f16";
     const std::string n = std::to_string(k.tile_n);
-    // Phase A (both operands from shared memory) and phase B (W from registers): 4 + 4 k16 steps.
-    CHECK(count(cubin->ptx, "wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32" + ty) == 8);
-    CHECK(count(cubin->ptx, "wgmma.mma_async") == 8);
+    // Phase A (both operands from shared memory) and phase B (W from registers) in its three loops
+    // (no mask, mask, guarded exp): 4 + 3 x 4 k16 steps.
+    CHECK(count(cubin->ptx, "wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32" + ty) == 16);
+    CHECK(count(cubin->ptx, "wgmma.mma_async") == 16);
+    // W's exp: unguarded (ex2.approx.ftz) in the first two loops, __expf (ex2.approx.f32, which ptxas
+    // guards against subnormal results) in the third; 8 elements per k16 step each.
+    CHECK(count(cubin->ptx, "ex2.approx.ftz.f32") == 2 * 4 * 8);
     CHECK(contains(cubin->ptx, "cp.async.cg.shared.global"));
     CHECK(contains(cubin->ptx, "fence.proxy.async.shared::cta"));
     CHECK_FALSE(contains(cubin->ptx, "mma.sync"));
