@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "ops/ssd_backward.h"
 #include "presets.h"
+#include "ptxas_report_support.h"
 #include "ssd/backward_params.cuh"
 
 using namespace ssd;
@@ -238,5 +239,5 @@ TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations
     CHECK(r->report.spill_bytes == 0);
     CHECK(contains(r->log, " 0 bytes spill stores"));
   }
-  CHECK(with_report > 0);
+  require_some_ptxas_report(with_report);
 }
