@@ -46,6 +46,24 @@
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
 
+// The tile geometry of the fused mma.sync state passes (chunk_state_passing.cuh,
+// chunk_state_passing_bwd.cuh), from SSD_TILE_SPEC_NAMES' Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K: warp
+// tiles WM x WN (WARPS_N across n), NT threads, STAGES ring stages of the [k][p] and [k][n] tiles
+// (row strides LDX, LDB), MI x NJ fragments per warp, TILES state tiles (TILES_N across n), KS K
+// steps of a whole chunk. One definition, so the two passes keep one tile set and launch geometry.
+#define SSD_STATE_PASS_TILE_NAMES()                                                                             \
+  constexpr int WM = ::ssd_kernels::fwd_geom::state_pass_warp_m(BLOCK_M);                                      \
+  constexpr int WN = ::ssd_kernels::fwd_geom::state_pass_warp_n(BLOCK_N);                                      \
+  constexpr int WARPS_N = BLOCK_N / WN;                                                                         \
+  constexpr int NT = ::ssd_kernels::fwd_geom::chunk_state_passing_threads(BLOCK_M, BLOCK_N);                   \
+  constexpr int STAGES = ::ssd_kernels::fwd_geom::chunk_state_passing_stages(Q, BLOCK_M, BLOCK_N, BLOCK_K);    \
+  constexpr int LDX = BLOCK_M + ::ssd_kernels::fwd_geom::kPad;                                                 \
+  constexpr int LDB = BLOCK_N + ::ssd_kernels::fwd_geom::kPad;                                                 \
+  constexpr int MI = WM / 16, NJ = WN / 8;                                                                      \
+  constexpr int TILES_N = N / BLOCK_N;                                                                          \
+  constexpr int TILES = ::ssd_kernels::fwd_geom::chunk_state_tiles(P, N, BLOCK_M, BLOCK_N);                    \
+  constexpr int KS = Q / BLOCK_K
+
 namespace ssd_kernels {
 namespace detail {
 
@@ -85,6 +103,56 @@ __device__ __forceinline__ void chunk_state_step(FragC (&acc)[MI][NJ], const T* 
                        warp::load_b2_trans(bf[j], bf[j + 1], sb + kk * LDB + wn0 + 8 * j, LDB));
     }
   }
+}
+
+// The running state of the fused state passes (chunk_state_passing.cuh, chunk_state_passing_bwd.cuh)
+// is a (b, h) state of p x n fp32 (row stride N) in a warp's MI x NJ accumulator fragments: the
+// pair x[2·half], x[2·half + 1] of fragment (i, j) is the elements (row, col), (row, col + 1) with
+// row = p0 + wm0 + 16i + FragC::row(lane, half), col = n0 + wn0 + 8j + FragC::col(lane). The
+// corner comes as its four terms and the loops are the kernels' own, so the address arithmetic
+// stays where they had it (a precomputed p0 + wm0 changed their machine code).
+
+// A tile's start: the chunk's accumulator acc zeroed and run loaded from `state` when `load`, else
+// zeroed. One loop, as the kernels wrote it (zeroing first, then loading, changed their machine code).
+template <int N, int MI, int NJ>
+__device__ __forceinline__ void start_state_fragments(FragC (&run)[MI][NJ], FragC (&acc)[MI][NJ], bool load,
+                                                      const TensorRef<const float, 2>& state, int b, int h, int p0,
+                                                      int wm0, int n0, int wn0, int lane) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      warp::zero(acc[i][j]);
+      warp::zero(run[i][j]);
+      if (load) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);  // headdim index
+          const int col = n0 + wn0 + 8 * j + FragC::col(lane);         // dstate index
+          const float* src = state.ptr(b, h) + (long long)row * N + col;
+          run[i][j].x[2 * half] = src[0];
+          run[i][j].x[2 * half + 1] = src[1];
+        }
+      }
+    }
+}
+
+// The running state into `state`.
+template <int N, int MI, int NJ>
+__device__ __forceinline__ void store_state_fragments(const FragC (&frag)[MI][NJ], const TensorRef<float, 2>& state,
+                                                      int b, int h, int p0, int wm0, int n0, int wn0, int lane) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
+        const int col = n0 + wn0 + 8 * j + FragC::col(lane);
+        float* dst = state.ptr(b, h) + (long long)row * N + col;
+        dst[0] = frag[i][j].x[2 * half];
+        dst[1] = frag[i][j].x[2 * half + 1];
+      }
 }
 
 }  // namespace detail

@@ -61,17 +61,8 @@ __device__ void chunk_state_passing_fwd_mma(const ChunkStatePassingFwdParams& p)
                 "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(same_type<S, float>::value || same_type<S, T>::value, "the state type is fp32 or the element type");
   using namespace fwd_geom;
-  constexpr int WM = state_pass_warp_m(BLOCK_M);
-  constexpr int WN = state_pass_warp_n(BLOCK_N);
-  constexpr int WARPS_N = BLOCK_N / WN;
-  constexpr int NT = chunk_state_passing_threads(BLOCK_M, BLOCK_N);
-  constexpr int STAGES = chunk_state_passing_stages(Q, BLOCK_M, BLOCK_N, BLOCK_K);
-  constexpr int LDX = BLOCK_M + kPad;  // x tile [k][p]
-  constexpr int LDB = BLOCK_N + kPad;  // B tile [k][n]
-  constexpr int MI = WM / 16, NJ = WN / 8;
-  constexpr int TILES_N = N / BLOCK_N;
-  constexpr int TILES = chunk_state_tiles(P, N, BLOCK_M, BLOCK_N);
-  constexpr int KS = Q / BLOCK_K;  // K steps of a whole chunk
+  SSD_STATE_PASS_TILE_NAMES();  // WM, WN, WARPS_N, NT, STAGES, LDX (x tile [k][p]), LDB (B tile [k][n]), MI,
+                                // NJ, TILES_N, TILES, KS (K steps of a whole chunk)
 
   __shared__ __align__(16) T s_x[STAGES][BLOCK_K * LDX];
   __shared__ __align__(16) T s_b[STAGES][BLOCK_K * LDB];
@@ -121,23 +112,7 @@ __device__ void chunk_state_passing_fwd_mma(const ChunkStatePassingFwdParams& p)
 
         // The running state (S above) and this chunk's s_c, element for element in the same fragment slots.
         FragC run[MI][NJ], acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            warp::zero(acc[i][j]);
-            warp::zero(run[i][j]);
-            if (HAS_INIT) {
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);  // headdim index
-                const int col = n0 + wn0 + 8 * j + FragC::col(lane);         // dstate index
-                const float* src = p.initial_states.ptr(b, h) + (long long)row * N + col;
-                run[i][j].x[2 * half] = src[0];
-                run[i][j].x[2 * half + 1] = src[1];
-              }
-            }
-          }
+        detail::start_state_fragments<N>(run, acc, HAS_INIT, p.initial_states, b, h, p0, wm0, n0, wn0, lane);
 
         WeightInputs next;
         fetch(0, next);
@@ -211,20 +186,7 @@ __device__ void chunk_state_passing_fwd_mma(const ChunkStatePassingFwdParams& p)
         }
         ring.drain();
 
-        if (p.final_states.data) {
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) {
-                const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
-                const int col = n0 + wn0 + 8 * j + FragC::col(lane);
-                float* dst = p.final_states.ptr(b, h) + (long long)row * N + col;
-                dst[0] = run[i][j].x[2 * half];
-                dst[1] = run[i][j].x[2 * half + 1];
-              }
-        }
+        if (p.final_states.data) detail::store_state_fragments<N>(run, p.final_states, b, h, p0, wm0, n0, wn0, lane);
         __syncthreads();  // s_w and the stage buffers are reused by the next tile
       }
     }

@@ -13,8 +13,9 @@
 // Reduction orders, all those of the staged pair (chunk_state.cuh with kDstates, kTwoTerm and, with
 // z, kXLo; state_passing_bwd.cuh), so every output is bitwise theirs for every tile of either path:
 // - dP_c: the same step function (detail::chunk_state_step, two-term operand), the same weights
-//   (__expf(A(l)) under η), K over l = 0 .. λ_c in increasing 16-wide mma steps from 0 in fp32, then
-//   with kXLo the same positions again on dy_lo (one term). dP_c never leaves the chip.
+//   (__expf(A(l)) under η: detail::ChunkStateWeights, kDstates), K over l = 0 .. λ_c in increasing
+//   16-wide mma steps from 0 in fp32, then with kXLo the same positions again on dy_lo (one term).
+//   dP_c never leaves the chip.
 // - the recurrence over chunks is sequential (c = Nc−1 .. 0) and no value crosses threads.
 // - ρ: the block of e = 32j .. 32j+31 is summed as state_passing_bwd's xor butterfly (offsets 16, 8,
 //   4, 2, 1 on lanes holding e = 32j + i): the same pairings, each fp64 add commutative, so the same
@@ -40,53 +41,13 @@
 
 #include "ssd/backward_params.cuh"
 #include "ssd/chunk_state.cuh"  // detail::chunk_state_step
+#include "ssd/chunk_state_weights.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
 namespace detail {
-
-// dstates' weights of chunk c (chunk_state_fwd with kDstates: w_l = η_c(l) ? __expf(A(l)) : 0, the
-// same expressions), in two halves as ChunkStateWeights: fetch (global loads a chunk ahead), put.
-template <int Q, int NT, bool HAS_SEQ_IDX>
-struct DstatesWeights {
-  static constexpr int WPT = (Q + NT - 1) / NT;  // positions per thread
-  float dA[WPT];
-  int q_prev, seq[WPT];
-
-  template <class Params>
-  __device__ __forceinline__ void fetch(const Params& p, int b, int h, int c, int valid, int t) {
-    const long long t0 = (long long)c * Q;
-    const float* dA_c = p.dA_cumsum.ptr(b, h, c);
-    q_prev = HAS_SEQ_IDX && c > 0 ? p.seq_idx(b, t0 - 1) : 0;
-#pragma unroll
-    for (int k = 0; k < WPT; ++k) {
-      const int l = t + k * NT;
-      if (l < valid) {
-        dA[k] = dA_c[l];
-        if (HAS_SEQ_IDX) seq[k] = p.seq_idx(b, t0 + l);
-      }
-    }
-  }
-
-  __device__ __forceinline__ void put(int valid, int t, float* w_out) const {
-#pragma unroll
-    for (int k = 0; k < WPT; ++k) {
-      const int l = t + k * NT;
-      if (l < Q) {
-        float w = 0.f;
-        if (l < valid) {
-          const float e = __expf(dA[k]);
-          bool keep = true;
-          if (HAS_SEQ_IDX) keep = seq[k] == q_prev;
-          w = keep ? e : 0.f;
-        }
-        w_out[l] = w;
-      }
-    }
-  }
-};
 
 // Chunk c's epilogue inputs, loaded at the top of its epilogue, all in flight together: the
 // compiler may not move a load above the epilogue's stores (it cannot prove them disjoint), so
@@ -159,17 +120,8 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
   static_assert(bwd_geom::chunk_state_passing_bwd_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace fwd_geom;
-  constexpr int WM = state_pass_warp_m(BLOCK_M);
-  constexpr int WN = state_pass_warp_n(BLOCK_N);
-  constexpr int WARPS_N = BLOCK_N / WN;
-  constexpr int NT = chunk_state_passing_threads(BLOCK_M, BLOCK_N);
-  constexpr int STAGES = chunk_state_passing_stages(Q, BLOCK_M, BLOCK_N, BLOCK_K);
-  constexpr int LDX = BLOCK_M + kPad;  // dy tile [k][p]
-  constexpr int LDB = BLOCK_N + kPad;  // C tile [k][n]
-  constexpr int MI = WM / 16, NJ = WN / 8;
-  constexpr int TILES_N = N / BLOCK_N;
-  constexpr int TILES = chunk_state_tiles(P, N, BLOCK_M, BLOCK_N);
-  constexpr int KS = Q / BLOCK_K;           // K steps of a whole chunk, per pass
+  SSD_STATE_PASS_TILE_NAMES();  // WM, WN, WARPS_N, NT, STAGES, LDX (dy tile [k][p]), LDB (C tile [k][n]), MI,
+                                // NJ, TILES_N, TILES, KS (K steps of a whole chunk, per pass)
   constexpr int PASSES = X_LO ? 2 : 1;      // dy, then dy_lo
   constexpr bool ROW_PAIRS = WN < 32;       // dstate 16: a ρ block is two rows
   static_assert(ROW_PAIRS ? (N == 16 && NJ == 2) : NJ % 4 == 0, "ρ blocks must lie in one warp's fragments");
@@ -205,7 +157,7 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
       const T* safe_xl = X_LO ? xlg + p.x.offset(b, 0, h) : safe_x;
       const T* safe_b = Bg + p.B.offset(b, 0, g);
 
-      using WeightInputs = detail::DstatesWeights<Q, NT, HAS_SEQ_IDX>;
+      using WeightInputs = detail::ChunkStateWeights<Q, NT, HAS_SEQ_IDX, detail::ChunkWeights::kDstates>;
       auto fetch = [&](int c, WeightInputs& in) { in.fetch(p, b, h, c, chunk_valid(c), tid); };
       auto put = [&](int c, const WeightInputs& in, float* w_out) { in.put(chunk_valid(c), tid, w_out); };
 
@@ -235,23 +187,7 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
 
         // The running dS and this chunk's dP_c, element for element in the same fragment slots.
         FragC run[MI][NJ], acc[MI][NJ];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            warp::zero(acc[i][j]);
-            warp::zero(run[i][j]);
-            if (p.dfinal_states.data) {
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);  // headdim index
-                const int col = n0 + wn0 + 8 * j + FragC::col(lane);         // dstate index
-                const float* src = p.dfinal_states.ptr(b, h) + (long long)row * N + col;
-                run[i][j].x[2 * half] = src[0];
-                run[i][j].x[2 * half + 1] = src[1];
-              }
-            }
-          }
+        detail::start_state_fragments<N>(run, acc, p.dfinal_states.data, p.dfinal_states, b, h, p0, wm0, n0, wn0, lane);
 
         WeightInputs next;
         fetch(nchunks - 1, next);
@@ -378,20 +314,7 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
         }
         ring.drain();
 
-        if (p.dinit.data) {
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) {
-                const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
-                const int col = n0 + wn0 + 8 * j + FragC::col(lane);
-                float* dst = p.dinit.ptr(b, h) + (long long)row * N + col;
-                dst[0] = run[i][j].x[2 * half];
-                dst[1] = run[i][j].x[2 * half + 1];
-              }
-        }
+        if (p.dinit.data) detail::store_state_fragments<N>(run, p.dinit, b, h, p0, wm0, n0, wn0, lane);
         __syncthreads();  // s_w and the stage buffers are reused by the next tile
       }
     }

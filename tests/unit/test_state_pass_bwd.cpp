@@ -13,10 +13,13 @@
 #include "codegen/codegen.h"
 #include "compile/nvrtc_compiler.h"
 #include "config/config.h"
+#include "call_args_support.h"
 #include "ops/ssd_backward.h"
+#include "ops/tensor_check.h"
 #include "presets.h"
 #include "ptxas_report_support.h"
 #include "ssd/backward_params.cuh"
+#include "state_pass_test_support.h"
 
 using namespace ssd;
 
@@ -24,43 +27,10 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The nemotronh-56b shape (p=64, n=256, 32 heads per group, chunk 256, bf16) with `flags`.
-ssd_kernel_config fused(ssd_arch arch, uint32_t flags, ssd_tile tile = {}) {
-  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_STATE_PASSING_BWD);
-  c.arch = arch;
-  c.headdim = 64;
-  c.dstate = 256;
-  c.heads_per_group = 32;
-  c.chunk_size = 256;
-  c.flags = flags;
-  c.tile = tile;
-  return c;
-}
+using statepass_test::tile_text;
+using statepass_test::tile_texts;
 
-std::string tile_text(const ssd_tile& t) {
-  return std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
-}
-
-std::set<std::string> tile_texts(const std::vector<ssd_tile>& tiles) {
-  std::set<std::string> out;
-  for (const ssd_tile& t : tiles) out.insert(tile_text(t));
-  return out;
-}
-
-ssd_tensor dense(void* data, ssd_dtype dt, std::initializer_list<int64_t> shape) {
-  ssd_tensor t{};
-  t.data = data;
-  t.dtype = dt;
-  t.ndim = int32_t(shape.size());
-  int i = 0;
-  for (int64_t v : shape) t.shape[i++] = v;
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.strides[d] = stride;
-    stride *= t.shape[d];
-  }
-  return t;
-}
+const statepass_test::NemotronhStatePass fused{SSD_KERNEL_CHUNK_STATE_PASSING_BWD};
 
 }  // namespace
 
@@ -128,23 +98,14 @@ TEST_CASE("chunk_state_passing_bwd: refusals name the field and the rule") {
 TEST_CASE("chunk_state_passing_bwd: the plan fuses by default, the staged pair on request or with fast kernels") {
   // b=2, L=1000, h=8, p=64, g=2, n=64, chunk 64 (a partial last chunk), with z.
   const int64_t b = 2, L = 1000, h = 8, p = 64, g = 2, n = 64;
+  const calltest::CallShape shape{b, L, h, p, g, n, 64};
   void* some = reinterpret_cast<void*>(uintptr_t(1) << 20);
-  ssd_backward_args a = default_backward_args();
-  a.chunk_size = 64;
-  a.x = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
-  a.dt = dense(some, SSD_DTYPE_FP32, {b, L, h});
-  a.A = dense(some, SSD_DTYPE_FP32, {h});
-  a.B = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
-  a.C = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
-  a.dout = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
-  a.z = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
-  a.out_x = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
-  a.dx = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
-  a.dz = dense(some, SSD_DTYPE_BF16, {b, L, h, p});
-  a.ddt = dense(some, SSD_DTYPE_FP32, {b, L, h});
-  a.dA = dense(some, SSD_DTYPE_FP32, {h});
-  a.dB = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
-  a.dC = dense(some, SSD_DTYPE_BF16, {b, L, g, n});
+  auto dense = [&](ssd_dtype dt, calltest::Dims dims) { return contiguous_tensor(some, dt, dims); };
+  ssd_backward_args a = calltest::with_inputs(default_backward_args(), shape, dense);
+  calltest::set_gradients(a, shape, dense);
+  a.z = dense(SSD_DTYPE_BF16, {b, L, h, p});
+  a.out_x = dense(SSD_DTYPE_BF16, {b, L, h, p});
+  a.dz = dense(SSD_DTYPE_BF16, {b, L, h, p});
   BackwardTuning staged;
   staged.staged_state_pass = true;
   BackwardTuning fast_kernels;

@@ -16,6 +16,7 @@
 #include "presets.h"
 #include "ptxas_report_support.h"
 #include "ssd/forward_params.cuh"
+#include "state_pass_test_support.h"
 
 using namespace ssd;
 
@@ -28,28 +29,10 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The nemotronh-56b state pass (h=256, g=8, p=64, n=256, chunk 256, bf16) with `flags`.
-ssd_kernel_config state_pass(ssd_arch arch, uint32_t flags, ssd_tile tile = {}) {
-  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_STATE_PASSING_FWD);
-  c.arch = arch;
-  c.headdim = 64;
-  c.dstate = 256;
-  c.heads_per_group = 32;
-  c.chunk_size = 256;
-  c.flags = flags;
-  c.tile = tile;
-  return c;
-}
+using statepass_test::tile_text;
+using statepass_test::tile_texts;
 
-std::string tile_text(const ssd_tile& t) {
-  return std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);
-}
-
-std::set<std::string> tile_texts(const std::vector<ssd_tile>& tiles) {
-  std::set<std::string> out;
-  for (const ssd_tile& t : tiles) out.insert(tile_text(t));
-  return out;
-}
+const statepass_test::NemotronhStatePass state_pass{SSD_KERNEL_CHUNK_STATE_PASSING_FWD};
 
 }  // namespace
 
