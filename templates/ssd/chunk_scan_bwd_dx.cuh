@@ -65,38 +65,24 @@
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
+#include "ssd/primitives/tile_stream.cuh"  // warp::load_a_at / load_b2_at / load_b2_trans_at
 
 namespace ssd_kernels {
 
 namespace detail {
 
-// ldmatrix at a 32-bit shared-window byte address: the fragments of warp::load_a / load_b2 /
-// load_b2_trans, whose lane addresses are tile + dx_lane_*(lane, ld) (elements). The kernel forms
-// each warp's lane address once and adds the fragment's offset as a constant (an immediate of the
-// LDSM), instead of a 64-bit generic pointer sum per fragment.
+// This lane's element offsets of the ldmatrix fragments of warp::load_a / load_b2 / load_b2_trans
+// in a tile of row stride ld: the kernel forms each warp's lane address once (32-bit shared window)
+// and adds the fragment's offset as a constant (an immediate of the LDSM), through
+// warp::load_a_at / load_b2_at / load_b2_trans_at (primitives/tile_stream.cuh). Kept as the int
+// sums the kernel's offsets were written with: warp::*_lane_offset give the same values, but NVVM
+// then schedules the kernel's prologue differently (other machine code for the same results).
 __device__ __forceinline__ int dx_lane_a(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
 __device__ __forceinline__ int dx_lane_b2(int lane, int ld) {
   return ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
 }
 __device__ __forceinline__ int dx_lane_b2_trans(int lane, int ld) {
   return ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8;
-}
-__device__ __forceinline__ void dx_ldsm_a(FragA& a, unsigned addr) { ptx::ldmatrix_x4(a.x, addr); }
-__device__ __forceinline__ void dx_ldsm_b2(FragB& b0, FragB& b1, unsigned addr) {
-  unsigned r[4];
-  ptx::ldmatrix_x4(r, addr);
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
-}
-__device__ __forceinline__ void dx_ldsm_b2_trans(FragB& b0, FragB& b1, unsigned addr) {
-  unsigned r[4];
-  ptx::ldmatrix_x4_trans(r, addr);
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
 }
 
 // v through an empty asm statement: the compiler cannot move what is computed from the copy
@@ -143,8 +129,8 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
     const unsigned sa = stage + a_lane, sk = stage + b_lane;
 #pragma unroll
     for (int kk = 0; kk < BKN; kk += 16) {
-      SSD_WARP_MMA_K16_PAIRS(T, acc, dx_ldsm_a(a[i], sa + unsigned((16 * i * LDA + kk) * 2)),
-                             dx_ldsm_b2(b0, b1, sk + unsigned((8 * j * LDA + kk) * 2)));
+      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a_at(a[i], sa + unsigned((16 * i * LDA + kk) * 2)),
+                             warp::load_b2_at(b0, b1, sk + unsigned((8 * j * LDA + kk) * 2)));
     }
   }
   ring.drain();
@@ -679,7 +665,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
 #pragma unroll
               for (int j = 0; j < NJ; j += 2) {
                 FragB b0, b1;
-                detail::dx_ldsm_b2_trans(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
+                warp::load_b2_trans_at(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
 #pragma unroll
                 for (int i = 0; i < MI; ++i) {
                   warp::mma<T>(acc[i][j], a[i], b0);
