@@ -212,6 +212,7 @@ using fwd_geom::imax;
 using fwd_geom::imin;
 using fwd_geom::kMaxStaticSmem;
 using fwd_geom::kPad;
+using fwd_geom::two_phase_fixed_bytes;
 using fwd_geom::two_phase_body_bytes;
 using fwd_geom::two_phase_smem_bytes;
 using fwd_geom::two_phase_stages;
@@ -236,8 +237,22 @@ SSD_HOST_DEVICE constexpr int dx_epilogue_bytes(int p, int bm) { return bm * (p 
 SSD_HOST_DEVICE constexpr TwoPhaseBytes dx_bytes(int p, int n, int bm, int bk) {
   return {dx_stage_a_bytes(p, n, bm, bk), dx_stage_b_bytes(p, bm, bk), dx_epilogue_bytes(p, bm)};
 }
+// The two rings' depths: phase A's (the n contractions, 2 × N/BKN steps a tile) gets 3 buffers
+// wherever they fit beside phase B's 2, phase B's 3 where those fit too (two steps of copies in
+// flight instead of one). A tile is legal iff 2 and 2 fit, as with two_phase_stages.
+SSD_HOST_DEVICE constexpr int dx_body_bytes(int stages_a, int stages_b, TwoPhaseBytes b) {
+  return imax(imax(stages_a * b.stage_a, stages_b * b.stage_b), b.epilogue);
+}
+SSD_HOST_DEVICE constexpr int dx_stages_a(TwoPhaseBytes b, int q, bool seq) {
+  return dx_body_bytes(3, 2, b) + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int dx_stages_b(TwoPhaseBytes b, int q, bool seq) {
+  return dx_body_bytes(dx_stages_a(b, q, seq), 3, b) + two_phase_fixed_bytes(q, seq) <= kMaxStaticSmem ? 3 : 2;
+}
 SSD_HOST_DEVICE constexpr int dx_smem_bytes(int q, int p, int n, int bm, int bk, bool seq) {
-  return two_phase_smem_bytes(dx_bytes(p, n, bm, bk), q, seq);
+  return dx_body_bytes(dx_stages_a(dx_bytes(p, n, bm, bk), q, seq), dx_stages_b(dx_bytes(p, n, bm, bk), q, seq),
+                       dx_bytes(p, n, bm, bk)) +
+         two_phase_fixed_bytes(q, seq);
 }
 
 // ---- chunk_scan_bwd_dcb<Q, P, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (s), BLOCK_K (p step), T, HAS_SEQ_IDX>

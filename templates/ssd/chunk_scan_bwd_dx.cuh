@@ -65,15 +65,18 @@
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
+#include "ssd/primitives/tile_stream.cuh"  // warp::load_a_at / load_b2_at / load_b2_trans_at
 
 namespace ssd_kernels {
 
 namespace detail {
 
-// ldmatrix at a 32-bit shared-window byte address: the fragments of warp::load_a / load_b2 /
-// load_b2_trans, whose lane addresses are tile + dx_lane_*(lane, ld) (elements). The kernel forms
-// each warp's lane address once and adds the fragment's offset as a constant (an immediate of the
-// LDSM), instead of a 64-bit generic pointer sum per fragment.
+// This lane's element offsets of the ldmatrix fragments of warp::load_a / load_b2 / load_b2_trans
+// in a tile of row stride ld: the kernel forms each warp's lane address once (32-bit shared window)
+// and adds the fragment's offset as a constant (an immediate of the LDSM), through
+// warp::load_a_at / load_b2_at / load_b2_trans_at (primitives/tile_stream.cuh). Kept as the int
+// sums the kernel's offsets were written with: warp::*_lane_offset give the same values, but NVVM
+// then schedules the kernel's prologue differently (other machine code for the same results).
 __device__ __forceinline__ int dx_lane_a(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
 __device__ __forceinline__ int dx_lane_b2(int lane, int ld) {
   return ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
@@ -81,29 +84,27 @@ __device__ __forceinline__ int dx_lane_b2(int lane, int ld) {
 __device__ __forceinline__ int dx_lane_b2_trans(int lane, int ld) {
   return ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8;
 }
-__device__ __forceinline__ void dx_ldsm_a(FragA& a, unsigned addr) { ptx::ldmatrix_x4(a.x, addr); }
-__device__ __forceinline__ void dx_ldsm_b2(FragB& b0, FragB& b1, unsigned addr) {
-  unsigned r[4];
-  ptx::ldmatrix_x4(r, addr);
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
-}
-__device__ __forceinline__ void dx_ldsm_b2_trans(FragB& b0, FragB& b1, unsigned addr) {
-  unsigned r[4];
-  ptx::ldmatrix_x4_trans(r, addr);
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
-}
 
 // v through an empty asm statement: the compiler cannot move what is computed from the copy
 // away from where the copy is made (out of a loop, or to a common earlier point).
 __device__ __forceinline__ int dx_opaque(int v) {
   asm volatile("" : "+r"(v));
   return v;
+}
+
+// Pulls the lines of row[0 .. P-1] (one 16-byte aligned row of a (b, L, h, p) tensor in global
+// memory, unit stride) into L1: no destination register and nothing waits on it, so the row sums'
+// later loads of the row hit L1 (or L2) instead of waiting for DRAM. Only addresses those loads
+// read; a hint only (no value depends on it).
+__device__ __forceinline__ void dx_prefetch_l1(const void* ptr) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
+}
+template <int P, class T>
+__device__ __forceinline__ void dx_prefetch_row(const T* row) {
+  constexpr int kLine = 128 / int(sizeof(T));  // elements per 128-byte line
+#pragma unroll
+  for (int cc = 0; cc < P; cc += kLine) dx_prefetch_l1(row + cc);
+  dx_prefetch_l1(row + P - 1);  // the line a row straddling a line boundary ends in
 }
 
 // One thread's share of a cp.async copy of a ROWS x COLS tile of E (16-byte chunks of V elements,
@@ -131,20 +132,35 @@ struct DxChunks {
 // n. Stage buf (shared byte address s_body + buf·STAGE_A) holds the row tile [BLOCK_M][LDA] then the
 // K tile [P][LDA] (type T); a_lane / b_lane: this lane's byte offsets of its warp's first A fragment
 // (rows wm0 ..) and first B pair (K-tile rows wn0 ..) in a stage. load_stage(buf, ks) issues the
-// cp.async copies of step ks (row tile and K tile) into buffer buf.
-template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T, class LoadStage>
+// cp.async copies of step ks (row tile and K tile) into buffer buf. STAGES buffers (bwd_geom::
+// dx_stages_a): STAGES - 1 steps' copies in flight behind the step being multiplied.
+// while_copying() runs after the first STAGES - 1 steps' copies are issued, before the first wait
+// (work that overlaps them).
+template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T, class LoadStage,
+          class WhileCopying>
 __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body, unsigned a_lane, unsigned b_lane,
-                                          LoadStage& load_stage) {
+                                          LoadStage& load_stage, const WhileCopying& while_copying) {
   const block::CpAsyncPipeline<STAGES> ring{KA};
   ring.prologue(load_stage);
+  while_copying();
+  // ring.begin(ks, load_stage) written out with the buffers by rotation instead of ks % STAGES
+  // (with 3 buffers the division cost ptxas registers, and a spill): step ks reads buffer `rd`;
+  // the copy of step ks + STAGES - 1 goes to `wr`, the buffer step ks - 1 freed. The same copies,
+  // waits and barrier, in the same order.
+  int rd = 0, wr = STAGES - 1;
   for (int ks = 0; ks < KA; ++ks) {
-    ring.begin(ks, load_stage);
-    const unsigned stage = s_body + unsigned((ks % STAGES) * STAGE_A);
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (ks + STAGES - 1 < KA) load_stage(wr, ks + STAGES - 1);
+    ptx::cp_async_commit();
+    const unsigned stage = s_body + unsigned(rd * STAGE_A);
+    rd = rd == STAGES - 1 ? 0 : rd + 1;
+    wr = wr == STAGES - 1 ? 0 : wr + 1;
     const unsigned sa = stage + a_lane, sk = stage + b_lane;
 #pragma unroll
     for (int kk = 0; kk < BKN; kk += 16) {
-      SSD_WARP_MMA_K16_PAIRS(T, acc, dx_ldsm_a(a[i], sa + unsigned((16 * i * LDA + kk) * 2)),
-                             dx_ldsm_b2(b0, b1, sk + unsigned((8 * j * LDA + kk) * 2)));
+      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a_at(a[i], sa + unsigned((16 * i * LDA + kk) * 2)),
+                             warp::load_b2_at(b0, b1, sk + unsigned((8 * j * LDA + kk) * 2)));
     }
   }
   ring.drain();
@@ -270,7 +286,8 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   constexpr int BKN = dx_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
   constexpr TwoPhaseBytes BYTES = dx_bytes(P, N, BLOCK_M, BLOCK_K);
-  constexpr int STAGES = two_phase_stages(BYTES, Q, Spec::kSeqIdx);
+  constexpr int STAGES_A = dx_stages_a(BYTES, Q, Spec::kSeqIdx);  // phase A's ring (n loops)
+  constexpr int STAGES_B = dx_stages_b(BYTES, Q, Spec::kSeqIdx);  // phase B's ring (m loop)
   constexpr int LDA = BKN + kPad;     // row tile (C | B) [l][n] and K tile (P | ds) [p][n], type T
   constexpr int LDCB = BLOCK_M + 4;   // CB tile [m][l], fp32 (row stride = 4 mod 32 words: the
                                       // (m = 2t.., l = g) reads of a warp hit 32 distinct banks)
@@ -279,7 +296,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                                       // conflict free)
   constexpr int STAGE_A = BYTES.stage_a;
   constexpr int STAGE_B = BYTES.stage_b;
-  constexpr int BODY = two_phase_body_bytes(STAGES, BYTES);
+  constexpr int BODY = dx_body_bytes(STAGES_A, STAGES_B, BYTES);
   constexpr int TILES = dx_tiles(Q, BLOCK_M);
   constexpr int KA = N / BKN;
   static_assert(STAGE_A == (BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
@@ -383,14 +400,27 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           continue;
         }
 
-        // Per-position fp32 data of the whole chunk (visible after the first barrier of phase A2).
-        const long long chunk_off = chunk_ptrs().chunk_off;
-        for (int l = tid; l < Q; l += NT) {
-          s_dA[l] = p.dA_cumsum.data[chunk_off + l];
-          s_dt[l] = p.dt[chunk_off + l];
-          if (Spec::kSeqIdx)
-            s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
-        }
+        // Per-position fp32 data of the whole chunk, filled while phase A2's first copies are in
+        // flight (s_body only; the previous tile's last barrier freed these arrays), visible after
+        // the first barrier of phase A2's ring. Thread r < BLOCK_M also pulls row r of dy (and
+        // dy_lo), which v's row sum reads after phase A2, into L1 (detail::dx_prefetch_row).
+        auto fill_per_position = [&]() {
+          const ChunkPtrs at = chunk_ptrs();
+          for (int l = tid; l < Q; l += NT) {
+            s_dA[l] = p.dA_cumsum.data[at.chunk_off + l];
+            s_dt[l] = p.dt[at.chunk_off + l];
+            if (Spec::kSeqIdx)
+              s_seq[l] = l < valid ? p.seq_idx(b, t0 + l) : -1;
+          }
+          if (tid < BLOCK_M) {
+            if (vec_dy && m0 + tid < valid) {
+              const long long off = at.dy_off + (at.t0 + m0 + tid) * p.dy.stride[1];
+              detail::dx_prefetch_row<P>(dyg + off);
+              if constexpr (Spec::kDyLo)
+                if (aligned16(p.dy_lo)) detail::dx_prefetch_row<P>(static_cast<const T*>(p.dy_lo) + off);
+            }
+          }
+        };
 
         FragC acc[MI][NJ];
         auto zero_acc = [&]() {
@@ -480,8 +510,8 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const ChunkPtrs at = chunk_ptrs();
           auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
                                     p.states.stride[3], vec_p);
-          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
-                                                                             load_stage);
+          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
+                                                                               load_stage, fill_per_position);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -511,8 +541,12 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const ChunkPtrs at = chunk_ptrs();
           auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
                                     p.ds.stride[3], vec_ds);
-          detail::dx_n_loop<NT, STAGES, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
-                                                                             load_stage);
+          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
+                                                                               load_stage, [&] {
+            // Row r of x, which w's row sum reads after phase A1, into L1 (thread r < BLOCK_M).
+            if (vec_x && tid < BLOCK_M && m0 + tid < valid)
+              detail::dx_prefetch_row<P>(at.safe_x + (at.t0 + m0 + tid) * p.x.stride[1]);
+          });
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];
@@ -621,14 +655,14 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           };
 
           // Steps are the column blocks kb0 .. kb0 + nk - 1.
-          const block::CpAsyncPipeline<STAGES> ring{nk};
+          const block::CpAsyncPipeline<STAGES_B> ring{nk};
           auto load_block = [&](int buf, int step) { load_stage(buf, kb0 + step); };
           ring.prologue(load_block);
           const int l_first = m0 + wm0;  // the warp's first row
           for (int ks = 0; ks < nk; ++ks) {
             ring.begin(ks, load_block);
-            const float* scb = sCB(ks % STAGES);
-            const unsigned sdy = s_body_addr + unsigned((ks % STAGES) * STAGE_B) + dy_lane;
+            const float* scb = sCB(ks % STAGES_B);
+            const unsigned sdy = s_body_addr + unsigned((ks % STAGES_B) * STAGE_B) + dy_lane;
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               const int mk = kk + 2 * lt;                 // step-local m of columns 2t, 2t+1 (+8, +9)
@@ -679,7 +713,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
 #pragma unroll
               for (int j = 0; j < NJ; j += 2) {
                 FragB b0, b1;
-                detail::dx_ldsm_b2_trans(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
+                warp::load_b2_trans_at(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
 #pragma unroll
                 for (int i = 0; i < MI; ++i) {
                   warp::mma<T>(acc[i][j], a[i], b0);

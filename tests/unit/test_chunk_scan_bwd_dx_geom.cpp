@@ -1,0 +1,90 @@
+// chunk_scan_bwd_dx's two cp.async rings (templates/ssd/backward_params.cuh, bwd_geom::dx_stages_a /
+// dx_stages_b): phase A's ring takes 3 buffers wherever they fit beside phase B's 2, the legal tiles
+// stay those where 2 and 2 fit, and the kernel's static shared memory is what dx_smem_bytes names.
+#include <doctest/doctest.h>
+
+#include "codegen/codegen.h"
+#include "compile/nvrtc_compiler.h"
+#include "config/config.h"
+#include "kernels/family.h"
+#include "ssd/backward_params.cuh"
+
+using namespace ssd;
+namespace geom = ssd_kernels::bwd_geom;
+
+TEST_CASE("chunk_scan_bwd_dx: phase A's ring deepens to 3 buffers where they fit; the legal tiles are unchanged") {
+  // nemotronh-56b's default tile (p = 64, n = 256, Q = 256, 128 x . x 32): 3 phase-A stages of
+  // 15 KiB, 2 phase-B stages of 21 KiB; with seq_idx exactly 48 KiB.
+  const geom::TwoPhaseBytes nemo = geom::dx_bytes(64, 256, 128, 32);
+  CHECK(geom::dx_stages_a(nemo, 256, false) == 3);
+  CHECK(geom::dx_stages_b(nemo, 256, false) == 2);
+  CHECK(geom::dx_smem_bytes(256, 64, 256, 128, 32, false) == 3 * 15360 + 2 * 256 * 4);
+  CHECK(geom::dx_smem_bytes(256, 64, 256, 128, 32, true) == geom::kMaxStaticSmem);
+  // Small stages: both rings get 3 buffers, as two_phase_stages gave before.
+  const geom::TwoPhaseBytes small = geom::dx_bytes(32, 32, 64, 16);
+  CHECK(geom::dx_stages_a(small, 64, false) == 3);
+  CHECK(geom::dx_stages_b(small, 64, false) == 3);
+
+  int deeper = 0;
+  for (int q : {64, 128, 256, 512})
+    for (int p : {32, 64, 96, 128})
+      for (int n : {16, 32, 64, 128, 256})
+        for (int bm : {64, 128})
+          for (int bk : {16, 32, 64})
+            for (bool seq : {false, true}) {
+              CAPTURE(q);
+              CAPTURE(p);
+              CAPTURE(n);
+              CAPTURE(bm);
+              CAPTURE(bk);
+              CAPTURE(seq);
+              const geom::TwoPhaseBytes b = geom::dx_bytes(p, n, bm, bk);
+              const int two_and_two = geom::dx_body_bytes(2, 2, b) + geom::two_phase_fixed_bytes(q, seq);
+              const int bytes = geom::dx_smem_bytes(q, p, n, bm, bk, seq);
+              // Legal exactly where the 2-buffer rings fit (the tiles of before), and then within
+              // the static limit whatever the depths.
+              CHECK((bytes <= geom::kMaxStaticSmem) == (two_and_two <= geom::kMaxStaticSmem));
+              CHECK(bytes >= two_and_two);
+              const int sa = geom::dx_stages_a(b, q, seq), sb = geom::dx_stages_b(b, q, seq);
+              CHECK((sa == 2 || sa == 3));
+              CHECK((sb == 2 || sb == 3));
+              CHECK(bytes == geom::dx_body_bytes(sa, sb, b) + geom::two_phase_fixed_bytes(q, seq));
+              // Never shallower than the shared two_phase_stages depth of before.
+              CHECK(sa >= geom::two_phase_stages(b, q, seq));
+              CHECK(sb >= geom::two_phase_stages(b, q, seq));
+              if (two_and_two <= geom::kMaxStaticSmem) deeper += sa > geom::two_phase_stages(b, q, seq);
+            }
+  CHECK(deeper > 0);
+}
+
+TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry's shared memory (48 KiB with seq_idx)") {
+  for (unsigned flags : {unsigned(SSD_FLAG_D), unsigned(SSD_FLAG_D | SSD_FLAG_SEQ_IDX)}) {
+    CAPTURE(flags);
+    ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
+    c.headdim = 64;
+    c.dstate = 256;
+    c.chunk_size = 256;
+    c.heads_per_group = 32;
+    c.flags = flags;
+    c.mode = SSD_MODE_DETERMINISTIC;
+    c.arch = SSD_ARCH_SM90A;
+    auto n = normalize_config(c);
+    REQUIRE_MESSAGE(n.ok(), n.status().detail);
+    CHECK(n->tile.m == 128);
+    CHECK(n->tile.k == 32);
+    auto u = generate_unit(*n);
+    REQUIRE_MESSAGE(u.ok(), u.status().detail);
+    auto cubin = compile_cubin(*u, SSD_ARCH_SM90A, /*with_ptx=*/false);
+    REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
+    INFO(cubin->log);
+    if (cubin->report.registers > 0) {
+      CHECK(cubin->report.shared_bytes ==
+            geom::dx_smem_bytes(256, 64, 256, 128, 32, (flags & SSD_FLAG_SEQ_IDX) != 0));
+      CHECK(cubin->report.registers <= 128);
+      // The preset's specialization fits without a spill; with seq_idx (its s_seq row fills the
+      // 48 KiB) ptxas keeps a few bytes of the work loop's counters on the stack (32 before the
+      // 3-buffer ring, 4 after, outside the K loops).
+      if (!(flags & SSD_FLAG_SEQ_IDX)) CHECK(cubin->report.spill_bytes == 0);
+    }
+  }
+}
