@@ -134,7 +134,7 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
                         [--arch sm_80|sm_90|sm_90a]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
-                        [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,dda=M]
+                        [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,dda=M,cumsum=MxN]
                         [--staged]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
