@@ -82,6 +82,29 @@ __device__ __forceinline__ bool vec16_bhlp(const void* ptr, long long sb, long l
   return aligned16(ptr) && sp == 1 && ((sb | sl | sh) & 7) == 0;
 }
 
+// Which of chunk_scan_fwd's tensors allow 16-byte copies: one decision for the mma.sync and the
+// wgmma kernel (x, C, out, z, out_x as (b, l, h, p) rows; P in the state type S; CB in fp32).
+struct ChunkScanVec {
+  bool x, c, p, cb, out, z, ox;
+};
+template <class S, bool kZ, class Params>
+__device__ __forceinline__ ChunkScanVec chunk_scan_vec(const Params& p) {
+  ChunkScanVec v;
+  v.x = vec16_bhlp(p.x.data, p.x.stride[0], p.x.stride[1], p.x.stride[2], p.x.stride[3]);
+  v.c = vec16_bhlp(p.C.data, p.C.stride[0], p.C.stride[1], p.C.stride[2], p.C.stride[3]);
+  constexpr long long SV = 16 / sizeof(S);  // elements per 16 bytes of the state type
+  v.p = aligned16(p.states.data) &&
+        ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & (SV - 1)) == 0;
+  v.cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
+  v.out = vec16_bhlp(p.out.data, p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]);
+  v.z = v.ox = true;
+  if (kZ) {
+    v.z = vec16_bhlp(p.z.data, p.z.stride[0], p.z.stride[1], p.z.stride[2], p.z.stride[3]);
+    v.ox = vec16_bhlp(p.out_x.data, p.out_x.stride[0], p.out_x.stride[1], p.out_x.stride[2], p.out_x.stride[3]);
+  }
+  return v;
+}
+
 
 }  // namespace detail
 }  // namespace ssd_kernels
@@ -141,18 +164,7 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Cg = static_cast<const T*>(p.C.data);
   const S* Pg = static_cast<const S*>(p.states.data);
-  const bool vec_x = detail::vec16_bhlp(xg, p.x.stride[0], p.x.stride[1], p.x.stride[2], p.x.stride[3]);
-  const bool vec_c = detail::vec16_bhlp(Cg, p.C.stride[0], p.C.stride[1], p.C.stride[2], p.C.stride[3]);
-  constexpr long long SV = 16 / sizeof(S);  // elements per 16 bytes of the state type
-  const bool vec_p = aligned16(Pg) &&
-                     ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & (SV - 1)) == 0;
-  const bool vec_cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
-  const bool vec_out = detail::vec16_bhlp(p.out.data, p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]);
-  bool vec_z = true, vec_ox = true;
-  if (Spec::kZ) {
-    vec_z = detail::vec16_bhlp(p.z.data, p.z.stride[0], p.z.stride[1], p.z.stride[2], p.z.stride[3]);
-    vec_ox = detail::vec16_bhlp(p.out_x.data, p.out_x.stride[0], p.out_x.stride[1], p.out_x.stride[2], p.out_x.stride[3]);
-  }
+  const detail::ChunkScanVec vec = detail::chunk_scan_vec<S, Spec::kZ>(p);
   // Work indices are 32-bit (batch * nchunks and nheads < 2^31); offsets are 64-bit.
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);
@@ -206,7 +218,7 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
                 if (PCH % NT == 0 || i < PCH) {
                   const int r = i / (BKN / 4), cc = (i % (BKN / 4)) * 4;
                   const S* q = src + (long long)r * p.states.stride[3] + cc;
-                  if (vec_p) {
+                  if (vec.p) {
                     preg[it] = *reinterpret_cast<const float4*>(q);
                   } else {
                     preg[it] = make_float4(q[0], q[1], q[2], q[3]);
@@ -233,10 +245,10 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
           };
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BKN;
-            block::load_tile<NT, BLOCK_M, BKN, LDA>(sC(buf), ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c,
+            block::load_tile<NT, BLOCK_M, BKN, LDA>(sC(buf), ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec.c,
                                                     safe_c, [&](int r, int) { return m0 + r < valid; });
             if constexpr (!same_type<S, float>::value) {
-              block::load_tile<NT, BLOCK_N, BKN, LDA>(sP(buf), pt + k0, p.states.stride[3], 1, vec_p, pt,
+              block::load_tile<NT, BLOCK_N, BKN, LDA>(sP(buf), pt + k0, p.states.stride[3], 1, vec.p, pt,
                                                       [&](int, int) { return true; });
             }
           };
@@ -297,12 +309,12 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
           auto sX = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_B + BLOCK_M * LDCB * 4); };
           auto load_stage = [&](int buf, int ks) {
             const int k0 = ks * BLOCK_K;
-            block::load_tile<NT, BLOCK_M, BLOCK_K, LDCB>(sCB(buf), cbt + k0, p.CB.stride[3], 1, vec_cb, cb_base,
+            block::load_tile<NT, BLOCK_M, BLOCK_K, LDCB>(sCB(buf), cbt + k0, p.CB.stride[3], 1, vec.cb, cb_base,
                                                          [&](int r, int c0) {
                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
                                                          });
             block::load_tile<NT, BLOCK_K, BLOCK_N, LDX>(sX(buf), xt + k0 * p.x.stride[1], p.x.stride[1], p.x.stride[3],
-                                                        vec_x, safe_x, [&](int r, int) { return k0 + r < valid; });
+                                                        vec.x, safe_x, [&](int r, int) { return k0 + r < valid; });
           };
 
           const block::CpAsyncPipeline<STAGES> ring{kb};
@@ -381,7 +393,7 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
             if (Spec::kD) {
               float xv[8];
               detail::load8<T>(xg, p.x.offset(b, t, h, pp),
-                               p.x.stride[3], vec_x, xv);
+                               p.x.stride[3], vec.x, xv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
                 const float d = Spec::kDPerHeaddim ? p.D(h, pp + v) : d_head;
@@ -391,17 +403,17 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
             if (Spec::kZ) {
               detail::store8<T>(static_cast<T*>(p.out_x.data),
                                 p.out_x.offset(b, t, h, pp),
-                                p.out_x.stride[3], vec_ox, y);
+                                p.out_x.stride[3], vec.ox, y);
               float zv[8];
               detail::load8<T>(static_cast<const T*>(p.z.data),
                                p.z.offset(b, t, h, pp), p.z.stride[3],
-                               vec_z, zv);
+                               vec.z, zv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
             }
             detail::store8<T>(static_cast<T*>(p.out.data),
                               p.out.offset(b, t, h, pp),
-                              p.out.stride[3], vec_out, y);
+                              p.out.stride[3], vec.out, y);
           }
         }
         __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile

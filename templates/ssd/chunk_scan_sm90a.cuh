@@ -295,18 +295,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Cg = static_cast<const T*>(p.C.data);
   const S* Pg = static_cast<const S*>(p.states.data);
-  const bool vec_x = detail::vec16_bhlp(xg, p.x.stride[0], p.x.stride[1], p.x.stride[2], p.x.stride[3]);
-  const bool vec_c = detail::vec16_bhlp(Cg, p.C.stride[0], p.C.stride[1], p.C.stride[2], p.C.stride[3]);
-  constexpr long long SV = 16 / sizeof(S);  // elements per 16 bytes of the state type
-  const bool vec_p = aligned16(Pg) &&
-                     ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & (SV - 1)) == 0;
-  const bool vec_cb = aligned16(p.CB.data) && ((p.CB.stride[0] | p.CB.stride[1] | p.CB.stride[2] | p.CB.stride[3]) & 3) == 0;
-  const bool vec_out = detail::vec16_bhlp(p.out.data, p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]);
-  bool vec_z = true, vec_ox = true;
-  if (Spec::kZ) {
-    vec_z = detail::vec16_bhlp(p.z.data, p.z.stride[0], p.z.stride[1], p.z.stride[2], p.z.stride[3]);
-    vec_ox = detail::vec16_bhlp(p.out_x.data, p.out_x.stride[0], p.out_x.stride[1], p.out_x.stride[2], p.out_x.stride[3]);
-  }
+  const detail::ChunkScanVec vec = detail::chunk_scan_vec<S, Spec::kZ>(p);
   const int batch = int(p.batch), nheads = int(p.nheads);
   const int nbc = int(p.batch * p.nchunks);
 
@@ -356,13 +345,13 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           unsigned char* sx = s_body + buf * STAGE;
           const int k0 = st * 64;
           sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
-                                                        vec_cb, [&](int r, int c0) {
+                                                        vec.cb, [&](int r, int c0) {
                                                           return k0 + c0 <= m0 + r && m0 + r < valid;
                                                         });
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 64; ++j)
             sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
-                                                  p.x.stride[1], p.x.stride[3], vec_x, safe_x,
+                                                  p.x.stride[1], p.x.stride[3], vec.x, safe_x,
                                                   [&](int r, int) { return k0 + r < valid; });
         };
 
@@ -376,12 +365,12 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           auto load_a = [&](int buf, int st) {
             unsigned char* sc = s_body + buf * STAGE_A;
             const int k0 = st * 64;
-            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec_c,
+            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec.c,
                                                        safe_c, [&](int r, int) { return m0 + r < valid; });
             if constexpr (same_type<S, float>::value) {
-              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], vec_p);
+              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], vec.p);
             } else {
-              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], 1, vec_p, pt,
+              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], 1, vec.p, pt,
                                                          [&](int, int) { return true; });
             }
           };
@@ -543,7 +532,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
                 ptx::unpack2<T>(u.z, xv[4], xv[5]);
                 ptx::unpack2<T>(u.w, xv[6], xv[7]);
               } else {
-                detail::load8<T>(xg, p.x.offset(b, t, h, pp), p.x.stride[3], vec_x, xv);
+                detail::load8<T>(xg, p.x.offset(b, t, h, pp), p.x.stride[3], vec.x, xv);
               }
 #pragma unroll
               for (int v = 0; v < 8; ++v) {
@@ -552,14 +541,14 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
               }
             }
             if (Spec::kZ) {
-              detail::store8<T>(static_cast<T*>(p.out_x.data), p.out_x.offset(b, t, h, pp), p.out_x.stride[3], vec_ox,
+              detail::store8<T>(static_cast<T*>(p.out_x.data), p.out_x.offset(b, t, h, pp), p.out_x.stride[3], vec.ox,
                                 y);
               float zv[8];
-              detail::load8<T>(static_cast<const T*>(p.z.data), p.z.offset(b, t, h, pp), p.z.stride[3], vec_z, zv);
+              detail::load8<T>(static_cast<const T*>(p.z.data), p.z.offset(b, t, h, pp), p.z.stride[3], vec.z, zv);
 #pragma unroll
               for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
             }
-            detail::store8<T>(static_cast<T*>(p.out.data), p.out.offset(b, t, h, pp), p.out.stride[3], vec_out, y);
+            detail::store8<T>(static_cast<T*>(p.out.data), p.out.offset(b, t, h, pp), p.out.stride[3], vec.out, y);
           }
         }
         __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile
