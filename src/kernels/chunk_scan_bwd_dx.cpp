@@ -9,7 +9,15 @@ namespace {
 
 constexpr SsdFieldUse kUses{true, true, true};
 
-constexpr auto tile_problem = shape_tile_problem<ssd_kernels::bwd_geom::dx_tile_problem>;
+// On sm_90 and sm_90a (228 KiB of shared memory per SM) the resident-rows layout
+// (bwd_geom::dx_res_*, Spec::kResidentRows): phase A's row tile is copied once for both terms'
+// chains; elsewhere the 48 KiB static layout. The same chains, so the same bits.
+bool resident_rows(const ssd_kernel_config& c) { return c.arch == SSD_ARCH_SM90 || c.arch == SSD_ARCH_SM90A; }
+const char* tile_problem(const ssd_kernel_config& c) {
+  if (resident_rows(c))
+    return shape_tile_problem<ssd_kernels::bwd_geom::dx_res_tile_problem>(c);
+  return shape_tile_problem<ssd_kernels::bwd_geom::dx_tile_problem>(c);
+}
 ssd_tile default_tile(const ssd_kernel_config& c) {
   return best_legal_tile(c, {128, 0, 32, 0, 0}, {64, 0, 32, 0, 0}, tile_problem);
 }
@@ -23,7 +31,11 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kDyLo", c.flags & SSD_FLAG_Z);
   // Two blocks of 256 threads per SM cap registers at 128 (the preset's tiles fit without a spill;
   // left alone, ptxas takes ~190-220 and one block fits).
+  if (resident_rows(c)) s.boolean("kResidentRows", true);  // written only here: the others keep their Spec
   KernelSpec k{s.members(), ssd_kernels::bwd_geom::dx_threads(), 2};
+  if (resident_rows(c))
+    k.dynamic_shared_bytes = ssd_kernels::bwd_geom::dx_res_dynamic_bytes(
+        c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.k, (c.flags & SSD_FLAG_SEQ_IDX) != 0);
   if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDxZParams";
   return k;
 }

@@ -255,6 +255,37 @@ SSD_HOST_DEVICE constexpr int dx_smem_bytes(int q, int p, int n, int bm, int bk,
          two_phase_fixed_bytes(q, seq);
 }
 
+// ---- chunk_scan_bwd_dx with resident rows (sm_90 / sm_90a, Spec::kResidentRows): the n loops'
+// row tile (C | B, BLOCK_M x N in T) is copied once per phase into shared memory and stays there
+// for both terms' chains (hi, then lo), instead of being copied again for the lo chain; only the K
+// tile (P | ds terms, P x BKN) streams through the ring. Half of phase A's copies go, a quarter of
+// the kernel's bytes from L2. The body is dynamic shared memory; with the fixed arrays (static) a
+// block takes at most dx_res_budget(), so 2 blocks of 256 threads fit per SM (228 KiB, 1 KiB
+// reserved per block). The same mma chains in the same order as the 48 KiB layout: the same bits.
+SSD_HOST_DEVICE constexpr int dx_res_budget() { return 113 * 1024; }
+SSD_HOST_DEVICE constexpr int dx_res_rows_bytes(int n, int bm) { return bm * (n + kPad) * 2; }
+SSD_HOST_DEVICE constexpr int dx_res_kstage_bytes(int p, int n, int bk) { return p * (dx_block_kn(n, bk) + kPad) * 2; }
+SSD_HOST_DEVICE constexpr int dx_res_body_bytes(int p, int n, int bm, int bk, int stages_a, int stages_b) {
+  return imax(imax(dx_res_rows_bytes(n, bm) + stages_a * dx_res_kstage_bytes(p, n, bk),
+                   stages_b * dx_stage_b_bytes(p, bm, bk)),
+              dx_epilogue_bytes(p, bm));
+}
+// Depths: the K ring 4 buffers where they fit beside phase B's 2 (else 3, else 2), phase B's 3
+// where they fit too. Legal iff 2 and 2 fit.
+SSD_HOST_DEVICE constexpr bool dx_res_fits(int q, int p, int n, int bm, int bk, bool seq, int sa, int sb) {
+  return dx_res_body_bytes(p, n, bm, bk, sa, sb) + two_phase_fixed_bytes(q, seq) <= dx_res_budget();
+}
+SSD_HOST_DEVICE constexpr int dx_res_stages_a(int q, int p, int n, int bm, int bk, bool seq) {
+  return dx_res_fits(q, p, n, bm, bk, seq, 4, 2) ? 4 : dx_res_fits(q, p, n, bm, bk, seq, 3, 2) ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int dx_res_stages_b(int q, int p, int n, int bm, int bk, bool seq) {
+  return dx_res_fits(q, p, n, bm, bk, seq, dx_res_stages_a(q, p, n, bm, bk, seq), 3) ? 3 : 2;
+}
+// The dynamic shared memory of a block (the body); the fixed arrays are static.
+SSD_HOST_DEVICE constexpr int dx_res_dynamic_bytes(int q, int p, int n, int bm, int bk, bool seq) {
+  return dx_res_body_bytes(p, n, bm, bk, dx_res_stages_a(q, p, n, bm, bk, seq), dx_res_stages_b(q, p, n, bm, bk, seq));
+}
+
 // ---- chunk_scan_bwd_dcb<Q, P, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (s), BLOCK_K (p step), T, HAS_SEQ_IDX>
 // Lower-triangle tiles as bmm_chunk_fwd; warp grid as fwd_geom::warp_grid_threads.
 SSD_HOST_DEVICE constexpr int dcb_threads(int bm, int bn) { return fwd_geom::warp_grid_threads(bm, bn); }
@@ -337,13 +368,24 @@ SSD_HOST_DEVICE constexpr int ddA_smem_bytes(int q, int bm) { return ddA_items_p
 using fwd_geom::divides;
 using fwd_geom::pow2_in;
 
-SSD_HOST_DEVICE constexpr const char* dx_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+// The rules of both layouts but shared memory.
+SSD_HOST_DEVICE constexpr const char* dx_tile_shape_problem(int q, int p, int n, int bm, int bn, int bk) {
   return !pow2_in(bm, 64, 128) || bn != 0 || !pow2_in(bk, 16, 64) ? "m in 64, 128; n = 0; k in 16, 32, 64"
          : !divides(bm, q) || !divides(bk, q)                      ? "m and k must divide chunk_size"
          : bm * p > 8192                                           ? "m * headdim <= 8192 (accumulator registers)"
          : n % dx_block_kn(n, bk) != 0                             ? "k must divide dstate or exceed it"
-         : dx_smem_bytes(q, p, n, bm, bk, seq) > kMaxStaticSmem   ? "the tiles' shared memory must fit in 48 KiB"
                                                                    : nullptr;
+}
+SSD_HOST_DEVICE constexpr const char* dx_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return dx_tile_shape_problem(q, p, n, bm, bn, bk) ? dx_tile_shape_problem(q, p, n, bm, bn, bk)
+         : dx_smem_bytes(q, p, n, bm, bk, seq) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
+                                                                : nullptr;
+}
+// The resident-rows layout's tiles (sm_90, sm_90a): the same rules, its own shared-memory bound.
+SSD_HOST_DEVICE constexpr const char* dx_res_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
+  return dx_tile_shape_problem(q, p, n, bm, bn, bk) ? dx_tile_shape_problem(q, p, n, bm, bn, bk)
+         : !dx_res_fits(q, p, n, bm, bk, seq, 2, 2) ? "the tiles' shared memory must fit in 113 KiB (2 blocks per SM)"
+                                                    : nullptr;
 }
 
 SSD_HOST_DEVICE constexpr const char* dcb_tile_problem(int q, int p, int bm, int bn, int bk, bool seq) {

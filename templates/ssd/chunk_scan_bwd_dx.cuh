@@ -52,8 +52,13 @@
 //         the two column warps of a band form the same rows (their B operands are disjoint).
 //         Every mma chain, fragment and fp32 operation is the same whichever warp runs it.
 //         grid = (bwd_geom::dx_tiles(Q, BLOCK_M), batch * nchunks, nheads), each axis grid-stride
-//         (x is walked with the longest m-ranges, i.e. the smallest m0, first); static shared memory
-//         bwd_geom::dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, HAS_SEQ_IDX) <= 48 KiB, no dynamic.
+//         (x is walked with the longest m-ranges, i.e. the smallest m0, first). Shared memory, two
+//         layouts of the same stages: on sm_80, static bwd_geom::dx_smem_bytes(Q, P, N, BLOCK_M,
+//         BLOCK_K, HAS_SEQ_IDX) <= 48 KiB, the n loops' row tile copied with each step; on sm_90 and
+//         sm_90a (Spec::kResidentRows) the body is dynamic, bwd_geom::dx_res_dynamic_bytes (the fixed
+//         arrays static), and the row tile (C | B, all N columns) is copied once per phase, in the hi
+//         chain's steps, and read again by the lo chain (2 blocks per SM, bwd_geom::dx_res_budget).
+//         Only where operands wait in shared memory changes: the same chains, the same bits.
 // Tiles: BLOCK_M in {64, 128} dividing Q, BLOCK_M · P <= 8192 (at most 32 fp32 accumulators per
 //        thread), BLOCK_K in
 //        {16, 32, 64} dividing Q, min(BLOCK_K, N) dividing N, and the shared memory bound (the
@@ -129,15 +134,18 @@ struct DxChunks {
 
 // K loop over n shared by phases A2 and A1 of chunk_scan_bwd_dx: acc += RowTile(l, n) · KTile(p, n)ᵀ,
 // min(BLOCK_K, N) = BKN per step in increasing n, each step a chain of BKN/16 mma K=16 in increasing
-// n. Stage buf (shared byte address s_body + buf·STAGE_A) holds the row tile [BLOCK_M][LDA] then the
-// K tile [P][LDA] (type T); a_lane / b_lane: this lane's byte offsets of its warp's first A fragment
-// (rows wm0 ..) and first B pair (K-tile rows wn0 ..) in a stage. load_stage(buf, ks) issues the
-// cp.async copies of step ks (row tile and K tile) into buffer buf. STAGES buffers (bwd_geom::
-// dx_stages_a): STAGES - 1 steps' copies in flight behind the step being multiplied.
-// while_copying() runs after the first STAGES - 1 steps' copies are issued, before the first wait
-// (work that overlaps them).
+// n. KA steps: the hi term's chain over n (steps 0 .. KA/2-1), then the lo term's on the same acc.
+// Without LDR (0): stage buf (shared byte address s_body + buf·STAGE_A) holds the row tile
+// [BLOCK_M][LDA] then the K tile [P][LDA] (type T), both copied every step. With LDR (resident
+// rows, bwd_geom::dx_res_*): the row tile [BLOCK_M][LDR] (all N columns) sits at s_body for the whole
+// loop, its columns of step ks copied with step ks's K tile in the hi chain's steps only; the
+// stages (K tile only) start at s_body + RES_BYTES. a_lane / b_lane: this lane's byte offsets of its
+// warp's first A fragment (rows wm0 ..) in the row tile and first B pair (K-tile rows wn0 ..) in a
+// stage. load_stage(buf, ks) issues the cp.async copies of step ks into buffer buf. STAGES buffers:
+// STAGES - 1 steps' copies in flight behind the step being multiplied. while_copying() runs after
+// the first STAGES - 1 steps' copies are issued, before the first wait (work that overlaps them).
 template <int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T, class LoadStage,
-          class WhileCopying>
+          class WhileCopying, int LDR = 0, int RES_BYTES = 0>
 __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body, unsigned a_lane, unsigned b_lane,
                                           LoadStage& load_stage, const WhileCopying& while_copying) {
   const block::CpAsyncPipeline<STAGES> ring{KA};
@@ -148,18 +156,27 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
   // the copy of step ks + STAGES - 1 goes to `wr`, the buffer step ks - 1 freed. The same copies,
   // waits and barrier, in the same order.
   int rd = 0, wr = STAGES - 1;
+  unsigned row_col = 0;  // resident rows: the byte offset of step ks's first column in the row tile
   for (int ks = 0; ks < KA; ++ks) {
     ptx::cp_async_wait<STAGES - 2>();
     __syncthreads();
     if (ks + STAGES - 1 < KA) load_stage(wr, ks + STAGES - 1);
     ptx::cp_async_commit();
-    const unsigned stage = s_body + unsigned(rd * STAGE_A);
+    const unsigned stage = s_body + unsigned(RES_BYTES + rd * STAGE_A);
     rd = rd == STAGES - 1 ? 0 : rd + 1;
     wr = wr == STAGES - 1 ? 0 : wr + 1;
-    const unsigned sa = stage + a_lane, sk = stage + b_lane;
+    unsigned sa;
+    if constexpr (LDR != 0) {
+      sa = s_body + a_lane + row_col;
+      row_col = ks == KA / 2 - 1 ? 0u : row_col + unsigned(BKN * 2);
+    } else {
+      sa = stage + a_lane;
+    }
+    const unsigned sk = stage + b_lane;
+    constexpr int LD_ROWS = LDR != 0 ? LDR : LDA;
 #pragma unroll
     for (int kk = 0; kk < BKN; kk += 16) {
-      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a_at(a[i], sa + unsigned((16 * i * LDA + kk) * 2)),
+      SSD_WARP_MMA_K16_PAIRS(T, acc, warp::load_a_at(a[i], sa + unsigned((16 * i * LD_ROWS + kk) * 2)),
                              warp::load_b2_at(b0, b1, sk + unsigned((8 * j * LDA + kk) * 2)));
     }
   }
@@ -261,7 +278,11 @@ __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, 
 template <class Spec, class Params>  // Params: ChunkScanBwdDxZParams with kDyLo, else ChunkScanBwdDxParams
 __device__ void chunk_scan_bwd_dx(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
-  static_assert(bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx) == nullptr,
+  // Resident rows (sm_90, sm_90a; bwd_geom::dx_res_*): phase A's row tile stays in (dynamic) shared
+  // memory for both terms' chains. The same chains, so the same bits, as the 48 KiB layout.
+  constexpr bool kRes = spec_detail::optional_kResidentRows<Spec>(0) != 0;
+  static_assert((kRes ? bwd_geom::dx_res_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)
+                      : bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   using namespace bwd_geom;
   static_assert(HEADS_PER_GROUP >= 1, "HEADS_PER_GROUP >= 1");
@@ -286,27 +307,38 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   constexpr int BKN = dx_block_kn(N, BLOCK_K);
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
   constexpr TwoPhaseBytes BYTES = dx_bytes(P, N, BLOCK_M, BLOCK_K);
-  constexpr int STAGES_A = dx_stages_a(BYTES, Q, Spec::kSeqIdx);  // phase A's ring (n loops)
-  constexpr int STAGES_B = dx_stages_b(BYTES, Q, Spec::kSeqIdx);  // phase B's ring (m loop)
+  constexpr bool SEQ = Spec::kSeqIdx;
+  constexpr int STAGES_A = kRes ? dx_res_stages_a(Q, P, N, BLOCK_M, BLOCK_K, SEQ)
+                                : dx_stages_a(BYTES, Q, SEQ);  // phase A's ring (n loops)
+  constexpr int STAGES_B = kRes ? dx_res_stages_b(Q, P, N, BLOCK_M, BLOCK_K, SEQ)
+                                : dx_stages_b(BYTES, Q, SEQ);  // phase B's ring (m loop)
   constexpr int LDA = BKN + kPad;     // row tile (C | B) [l][n] and K tile (P | ds) [p][n], type T
+  constexpr int LDR = kRes ? N + kPad : 0;  // resident row tile [l][n] (all N columns), type T
+  constexpr int RES_BYTES = kRes ? dx_res_rows_bytes(N, BLOCK_M) : 0;
   constexpr int LDCB = BLOCK_M + 4;   // CB tile [m][l], fp32 (row stride = 4 mod 32 words: the
                                       // (m = 2t.., l = g) reads of a warp hit 32 distinct banks)
   constexpr int LDY = P + kPad;       // dy tile [m][p], type T
   constexpr int LDO = P + 4;          // staging tile [l][p], fp32 (row-per-thread float4 reads are
                                       // conflict free)
-  constexpr int STAGE_A = BYTES.stage_a;
+  constexpr int STAGE_A = kRes ? dx_res_kstage_bytes(P, N, BLOCK_K) : BYTES.stage_a;
   constexpr int STAGE_B = BYTES.stage_b;
-  constexpr int BODY = dx_body_bytes(STAGES_A, STAGES_B, BYTES);
+  constexpr int BODY = kRes ? dx_res_dynamic_bytes(Q, P, N, BLOCK_M, BLOCK_K, SEQ)
+                            : dx_body_bytes(STAGES_A, STAGES_B, BYTES);
   constexpr int TILES = dx_tiles(Q, BLOCK_M);
   constexpr int KA = N / BKN;
-  static_assert(STAGE_A == (BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
-                    BYTES.epilogue == BLOCK_M * LDO * 4,
+  static_assert(STAGE_A == (kRes ? P : BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
+                    BYTES.epilogue == BLOCK_M * LDO * 4 && RES_BYTES == BLOCK_M * LDR * 2,
                 "bwd_geom::dx_* must describe this layout");
-  static_assert(dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
+  static_assert(kRes || dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, SEQ) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or BLOCK_M");
+  static_assert(!kRes || BODY + two_phase_fixed_bytes(Q, SEQ) <= dx_res_budget(),
+                "shared memory over the resident layout's budget: lower BLOCK_K or BLOCK_M");
   static_assert(STAGE_A % 16 == 0 && STAGE_B % 16 == 0 && (BLOCK_K * LDCB * 4) % 16 == 0, "stage alignment");
 
-  __shared__ __align__(16) unsigned char s_body[BODY];
+  // The body: static (48 KiB layout) or the block's dynamic shared memory (resident rows).
+  __shared__ __align__(16) unsigned char s_body_static[kRes ? 16 : BODY];
+  extern __shared__ __align__(16) unsigned char s_body_dynamic[];
+  unsigned char* const s_body = kRes ? s_body_dynamic : s_body_static;
   __shared__ __align__(16) float s_dA[Q];
   __shared__ __align__(16) float s_dt[Q];
   __shared__ int s_seq[Spec::kSeqIdx ? Q : 1];
@@ -320,8 +352,10 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // Shared-window byte addresses (32-bit): the stage buffers, and this lane's ldmatrix offsets
   // inside a stage (the fragment's own offset is a constant added per load).
   const unsigned s_body_addr = ptx::smem_addr(s_body);
-  const unsigned a_lane_n = unsigned((wm0 * LDA + detail::dx_lane_a(lane, LDA)) * 2);  // row tile, rows wm0 ..
-  const unsigned b_lane_n = unsigned(((BLOCK_M + wn0) * LDA + detail::dx_lane_b2(lane, LDA)) * 2);  // K tile, rows wn0 ..
+  // Row tile, rows wm0 ..; K tile, rows wn0 .. (behind the row tile in a stage of the 48 KiB layout).
+  const unsigned a_lane_n = kRes ? unsigned((wm0 * LDR + detail::dx_lane_a(lane, LDR)) * 2)
+                                 : unsigned((wm0 * LDA + detail::dx_lane_a(lane, LDA)) * 2);
+  const unsigned b_lane_n = unsigned(((kRes ? wn0 : BLOCK_M + wn0) * LDA + detail::dx_lane_b2(lane, LDA)) * 2);
   const unsigned dy_lane = unsigned(BLOCK_K * LDCB * 4 + (wn0 + detail::dx_lane_b2_trans(lane, LDY)) * 2);
 
   const T* xg = static_cast<const T*>(p.x.data);
@@ -344,7 +378,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
 
   // This thread's chunks of the cp.async copies (detail::DxChunks): the n loops' row tile (C | B)
   // and K tile (P | ds), phase B's CB and dy tiles.
-  using RowChunks = detail::DxChunks<NT, BLOCK_M, BKN, LDA, T>;
+  using RowChunks = detail::DxChunks<NT, BLOCK_M, BKN, kRes ? LDR : LDA, T>;
   using KChunks = detail::DxChunks<NT, P, BKN, LDA, T>;
   using CbChunks = detail::DxChunks<NT, BLOCK_K, BLOCK_M, LDCB, float>;
   using DyChunks = detail::DxChunks<NT, BLOCK_K, P, LDY, T>;
@@ -427,9 +461,13 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           warp::zero_tile(acc);
         };
 
-        // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n].
+        // Stage buffers of the n loops (detail::dx_n_loop): row tile [l][n], then K tile [p][n];
+        // resident rows: the stage holds the K tile only (the row tile is at s_body).
         auto sRow = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A); };
-        auto sK = [&](int buf) { return reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA; };
+        auto sK = [&](int buf) {
+          return kRes ? reinterpret_cast<T*>(s_body + RES_BYTES + buf * STAGE_A)
+                      : reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA;
+        };
 
         // The n loops' copies of step ks into buffer buf: the row tile's rows m0 + r of `rows`
         // (C or B: (b, L, g, n), rows of the chunk from t0), columns k0 .. k0 + BKN of n, rows
@@ -452,8 +490,11 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           return [=](int buf, int ks) {
             const int k0 = (ks < KA ? ks : ks - KA) * BKN;
             const T* kt = static_cast<const T*>(ks < KA ? kt_hi : kt_lo);
-            const unsigned row_dst = s_body_addr + unsigned(buf * STAGE_A) + RowChunks::dst();
-            const unsigned k_dst = s_body_addr + unsigned(buf * STAGE_A + BLOCK_M * LDA * 2) + KChunks::dst();
+            const unsigned row_dst = kRes ? s_body_addr + RowChunks::dst() + unsigned(k0 * 2)
+                                          : s_body_addr + unsigned(buf * STAGE_A) + RowChunks::dst();
+            const unsigned k_dst = kRes ? s_body_addr + unsigned(RES_BYTES + buf * STAGE_A) + KChunks::dst()
+                                        : s_body_addr + unsigned(buf * STAGE_A + BLOCK_M * LDA * 2) + KChunks::dst();
+            const bool copy_rows = !kRes || ks < KA;  // resident rows: once, with the hi chain
             auto rows_vec = [&]() {
 #pragma unroll
               for (int it = 0; it < RowChunks::ITERS; ++it)
@@ -468,12 +509,18 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                   ptx::cp_async_16(k_dst + it * KChunks::kIterBytes, src + it * KChunks::RSTEP * k_stride, true);
             };
             if (vec_rows && vec_k) {  // the common case: both 16-byte paths, no branch between them
-              rows_vec();
+              if (copy_rows) rows_vec();
               k_vec();
               return;
             }
-            if (vec_rows) {
+            if (!copy_rows) {
+            } else if (vec_rows) {
               rows_vec();
+            } else if constexpr (kRes) {
+              block::load_tile<NT, BLOCK_M, BKN, LDR>(reinterpret_cast<T*>(s_body) + k0,
+                                                      rows + (t_first + m0) * view.stride[1] + k0 * view.stride[3],
+                                                      view.stride[1], view.stride[3], false, safe,
+                                                      [&](int r, int) { return m0 + r < valid; });
             } else {
               block::load_tile<NT, BLOCK_M, BKN, LDA>(sRow(buf), rows + (t_first + m0) * view.stride[1] + k0 * view.stride[3],
                                                       view.stride[1], view.stride[3], false, safe,
@@ -510,8 +557,9 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const ChunkPtrs at = chunk_ptrs();
           auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
                                     p.states.stride[3], vec_p);
-          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
-                                                                               load_stage, fill_per_position);
+          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
+                            decltype(fill_per_position), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n,
+                                                                         load_stage, fill_per_position);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -541,12 +589,14 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const ChunkPtrs at = chunk_ptrs();
           auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
                                     p.ds.stride[3], vec_ds);
-          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T>(acc, s_body_addr, a_lane_n, b_lane_n,
-                                                                               load_stage, [&] {
+          auto prefetch_x = [&] {
             // Row r of x, which w's row sum reads after phase A1, into L1 (thread r < BLOCK_M).
             if (vec_x && tid < BLOCK_M && m0 + tid < valid)
               detail::dx_prefetch_row<P>(at.safe_x + (at.t0 + m0 + tid) * p.x.stride[1]);
-          });
+          };
+          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
+                            decltype(prefetch_x), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n, load_stage,
+                                                                  prefetch_x);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];

@@ -57,34 +57,86 @@ TEST_CASE("chunk_scan_bwd_dx: phase A's ring deepens to 3 buffers where they fit
   CHECK(deeper > 0);
 }
 
-TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry's shared memory (48 KiB with seq_idx)") {
-  for (unsigned flags : {unsigned(SSD_FLAG_D), unsigned(SSD_FLAG_D | SSD_FLAG_SEQ_IDX)}) {
-    CAPTURE(flags);
-    ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
-    c.headdim = 64;
-    c.dstate = 256;
-    c.chunk_size = 256;
-    c.heads_per_group = 32;
-    c.flags = flags;
-    c.mode = SSD_MODE_DETERMINISTIC;
-    c.arch = SSD_ARCH_SM90A;
-    auto n = normalize_config(c);
-    REQUIRE_MESSAGE(n.ok(), n.status().detail);
-    CHECK(n->tile.m == 128);
-    CHECK(n->tile.k == 32);
-    auto u = generate_unit(*n);
-    REQUIRE_MESSAGE(u.ok(), u.status().detail);
-    auto cubin = compile_cubin(*u, SSD_ARCH_SM90A, /*with_ptx=*/false);
-    REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
-    INFO(cubin->log);
-    if (cubin->report.registers > 0) {
-      CHECK(cubin->report.shared_bytes ==
-            geom::dx_smem_bytes(256, 64, 256, 128, 32, (flags & SSD_FLAG_SEQ_IDX) != 0));
-      CHECK(cubin->report.registers <= 128);
-      // The preset's specialization fits without a spill; with seq_idx (its s_seq row fills the
-      // 48 KiB) ptxas keeps a few bytes of the work loop's counters on the stack (32 before the
-      // 3-buffer ring, 4 after, outside the K loops).
-      if (!(flags & SSD_FLAG_SEQ_IDX)) CHECK(cubin->report.spill_bytes == 0);
+TEST_CASE("chunk_scan_bwd_dx: the resident-rows layout (sm_90, sm_90a) takes every tile the 48 KiB layout takes, "
+          "within 2 blocks per SM") {
+  // nemotronh-56b's default tile: the row tile 128 x (256 + 8) in T, 4 K stages of 64 x (32 + 8),
+  // phase B's 3 stages of 21 KiB beside it.
+  CHECK(geom::dx_res_stages_a(256, 64, 256, 128, 32, false) == 4);
+  CHECK(geom::dx_res_stages_b(256, 64, 256, 128, 32, false) == 3);
+  CHECK(geom::dx_res_dynamic_bytes(256, 64, 256, 128, 32, false) == 128 * 264 * 2 + 4 * 64 * 40 * 2);
+  int more = 0;
+  for (int q : {64, 128, 256, 512})
+    for (int p : {32, 64, 96, 128})
+      for (int n : {16, 32, 64, 128, 256})
+        for (int bm : {64, 128})
+          for (int bk : {16, 32, 64})
+            for (bool seq : {false, true}) {
+              CAPTURE(q);
+              CAPTURE(p);
+              CAPTURE(n);
+              CAPTURE(bm);
+              CAPTURE(bk);
+              CAPTURE(seq);
+              const char* old_problem = geom::dx_tile_problem(q, p, n, bm, 0, bk, seq);
+              const char* res_problem = geom::dx_res_tile_problem(q, p, n, bm, 0, bk, seq);
+              if (!old_problem) CHECK(res_problem == nullptr);
+              if (res_problem) continue;
+              more += old_problem != nullptr;
+              const int sa = geom::dx_res_stages_a(q, p, n, bm, bk, seq);
+              const int sb = geom::dx_res_stages_b(q, p, n, bm, bk, seq);
+              CHECK((sa >= 2 && sa <= 4));
+              CHECK((sb == 2 || sb == 3));
+              const int bytes = geom::dx_res_dynamic_bytes(q, p, n, bm, bk, seq);
+              CHECK(bytes == geom::dx_res_body_bytes(p, n, bm, bk, sa, sb));
+              CHECK(bytes >= geom::dx_res_rows_bytes(n, bm) + 2 * geom::dx_res_kstage_bytes(p, n, bk));
+              // Two blocks per SM: 228 KiB, 1 KiB reserved per block.
+              CHECK(2 * (bytes + geom::two_phase_fixed_bytes(q, seq) + 1024) <= 228 * 1024);
+            }
+  CHECK(more > 0);  // e.g. k = 64 at headdim 64
+}
+
+namespace {
+ssd_kernel_config dx_preset_config(unsigned flags, ssd_arch arch) {
+  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
+  c.headdim = 64;
+  c.dstate = 256;
+  c.chunk_size = 256;
+  c.heads_per_group = 32;
+  c.flags = flags;
+  c.mode = SSD_MODE_DETERMINISTIC;
+  c.arch = arch;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry's shared memory") {
+  // sm_80: the 48 KiB static layout (exactly 48 KiB with seq_idx); sm_90a: resident rows, the fixed
+  // arrays static and the body dynamic.
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
+    for (unsigned flags : {unsigned(SSD_FLAG_D), unsigned(SSD_FLAG_D | SSD_FLAG_SEQ_IDX)}) {
+      CAPTURE(arch);
+      CAPTURE(flags);
+      const bool seq = (flags & SSD_FLAG_SEQ_IDX) != 0;
+      auto n = normalize_config(dx_preset_config(flags, arch));
+      REQUIRE_MESSAGE(n.ok(), n.status().detail);
+      CHECK(n->tile.m == 128);
+      CHECK(n->tile.k == 32);
+      auto u = generate_unit(*n);
+      REQUIRE_MESSAGE(u.ok(), u.status().detail);
+      const bool res = arch == SSD_ARCH_SM90A;
+      CHECK((u->source.find("kResidentRows") != std::string::npos) == res);
+      CHECK(u->dynamic_shared_bytes == (res ? geom::dx_res_dynamic_bytes(256, 64, 256, 128, 32, seq) : 0));
+      auto cubin = compile_cubin(*u, arch, /*with_ptx=*/false);
+      REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
+      INFO(cubin->log);
+      if (cubin->report.registers > 0) {
+        CHECK(cubin->report.shared_bytes ==
+              (res ? geom::two_phase_fixed_bytes(256, seq) : geom::dx_smem_bytes(256, 64, 256, 128, 32, seq)));
+        CHECK(cubin->report.registers <= 128);
+        // The preset's specialization fits without a spill; with seq_idx on the 48 KiB layout (its
+        // s_seq row fills the 48 KiB) ptxas keeps a few bytes of the work loop's counters on the
+        // stack (32 before the 3-buffer ring, 4 after, outside the K loops).
+        if (res || !seq) CHECK(cubin->report.spill_bytes == 0);
+      }
     }
-  }
 }

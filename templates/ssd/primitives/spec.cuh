@@ -36,6 +36,9 @@ SSD_SPEC_OPTIONAL_INT(kBlockK)
 // the descriptor writes kWgmma = true only for the specializations that take it, so the others keep
 // their Spec; absent reads 0, the mma.sync kernel.
 SSD_SPEC_OPTIONAL_INT(kWgmma)
+// chunk_scan_bwd_dx's resident-rows layout (sm_90, sm_90a: dynamic shared memory past 48 KiB);
+// absent reads 0, the 48 KiB static layout.
+SSD_SPEC_OPTIONAL_INT(kResidentRows)
 #undef SSD_SPEC_OPTIONAL_INT
 
 }  // namespace spec_detail
