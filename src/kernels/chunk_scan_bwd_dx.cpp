@@ -18,7 +18,18 @@ const char* tile_problem(const ssd_kernel_config& c) {
     return shape_tile_problem<ssd_kernels::bwd_geom::dx_res_tile_problem>(c);
   return shape_tile_problem<ssd_kernels::bwd_geom::dx_tile_problem>(c);
 }
+// wgmma for the n loops on sm_90a where the tile allows it (bwd_geom::dx_wg_shape: 128 rows, 64-wide
+// K steps, headdim 32 or 64); the resident mma.sync loops otherwise. The same chains.
+bool uses_wgmma(const ssd_kernel_config& c) {
+  return c.arch == SSD_ARCH_SM90A && ssd_kernels::bwd_geom::dx_wg_shape(c.headdim, c.dstate, c.tile.m, c.tile.k);
+}
 ssd_tile default_tile(const ssd_kernel_config& c) {
+  // The resident layout (sm_90, sm_90a): 128 x . x 64 (the wgmma tile on sm_90a) where legal.
+  if (resident_rows(c)) {
+    ssd_kernel_config w = c;
+    w.tile = {128, 0, 64, 0, 0};
+    if (!tile_problem(w)) return w.tile;
+  }
   return best_legal_tile(c, {128, 0, 32, 0, 0}, {64, 0, 32, 0, 0}, tile_problem);
 }
 using Rules = TensorCoreRules<kUses, tile_problem, false, true>;
@@ -31,11 +42,13 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kDyLo", c.flags & SSD_FLAG_Z);
   // Two blocks of 256 threads per SM cap registers at 128 (the preset's tiles fit without a spill;
   // left alone, ptxas takes ~190-220 and one block fits).
-  if (resident_rows(c)) s.boolean("kResidentRows", true);  // written only here: the others keep their Spec
+  // Written only here: the others keep their Spec.
+  if (resident_rows(c)) s.boolean("kResidentRows", true);
+  if (uses_wgmma(c)) s.boolean("kWgmma", true);
   KernelSpec k{s.members(), ssd_kernels::bwd_geom::dx_threads(), 2};
   if (resident_rows(c))
     k.dynamic_shared_bytes = ssd_kernels::bwd_geom::dx_res_dynamic_bytes(
-        c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.k, (c.flags & SSD_FLAG_SEQ_IDX) != 0);
+        c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.k, (c.flags & SSD_FLAG_SEQ_IDX) != 0, uses_wgmma(c));
   if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDxZParams";
   return k;
 }

@@ -263,27 +263,39 @@ SSD_HOST_DEVICE constexpr int dx_smem_bytes(int q, int p, int n, int bm, int bk,
 // block takes at most dx_res_budget(), so 2 blocks of 256 threads fit per SM (228 KiB, 1 KiB
 // reserved per block). The same mma chains in the same order as the 48 KiB layout: the same bits.
 SSD_HOST_DEVICE constexpr int dx_res_budget() { return 113 * 1024; }
-SSD_HOST_DEVICE constexpr int dx_res_rows_bytes(int n, int bm) { return bm * (n + kPad) * 2; }
-SSD_HOST_DEVICE constexpr int dx_res_kstage_bytes(int p, int n, int bk) { return p * (dx_block_kn(n, bk) + kPad) * 2; }
-SSD_HOST_DEVICE constexpr int dx_res_body_bytes(int p, int n, int bm, int bk, int stages_a, int stages_b) {
-  return imax(imax(dx_res_rows_bytes(n, bm) + stages_a * dx_res_kstage_bytes(p, n, bk),
+// wgmma (sm_90a, Spec::kWgmma) for the n loops where the tile allows it: BLOCK_M = 128 (two
+// warpgroups of 64 rows, each over the whole headdim: the warps' row bands of the mma.sync layout),
+// 64-wide K steps (BLOCK_K = 64, dstate a multiple of 64), headdim 32 or 64 (wgmma N). The row tile
+// and the K tile are then 128-byte swizzled atoms (rows of 64 elements, no padding), the dynamic base
+// aligned up to 1 KiB (1 KiB of slack). `wg` below selects that layout.
+SSD_HOST_DEVICE constexpr bool dx_wg_shape(int p, int n, int bm, int bk) {
+  return bm == 128 && bk == 64 && n % 64 == 0 && (p == 32 || p == 64);
+}
+SSD_HOST_DEVICE constexpr int dx_res_rows_bytes(int n, int bm, bool wg = false) { return bm * (wg ? n : n + kPad) * 2; }
+SSD_HOST_DEVICE constexpr int dx_res_kstage_bytes(int p, int n, int bk, bool wg = false) {
+  return p * (wg ? 64 : dx_block_kn(n, bk) + kPad) * 2;
+}
+SSD_HOST_DEVICE constexpr int dx_res_body_bytes(int p, int n, int bm, int bk, int stages_a, int stages_b, bool wg = false) {
+  return imax(imax(dx_res_rows_bytes(n, bm, wg) + stages_a * dx_res_kstage_bytes(p, n, bk, wg),
                    stages_b * dx_stage_b_bytes(p, bm, bk)),
-              dx_epilogue_bytes(p, bm));
+              dx_epilogue_bytes(p, bm)) +
+         (wg ? 1024 : 0);
 }
 // Depths: the K ring 4 buffers where they fit beside phase B's 2 (else 3, else 2), phase B's 3
-// where they fit too. Legal iff 2 and 2 fit.
-SSD_HOST_DEVICE constexpr bool dx_res_fits(int q, int p, int n, int bm, int bk, bool seq, int sa, int sb) {
-  return dx_res_body_bytes(p, n, bm, bk, sa, sb) + two_phase_fixed_bytes(q, seq) <= dx_res_budget();
+// where they fit too. Legal iff 2 and 2 fit (in the padded layout, which is never smaller).
+SSD_HOST_DEVICE constexpr bool dx_res_fits(int q, int p, int n, int bm, int bk, bool seq, int sa, int sb, bool wg = false) {
+  return dx_res_body_bytes(p, n, bm, bk, sa, sb, wg) + two_phase_fixed_bytes(q, seq) <= dx_res_budget();
 }
-SSD_HOST_DEVICE constexpr int dx_res_stages_a(int q, int p, int n, int bm, int bk, bool seq) {
-  return dx_res_fits(q, p, n, bm, bk, seq, 4, 2) ? 4 : dx_res_fits(q, p, n, bm, bk, seq, 3, 2) ? 3 : 2;
+SSD_HOST_DEVICE constexpr int dx_res_stages_a(int q, int p, int n, int bm, int bk, bool seq, bool wg = false) {
+  return dx_res_fits(q, p, n, bm, bk, seq, 4, 2, wg) ? 4 : dx_res_fits(q, p, n, bm, bk, seq, 3, 2, wg) ? 3 : 2;
 }
-SSD_HOST_DEVICE constexpr int dx_res_stages_b(int q, int p, int n, int bm, int bk, bool seq) {
-  return dx_res_fits(q, p, n, bm, bk, seq, dx_res_stages_a(q, p, n, bm, bk, seq), 3) ? 3 : 2;
+SSD_HOST_DEVICE constexpr int dx_res_stages_b(int q, int p, int n, int bm, int bk, bool seq, bool wg = false) {
+  return dx_res_fits(q, p, n, bm, bk, seq, dx_res_stages_a(q, p, n, bm, bk, seq, wg), 3, wg) ? 3 : 2;
 }
-// The dynamic shared memory of a block (the body); the fixed arrays are static.
-SSD_HOST_DEVICE constexpr int dx_res_dynamic_bytes(int q, int p, int n, int bm, int bk, bool seq) {
-  return dx_res_body_bytes(p, n, bm, bk, dx_res_stages_a(q, p, n, bm, bk, seq), dx_res_stages_b(q, p, n, bm, bk, seq));
+// The dynamic shared memory of a block (the body, with wg its alignment slack); the fixed arrays are static.
+SSD_HOST_DEVICE constexpr int dx_res_dynamic_bytes(int q, int p, int n, int bm, int bk, bool seq, bool wg = false) {
+  return dx_res_body_bytes(p, n, bm, bk, dx_res_stages_a(q, p, n, bm, bk, seq, wg),
+                           dx_res_stages_b(q, p, n, bm, bk, seq, wg), wg);
 }
 
 // ---- chunk_scan_bwd_dcb<Q, P, HEADS_PER_GROUP, BLOCK_M (l), BLOCK_N (s), BLOCK_K (p step), T, HAS_SEQ_IDX>

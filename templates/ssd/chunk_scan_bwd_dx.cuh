@@ -184,6 +184,57 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
   __syncthreads();  // the stage buffers are reused by the staging tile
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// dx_n_loop on sm_90a with wgmma (Spec::kWgmma; resident rows, bwd_geom::dx_wg_shape): the same
+// chains — per 64-wide K step four k16 steps in increasing n, the hi term's steps then the lo
+// term's on the same accumulator, from +0 — as HGMMA m64nPk16 of each warpgroup (rows 64·wg ..
+// 64·wg + 63, all P columns: the row bands of warps 4·wg .. 4·wg + 3 in the mma.sync layout). The row
+// tile (s_body, 1 KiB aligned) is BLOCK_M-row swizzled atoms of 64 n, one per 64 columns of N; the
+// K tile of a stage (s_body + RES_BYTES + buf·STAGE_A) one P-row atom. Each step: this thread's
+// copies done, fence.proxy.async (the copies are generic-proxy writes that wgmma reads), barrier,
+// the next copies, four wgmma, commit, wait for them (the stage read is then free). out: the chain's
+// result in the mma.sync fragments (the same (row, column) per thread: WgAcc's register 4j + q is
+// out[0][j].x[q]); its value on entry is not read (the chain starts from +0 here).
+template <int STAGES, int KA, int P, int BLOCK_M, int STAGE_A, int RES_BYTES, class T, class LoadStage,
+          class WhileCopying>
+__device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned char* s_body, LoadStage& load_stage,
+                                             const WhileCopying& while_copying) {
+  WgAcc<P> acc;
+  acc.zero();
+  const block::CpAsyncPipeline<STAGES> ring{KA};
+  ring.prologue(load_stage);
+  while_copying();
+  const T* rows = reinterpret_cast<const T*>(s_body + (int(threadIdx.x) >> 7) * 64 * 128);  // this warpgroup's rows
+  int rd = 0, wr = STAGES - 1;
+  int n0 = 0;  // the step's first column of the row tile
+  for (int ks = 0; ks < KA; ++ks) {
+    ptx::cp_async_wait<STAGES - 2>();
+    ptx::fence_proxy_async_shared();
+    __syncthreads();
+    if (ks + STAGES - 1 < KA) load_stage(wr, ks + STAGES - 1);
+    ptx::cp_async_commit();
+    const T* kt = reinterpret_cast<const T*>(s_body + RES_BYTES + rd * STAGE_A);
+    rd = rd == STAGES - 1 ? 0 : rd + 1;
+    wr = wr == STAGES - 1 ? 0 : wr + 1;
+    warpgroup::fence();
+#pragma unroll
+    for (int kk = 0; kk < 64; kk += 16)
+      warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_k_major_sw128(rows, BLOCK_M, n0 + kk),
+                                 smem::desc_k_major_sw128(kt, P, kk), true);
+    warpgroup::commit_group();
+    warpgroup::wait_group<0>();
+    warpgroup::fence_operand(acc);
+    n0 = ks == KA / 2 - 1 ? 0 : n0 + 64;
+  }
+  ring.drain();
+  __syncthreads();  // the stage buffers are reused by the staging tile
+#pragma unroll
+  for (int j = 0; j < P / 8; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) out[0][j].x[q] = acc.x[4 * j + q];
+}
+#endif
+
 // 8 consecutive elements of a row as fp32: ptr[0..7] with vec (16-byte aligned, unit stride),
 // else ptr[i·sp].
 template <class T>
@@ -281,6 +332,9 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // Resident rows (sm_90, sm_90a; bwd_geom::dx_res_*): phase A's row tile stays in (dynamic) shared
   // memory for both terms' chains. The same chains, so the same bits, as the 48 KiB layout.
   constexpr bool kRes = spec_detail::optional_kResidentRows<Spec>(0) != 0;
+  // wgmma for the n loops (sm_90a, resident rows, bwd_geom::dx_wg_shape): the same chains as HGMMA.
+  constexpr bool kWg = kRes && spec_detail::optional_kWgmma<Spec>(0) != 0;
+  static_assert(!kWg || bwd_geom::dx_wg_shape(P, N, BLOCK_M, BLOCK_K), "the wgmma n loops need dx_wg_shape");
   static_assert((kRes ? bwd_geom::dx_res_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)
                       : bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -308,26 +362,27 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   static_assert(N % BKN == 0, "BLOCK_K must divide dstate (or exceed it)");
   constexpr TwoPhaseBytes BYTES = dx_bytes(P, N, BLOCK_M, BLOCK_K);
   constexpr bool SEQ = Spec::kSeqIdx;
-  constexpr int STAGES_A = kRes ? dx_res_stages_a(Q, P, N, BLOCK_M, BLOCK_K, SEQ)
+  constexpr int STAGES_A = kRes ? dx_res_stages_a(Q, P, N, BLOCK_M, BLOCK_K, SEQ, kWg)
                                 : dx_stages_a(BYTES, Q, SEQ);  // phase A's ring (n loops)
-  constexpr int STAGES_B = kRes ? dx_res_stages_b(Q, P, N, BLOCK_M, BLOCK_K, SEQ)
+  constexpr int STAGES_B = kRes ? dx_res_stages_b(Q, P, N, BLOCK_M, BLOCK_K, SEQ, kWg)
                                 : dx_stages_b(BYTES, Q, SEQ);  // phase B's ring (m loop)
   constexpr int LDA = BKN + kPad;     // row tile (C | B) [l][n] and K tile (P | ds) [p][n], type T
   constexpr int LDR = kRes ? N + kPad : 0;  // resident row tile [l][n] (all N columns), type T
-  constexpr int RES_BYTES = kRes ? dx_res_rows_bytes(N, BLOCK_M) : 0;
+  constexpr int RES_BYTES = kRes ? dx_res_rows_bytes(N, BLOCK_M, kWg) : 0;
   constexpr int LDCB = BLOCK_M + 4;   // CB tile [m][l], fp32 (row stride = 4 mod 32 words: the
                                       // (m = 2t.., l = g) reads of a warp hit 32 distinct banks)
   constexpr int LDY = P + kPad;       // dy tile [m][p], type T
   constexpr int LDO = P + 4;          // staging tile [l][p], fp32 (row-per-thread float4 reads are
                                       // conflict free)
-  constexpr int STAGE_A = kRes ? dx_res_kstage_bytes(P, N, BLOCK_K) : BYTES.stage_a;
+  constexpr int STAGE_A = kRes ? dx_res_kstage_bytes(P, N, BLOCK_K, kWg) : BYTES.stage_a;
   constexpr int STAGE_B = BYTES.stage_b;
-  constexpr int BODY = kRes ? dx_res_dynamic_bytes(Q, P, N, BLOCK_M, BLOCK_K, SEQ)
+  constexpr int BODY = kRes ? dx_res_dynamic_bytes(Q, P, N, BLOCK_M, BLOCK_K, SEQ, kWg)
                             : dx_body_bytes(STAGES_A, STAGES_B, BYTES);
   constexpr int TILES = dx_tiles(Q, BLOCK_M);
   constexpr int KA = N / BKN;
-  static_assert(STAGE_A == (kRes ? P : BLOCK_M + P) * LDA * 2 && STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 &&
-                    BYTES.epilogue == BLOCK_M * LDO * 4 && RES_BYTES == BLOCK_M * LDR * 2,
+  static_assert((kWg ? STAGE_A == P * 128 && RES_BYTES == BLOCK_M * N * 2
+                     : STAGE_A == (kRes ? P : BLOCK_M + P) * LDA * 2 && RES_BYTES == BLOCK_M * LDR * 2) &&
+                    STAGE_B == BLOCK_K * LDCB * 4 + BLOCK_K * LDY * 2 && BYTES.epilogue == BLOCK_M * LDO * 4,
                 "bwd_geom::dx_* must describe this layout");
   static_assert(kRes || dx_smem_bytes(Q, P, N, BLOCK_M, BLOCK_K, SEQ) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or BLOCK_M");
@@ -338,7 +393,10 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // The body: static (48 KiB layout) or the block's dynamic shared memory (resident rows).
   __shared__ __align__(16) unsigned char s_body_static[kRes ? 16 : BODY];
   extern __shared__ __align__(16) unsigned char s_body_dynamic[];
-  unsigned char* const s_body = kRes ? s_body_dynamic : s_body_static;
+  // wgmma's swizzled atoms: the dynamic base aligned up to 1 KiB (the slack is in BODY).
+  unsigned char* const s_body =
+      !kRes ? s_body_static
+            : kWg ? s_body_dynamic + ((1024u - (ptx::smem_addr(s_body_dynamic) & 1023u)) & 1023u) : s_body_dynamic;
   __shared__ __align__(16) float s_dA[Q];
   __shared__ __align__(16) float s_dt[Q];
   __shared__ int s_seq[Spec::kSeqIdx ? Q : 1];
@@ -490,23 +548,33 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           return [=](int buf, int ks) {
             const int k0 = (ks < KA ? ks : ks - KA) * BKN;
             const T* kt = static_cast<const T*>(ks < KA ? kt_hi : kt_lo);
-            const unsigned row_dst = kRes ? s_body_addr + RowChunks::dst() + unsigned(k0 * 2)
-                                          : s_body_addr + unsigned(buf * STAGE_A) + RowChunks::dst();
-            const unsigned k_dst = kRes ? s_body_addr + unsigned(RES_BYTES + buf * STAGE_A) + KChunks::dst()
-                                        : s_body_addr + unsigned(buf * STAGE_A + BLOCK_M * LDA * 2) + KChunks::dst();
+            // wgmma: the chunks' places in the swizzled atoms (row0 + it·RSTEP keeps row0's swizzle,
+            // RSTEP being a multiple of 8), a row 128 bytes.
+            const unsigned row_dst =
+                kWg    ? s_body_addr + unsigned((k0 / 64) * BLOCK_M * 128) +
+                          smem::swizzle128_offset(RowChunks::row0(), RowChunks::col())
+                : kRes ? s_body_addr + RowChunks::dst() + unsigned(k0 * 2)
+                       : s_body_addr + unsigned(buf * STAGE_A) + RowChunks::dst();
+            const unsigned k_dst =
+                kWg    ? s_body_addr + unsigned(RES_BYTES + buf * STAGE_A) +
+                          smem::swizzle128_offset(KChunks::row0(), KChunks::col())
+                : kRes ? s_body_addr + unsigned(RES_BYTES + buf * STAGE_A) + KChunks::dst()
+                       : s_body_addr + unsigned(buf * STAGE_A + BLOCK_M * LDA * 2) + KChunks::dst();
+            constexpr unsigned kRowIter = kWg ? unsigned(RowChunks::RSTEP * 128) : RowChunks::kIterBytes;
+            constexpr unsigned kKIter = kWg ? unsigned(KChunks::RSTEP * 128) : KChunks::kIterBytes;
             const bool copy_rows = !kRes || ks < KA;  // resident rows: once, with the hi chain
             auto rows_vec = [&]() {
 #pragma unroll
               for (int it = 0; it < RowChunks::ITERS; ++it)
                 if (RowChunks::has(it))
-                  ptx::cp_async_16(row_dst + it * RowChunks::kIterBytes, row_src[it] + k0, row_ok[it]);
+                  ptx::cp_async_16(row_dst + it * kRowIter, row_src[it] + k0, row_ok[it]);
             };
             auto k_vec = [&]() {
               const T* src = kt + k_src + k0;
 #pragma unroll
               for (int it = 0; it < KChunks::ITERS; ++it)
                 if (KChunks::has(it))
-                  ptx::cp_async_16(k_dst + it * KChunks::kIterBytes, src + it * KChunks::RSTEP * k_stride, true);
+                  ptx::cp_async_16(k_dst + it * kKIter, src + it * KChunks::RSTEP * k_stride, true);
             };
             if (vec_rows && vec_k) {  // the common case: both 16-byte paths, no branch between them
               if (copy_rows) rows_vec();
@@ -516,6 +584,12 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
             if (!copy_rows) {
             } else if (vec_rows) {
               rows_vec();
+            } else if constexpr (kWg) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+              sm90a_detail::load_tile_sw128<NT, BLOCK_M>(
+                  s_body + (k0 / 64) * BLOCK_M * 128, rows + (t_first + m0) * view.stride[1] + k0 * view.stride[3],
+                  view.stride[1], view.stride[3], false, safe, [&](int r, int) { return m0 + r < valid; });
+#endif
             } else if constexpr (kRes) {
               block::load_tile<NT, BLOCK_M, BKN, LDR>(reinterpret_cast<T*>(s_body) + k0,
                                                       rows + (t_first + m0) * view.stride[1] + k0 * view.stride[3],
@@ -528,6 +602,12 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
             }
             if (vec_k) {
               k_vec();
+            } else if constexpr (kWg) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+              const T* src = kt + k_off + k0;
+              sm90a_detail::load_tile_sw128<NT, P>(reinterpret_cast<unsigned char*>(sK(buf)), src, k_stride, 1, false,
+                                                   src, [&](int, int) { return true; });
+#endif
             } else {
               const T* src = kt + k_off + k0;
               block::load_tile<NT, P, BKN, LDA>(sK(buf), src, k_stride, 1, false, src, [&](int, int) { return true; });
@@ -557,9 +637,16 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const ChunkPtrs at = chunk_ptrs();
           auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
                                     p.states.stride[3], vec_p);
-          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
-                            decltype(fill_per_position), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n,
-                                                                         load_stage, fill_per_position);
+          if constexpr (kWg) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            detail::dx_n_loop_wg<STAGES_A, 2 * KA, P, BLOCK_M, STAGE_A, RES_BYTES, T>(acc, s_body, load_stage,
+                                                                                     fill_per_position);
+#endif
+          } else {
+            detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
+                              decltype(fill_per_position), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n,
+                                                                           load_stage, fill_per_position);
+          }
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -594,9 +681,16 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
             if (vec_x && tid < BLOCK_M && m0 + tid < valid)
               detail::dx_prefetch_row<P>(at.safe_x + (at.t0 + m0 + tid) * p.x.stride[1]);
           };
-          detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
-                            decltype(prefetch_x), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n, load_stage,
-                                                                  prefetch_x);
+          if constexpr (kWg) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            detail::dx_n_loop_wg<STAGES_A, 2 * KA, P, BLOCK_M, STAGE_A, RES_BYTES, T>(acc, s_body, load_stage,
+                                                                                     prefetch_x);
+#endif
+          } else {
+            detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
+                              decltype(prefetch_x), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n, load_stage,
+                                                                    prefetch_x);
+          }
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];

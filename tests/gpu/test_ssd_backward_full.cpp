@@ -352,8 +352,10 @@ TEST_CASE("ssd_backward D1: twenty repeats give identical bits, caller or librar
 TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, fp32 P) keeps the mma.sync bits" *
           doctest::skip(!gpu_available())) {
   // The backward recomputes P with chunk_state_passing_fwd (SSD_FLAG_TWO_TERM_STATES, fp32 P), on
-  // sm_90a the wgmma kernel for headdim and dstate multiples of 64; every other backward kernel is
-  // the same code on both archs. Equal gradients on sm_90a and sm_90 (whose units keep mma.sync; both
+  // sm_90a the wgmma kernel for headdim and dstate multiples of 64, and chunk_scan_bwd_dx runs its n
+  // loops (C·Pᵀ, B·dsᵀ) as wgmma at its default 128 x . x 64 tile where dstate is a multiple of 64
+  // and headdim 32 or 64 (cases 0 and 3; sm_90 runs the same tile's mma.sync loops); every other
+  // backward kernel is the same code on both archs. Equal gradients on sm_90a and sm_90 (whose units keep mma.sync; both
   // run on the H200, sm_80 cubins would not load on a 9.x device) mean the recomputed P kept its bits.
   if (!device_is_sm90a()) {
     MESSAGE("not an sm_90a device: the wgmma state pass does not run here");

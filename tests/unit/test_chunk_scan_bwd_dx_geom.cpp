@@ -110,8 +110,8 @@ ssd_kernel_config dx_preset_config(unsigned flags, ssd_arch arch) {
 }  // namespace
 
 TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry's shared memory") {
-  // sm_80: the 48 KiB static layout (exactly 48 KiB with seq_idx); sm_90a: resident rows, the fixed
-  // arrays static and the body dynamic.
+  // sm_80: the 48 KiB static layout (exactly 48 KiB with seq_idx), 128 x . x 32; sm_90a: resident
+  // rows with the wgmma n loops at 128 x . x 64, the fixed arrays static and the body dynamic.
   for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
     for (unsigned flags : {unsigned(SSD_FLAG_D), unsigned(SSD_FLAG_D | SSD_FLAG_SEQ_IDX)}) {
       CAPTURE(arch);
@@ -119,13 +119,14 @@ TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry'
       const bool seq = (flags & SSD_FLAG_SEQ_IDX) != 0;
       auto n = normalize_config(dx_preset_config(flags, arch));
       REQUIRE_MESSAGE(n.ok(), n.status().detail);
+      const bool res = arch == SSD_ARCH_SM90A;
       CHECK(n->tile.m == 128);
-      CHECK(n->tile.k == 32);
+      CHECK(n->tile.k == (res ? 64 : 32));
       auto u = generate_unit(*n);
       REQUIRE_MESSAGE(u.ok(), u.status().detail);
-      const bool res = arch == SSD_ARCH_SM90A;
       CHECK((u->source.find("kResidentRows") != std::string::npos) == res);
-      CHECK(u->dynamic_shared_bytes == (res ? geom::dx_res_dynamic_bytes(256, 64, 256, 128, 32, seq) : 0));
+      CHECK((u->source.find("kWgmma") != std::string::npos) == res);
+      CHECK(u->dynamic_shared_bytes == (res ? geom::dx_res_dynamic_bytes(256, 64, 256, 128, 64, seq, true) : 0));
       auto cubin = compile_cubin(*u, arch, /*with_ptx=*/false);
       REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
       INFO(cubin->log);
@@ -133,10 +134,12 @@ TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry'
         CHECK(cubin->report.shared_bytes ==
               (res ? geom::two_phase_fixed_bytes(256, seq) : geom::dx_smem_bytes(256, 64, 256, 128, 32, seq)));
         CHECK(cubin->report.registers <= 128);
-        // The preset's specialization fits without a spill; with seq_idx on the 48 KiB layout (its
-        // s_seq row fills the 48 KiB) ptxas keeps a few bytes of the work loop's counters on the
-        // stack (32 before the 3-buffer ring, 4 after, outside the K loops).
-        if (res || !seq) CHECK(cubin->report.spill_bytes == 0);
+        // The sm_80 preset's specialization fits without a spill; with seq_idx on the 48 KiB layout
+        // (its s_seq row fills the 48 KiB) ptxas keeps a few bytes of the work loop's counters on
+        // the stack (32 before the 3-buffer ring, 4 after, outside the K loops). The sm_90a wgmma
+        // specialization keeps ~200 bytes of per-tile values on the stack (docs/perf.md).
+        if (!res && !seq) CHECK(cubin->report.spill_bytes == 0);
+        if (res) CHECK(cubin->report.spill_bytes <= 256);
       }
     }
 }

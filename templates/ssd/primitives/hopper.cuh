@@ -210,11 +210,8 @@ __device__ __forceinline__ unsigned long long make_desc(const void* start, unsig
 // to 1024 bytes; what TMA writes for a box {64, rows} with CU_TENSOR_MAP_SWIZZLE_128B. A wider K (or
 // M/N) extent is several such tiles side by side, `rows * 128` bytes apart.
 
-// Byte offset of element (r, c) (c < 64) in a swizzled tile: chunk c/8 of row r sits at chunk
-// (c/8) ^ (r%8).
-__host__ __device__ constexpr unsigned swizzle128_offset(int r, int c) {
-  return unsigned(r) * 128u + ((unsigned(c >> 3) ^ unsigned(r & 7)) << 4) + unsigned(c & 7) * 2u;
-}
+// Byte offset of element (r, c) in a swizzled tile: smem::swizzle128_offset (primitives/mma.cuh,
+// for every target: cp.async writers on any arch).
 
 // K-major operand (A [m][k] or B [n][k]) in swizzled tiles of `rows` rows x 64 k each: the
 // descriptor of the m64/nN x k16 slice starting at column k (multiple of 16). Within the atom the K step

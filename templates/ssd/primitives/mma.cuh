@@ -374,6 +374,15 @@ struct CpAsyncPipeline {
 
 }  // namespace block
 
+namespace smem {
+// Byte offset of element (r, c) (c < 64) of 16-bit elements in a 128-byte swizzled tile (rows of 64
+// elements, 1024-byte aligned base; what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads,
+// primitives/hopper.cuh): chunk c/8 of row r sits at chunk (c/8) ^ (r%8).
+__host__ __device__ constexpr unsigned swizzle128_offset(int r, int c) {
+  return unsigned(r) * 128u + ((unsigned(c >> 3) ^ unsigned(r & 7)) << 4) + unsigned(c & 7) * 2u;
+}
+}  // namespace smem
+
 // 16-byte alignment test for vectorized paths: pointer aligned and every listed stride a
 // multiple of `v` elements.
 __device__ __forceinline__ bool aligned16(const void* p) {
