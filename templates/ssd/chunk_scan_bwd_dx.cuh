@@ -98,18 +98,14 @@ __device__ __forceinline__ int dx_opaque(int v) {
 }
 
 // Pulls the lines of row[0 .. P-1] (one 16-byte aligned row of a (b, L, h, p) tensor in global
-// memory, unit stride) into L1: no destination register and nothing waits on it, so the row sums'
-// later loads of the row hit L1 (or L2) instead of waiting for DRAM. Only addresses those loads
-// read; a hint only (no value depends on it).
-__device__ __forceinline__ void dx_prefetch_l1(const void* ptr) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
-}
+// memory, unit stride) into L1 (ptx::prefetch_global_l1), so the row sums' later loads of the row hit
+// L1 (or L2) instead of waiting for DRAM. Only addresses those loads read; a hint only.
 template <int P, class T>
 __device__ __forceinline__ void dx_prefetch_row(const T* row) {
   constexpr int kLine = 128 / int(sizeof(T));  // elements per 128-byte line
 #pragma unroll
-  for (int cc = 0; cc < P; cc += kLine) dx_prefetch_l1(row + cc);
-  dx_prefetch_l1(row + P - 1);  // the line a row straddling a line boundary ends in
+  for (int cc = 0; cc < P; cc += kLine) ptx::prefetch_global_l1(row + cc);
+  ptx::prefetch_global_l1(row + P - 1);  // the line a row straddling a line boundary ends in
 }
 
 // One thread's share of a cp.async copy of a ROWS x COLS tile of E (16-byte chunks of V elements,

@@ -213,6 +213,21 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
           detail::EpilogueInputs<Q, N, BATCHED ? 2 * MI : 0, NJ, HAS_SEQ_IDX> ein;
           ein.fetch(p, Pc, b, h, c, chunk_valid(c) - 1, p0 + wm0, n0 + wn0, lane);
 
+          // The next chunk's P_{c-1} (this thread's rows and columns of it, as ein.fetch reads them)
+          // into L1 now, a whole chunk of K steps before its epilogue loads them: those loads were a
+          // dependent round trip to L2/DRAM per chunk (ncu, session 13: ~13 % of the kernel's stall
+          // samples). A hint only; no value depends on it.
+          if (BATCHED && c > 0) {  // (512-thread tiles load P_c in place and have no register to spare)
+            const float* Pn = p.states.ptr(b, c - 1, h);
+#pragma unroll
+            for (int g2 = 0; g2 < 2 * MI; ++g2) {
+              const float* row = Pn + (long long)(p0 + wm0 + 16 * (g2 / 2) + FragC::row(lane, g2 % 2)) * N + n0 + wn0;
+#pragma unroll
+              for (int k = 0; k < 8 * NJ; k += 32) ptx::prefetch_global_l1(row + k);
+              ptx::prefetch_global_l1(row + 8 * NJ - 1);  // the last line, if the span straddles one
+            }
+          }
+
           // The next chunk's weights into the half the previous chunk used, and the one after's
           // inputs on their way (chunk_state_passing_fwd's argument).
           if (c > 0) {

@@ -135,6 +135,10 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   const int row0 = 64 * wg;  // the warpgroup's first row of the block's stacked (head, p) rows
   // Weights per warpgroup: [2][Q], chunk c in half c % 2.
   float* const s_w = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES) + wg * 2 * Q;
+  // P_c's staging tile (fwd_geom::chunk_state_passing_wgmma_out_bytes): this warpgroup's 64 rows of
+  // BLOCK_N values of S, rows OUT_LD fp32 words apart.
+  constexpr int OUT_LD = chunk_state_passing_wgmma_out_ld(BLOCK_N);
+  unsigned char* const s_out = smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + wg * 64 * OUT_LD * 4;
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Bg = static_cast<const T*>(p.B.data);
@@ -143,6 +147,10 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   // Pairs of P elements as one 8-byte (fp32) or 4-byte (16-bit) store.
   const bool vec_out = (reinterpret_cast<unsigned long long>(Pg) & (2 * sizeof(S) - 1)) == 0 &&
                        ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2] | p.states.stride[3]) & 1) == 0;
+  // P_c's rows as whole 16-byte chunks through the staging tile (16-byte aligned rows, unit n stride).
+  constexpr int V16 = 16 / int(sizeof(S));  // elements per 16-byte chunk
+  const bool vec16_out = (reinterpret_cast<unsigned long long>(Pg) & 15) == 0 && p.states.stride[3] % V16 == 0 &&
+                         ((p.states.stride[0] | p.states.stride[1] | p.states.stride[2]) % V16) == 0;
   const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
   const int valid_last = int(p.seqlen - (long long)(nchunks - 1) * Q);
   const int steps_last = (valid_last + BLOCK_K - 1) / BLOCK_K;
@@ -273,6 +281,43 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
             if (last_id != prev_id) carry = 0.f;
             prev_id = last_id;
           }
+          if constexpr (chunk_state_passing_wgmma_staged_out(BLOCK_M)) {
+            // Staged: each thread's pairs into the warpgroup's tile (conflict-free), one barrier, then
+            // whole 16-byte chunks of the rows to global memory, 16 threads per 256-byte row segment
+            // (vec16_out; else the chunk's elements one by one): a quarter (fp32: half) of the store
+            // instructions of the pair stores below, full sectors. The same values (the pairs'
+            // conversions), only the store path differs. The tile is written again a chunk later,
+            // after the K loop's barriers.
+            S* const so = reinterpret_cast<S*>(s_out);
+            constexpr int LDS = OUT_LD * 4 / int(sizeof(S));  // row stride in S
+            const int r_w = Acc::row(0), c_w = Acc::col(0);  // this thread's first element in the warpgroup tile
+#pragma unroll
+            for (int i = 0; i < Acc::kRegs; i += 2) {
+              S* dst = so + (r_w + ((i >> 1) & 1) * 8) * LDS + c_w + (i >> 2) * 8;
+              const float* v = run.x + i;
+              if constexpr (same_type<S, float>::value)
+                *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+              else
+                *reinterpret_cast<unsigned*>(dst) = ptx::pack2<T>(v[0], v[1]);
+            }
+            __syncthreads();
+            constexpr int CPR = BLOCK_N / V16;            // 16-byte chunks per row
+            constexpr int ITERS = 64 * CPR / WGT;         // per thread
+            static_assert((64 * CPR) % WGT == 0 && WGT % CPR == 0, "whole rows per pass");
+            S* const out_tile = Pg + p.states.offset(b, c, h) + (long long)p0 * p.states.stride[3] + n0;
+            const int cr = wtid / CPR, cc = (wtid % CPR) * V16;
+#pragma unroll
+            for (int it = 0; it < ITERS; ++it) {
+              const int r = cr + it * (WGT / CPR);
+              S* const dst = out_tile + (long long)r * p.states.stride[3] + cc;
+              if (vec16_out) {
+                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(so + r * LDS + cc);
+              } else {
+#pragma unroll
+                for (int v = 0; v < V16; ++v) dst[v] = so[r * LDS + cc + v];
+              }
+            }
+          } else {
           S* const out_lo = Pg + p.states.offset(b, c, h) + (long long)r_lo * p.states.stride[3] + c_lo;
           S* const out_hi = out_lo + 8 * p.states.stride[3];
 #pragma unroll
@@ -295,6 +340,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
                 dst[1] = reinterpret_cast<const T*>(&pair)[1];
               }
             }
+          }
           }
           warpgroup::wait_group<0>();
           warpgroup::fence_operand(acc);

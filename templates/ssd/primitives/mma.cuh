@@ -62,6 +62,12 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return a;
 }
 
+// prefetch.global.L1: pulls the line holding ptr (global memory) into L1. No destination register and
+// nothing waits on it: a hint only, no value depends on it; a later load of the line then hits L1.
+__device__ __forceinline__ void prefetch_global_l1(const void* ptr) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
+}
+
 // 16-byte asynchronous global -> shared copy, L2 only (.cg). When pred is false nothing is read
 // (src-size 0) and the 16 destination bytes are zero-filled; src must still be a valid address.
 // dst and src must be 16-byte aligned.
