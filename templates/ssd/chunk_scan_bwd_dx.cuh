@@ -802,7 +802,11 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           for (int ks = 0; ks < nk; ++ks) {
             ring.begin(ks, load_block);
             const float* scb = sCB(ks % STAGES_B);
-            const unsigned sdy = s_body_addr + unsigned((ks % STAGES_B) * STAGE_B) + dy_lane;
+            // One register (opaque): left to itself the compiler splits the address into the stage's
+            // uniform base and per-(kk, j) lane offsets, 12 values held across the tile loop (spilled
+            // at 128 registers, reloaded in every k16 step); this way the (kk, j) offsets are the
+            // LDSM's immediates.
+            const unsigned sdy = detail::dx_opaque(int(s_body_addr + unsigned((ks % STAGES_B) * STAGE_B) + dy_lane));
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               const int mk = kk + 2 * lt;                 // step-local m of columns 2t, 2t+1 (+8, +9)

@@ -137,9 +137,11 @@ TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry'
         // The sm_80 preset's specialization fits without a spill; with seq_idx on the 48 KiB layout
         // (its s_seq row fills the 48 KiB) ptxas keeps a few bytes of the work loop's counters on
         // the stack (32 before the 3-buffer ring, 4 after, outside the K loops). The sm_90a wgmma
-        // specialization keeps ~200 bytes of per-tile values on the stack (docs/perf.md).
+        // specialization keeps a few per-tile values on the stack (16 + 16 bytes of spill stores and
+        // loads, 28 + 32 with seq_idx, reloaded outside the K loops; before phase B's dy address was
+        // made one register it was 200 bytes, reloaded in every k16 step: docs/perf.md).
         if (!res && !seq) CHECK(cubin->report.spill_bytes == 0);
-        if (res) CHECK(cubin->report.spill_bytes <= 256);
+        if (res) CHECK(cubin->report.spill_bytes <= 64);
       }
     }
 }
