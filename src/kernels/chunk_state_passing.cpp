@@ -58,7 +58,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
   s.boolean("kWgmma", true);  // written only here: the mma.sync specializations keep their Spec
   KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 0};
   k.dynamic_shared_bytes =
-      ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k);
+      ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k,
+                                                                  c.flags & SSD_FLAG_STATES_IN_DTYPE ? 2 : 4);
   return k;
 }
 

@@ -135,8 +135,9 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   const int row0 = 64 * wg;  // the warpgroup's first row of the block's stacked (head, p) rows
   // Weights per warpgroup: [2][Q], chunk c in half c % 2.
   float* const s_w = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES) + wg * 2 * Q;
-  // P_c's staging tile (fwd_geom::chunk_state_passing_wgmma_out_bytes): this warpgroup's 64 rows of
-  // BLOCK_N values of S, rows OUT_LD fp32 words apart.
+  // P_c's staging tile (fwd_geom::chunk_state_passing_wgmma_out_bytes; 16-bit P with two warpgroups):
+  // this warpgroup's 64 rows of BLOCK_N values of S, rows OUT_LD fp32 words apart.
+  constexpr bool STAGED_OUT = chunk_state_passing_wgmma_staged_out(BLOCK_M, int(sizeof(S)));
   constexpr int OUT_LD = chunk_state_passing_wgmma_out_ld(BLOCK_N);
   unsigned char* const s_out = smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + wg * 64 * OUT_LD * 4;
 
@@ -281,11 +282,11 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
             if (last_id != prev_id) carry = 0.f;
             prev_id = last_id;
           }
-          if constexpr (chunk_state_passing_wgmma_staged_out(BLOCK_M)) {
+          if constexpr (STAGED_OUT) {
             // Staged: each thread's pairs into the warpgroup's tile (conflict-free), one barrier, then
             // whole 16-byte chunks of the rows to global memory, 16 threads per 256-byte row segment
-            // (vec16_out; else the chunk's elements one by one): a quarter (fp32: half) of the store
-            // instructions of the pair stores below, full sectors. The same values (the pairs'
+            // (vec16_out; else the chunk's elements one by one): a quarter of the store instructions
+            // of the pair stores below, full sectors. The same values (the pairs'
             // conversions), only the store path differs. The tile is written again a chunk later,
             // after the K loop's barriers.
             S* const so = reinterpret_cast<S*>(s_out);
@@ -295,10 +296,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
             for (int i = 0; i < Acc::kRegs; i += 2) {
               S* dst = so + (r_w + ((i >> 1) & 1) * 8) * LDS + c_w + (i >> 2) * 8;
               const float* v = run.x + i;
-              if constexpr (same_type<S, float>::value)
-                *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-              else
-                *reinterpret_cast<unsigned*>(dst) = ptx::pack2<T>(v[0], v[1]);
+              *reinterpret_cast<unsigned*>(dst) = ptx::pack2<T>(v[0], v[1]);
             }
             __syncthreads();
             constexpr int CPR = BLOCK_N / V16;            // 16-byte chunks per row

@@ -359,19 +359,23 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_in_flight(int bm, int bn
   return bm == 128 && (bn == 64 || bk == 32) ? 1 : 0;
 }
 // The P_c staging tile of two-warpgroup blocks (BLOCK_M = 128: one block per SM whatever its shared
-// memory, 255 registers; a 64-row block runs 2-3 per SM, and the tile would cost it one): BLOCK_M rows
-// of BLOCK_N fp32 (sized for fp32 P whatever the state type), each row padded by 16 bytes (the
-// fragment's pair stores, 8 rows x 4 lanes a warp, hit distinct banks).
-SSD_HOST_DEVICE constexpr bool chunk_state_passing_wgmma_staged_out(int bm) { return bm == 128; }
+// memory, 255 registers; a 64-row block runs 2-3 per SM, and the tile would cost it one) with 16-bit P
+// (state_bytes 2; fp32 P — the recompute's two-term P — measured slower staged, 0.49 -> 0.52 ms, and
+// keeps its 8-byte pair stores): BLOCK_M rows, OUT_LD fp32 words apart (BLOCK_N + 4: room for fp32
+// rows, the layout the device run measured and proved; 16-bit rows use the first half of each), so
+// the fragment's pair stores, 8 rows x 4 lanes a warp, hit distinct banks.
+SSD_HOST_DEVICE constexpr bool chunk_state_passing_wgmma_staged_out(int bm, int state_bytes) {
+  return bm == 128 && state_bytes == 2;
+}
 SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_out_ld(int bn) { return bn + 4; }  // in fp32 words
-SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_out_bytes(int bm, int bn) {
-  return chunk_state_passing_wgmma_staged_out(bm) ? bm * chunk_state_passing_wgmma_out_ld(bn) * 4 : 0;
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_out_bytes(int bm, int bn, int state_bytes) {
+  return chunk_state_passing_wgmma_staged_out(bm, state_bytes) ? bm * chunk_state_passing_wgmma_out_ld(bn) * 4 : 0;
 }
 // The stages, the weights of two chunks per warpgroup (2 Q fp32 each), the P_c staging tile (if any)
-// and 1024 bytes to align the base to the swizzle atom.
-SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bm, int bn, int bk) {
+// and 1024 bytes to align the base to the swizzle atom. state_bytes: P's element size (4: fp32).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bm, int bn, int bk, int state_bytes) {
   return chunk_state_passing_wgmma_stages(bk) * chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) + (bm / 64) * 8 * q +
-         chunk_state_passing_wgmma_out_bytes(bm, bn) + 1024;
+         chunk_state_passing_wgmma_out_bytes(bm, bn, state_bytes) + 1024;
 }
 SSD_HOST_DEVICE constexpr const char* chunk_state_passing_wgmma_tile_problem(int q, int p, int n, int heads_per_group,
                                                                              int bm, int bn, int bk) {
