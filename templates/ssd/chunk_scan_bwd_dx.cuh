@@ -231,6 +231,23 @@ __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned ch
 }
 #endif
 
+// The n loop of a phase: dx_n_loop_wg with WG (sm_90a, Spec::kWgmma), else dx_n_loop (LDR, RES_BYTES:
+// resident rows or the 48 KiB layout). The same chains either way.
+template <bool WG, int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T, int LDR,
+          int RES_BYTES, int P, int BLOCK_M, class LoadStage, class WhileCopying>
+__device__ __forceinline__ void dx_phase_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, unsigned s_body_addr,
+                                                unsigned a_lane, unsigned b_lane, LoadStage& load_stage,
+                                                const WhileCopying& while_copying) {
+  if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    dx_n_loop_wg<STAGES, KA, P, BLOCK_M, STAGE_A, RES_BYTES, T>(acc, s_body, load_stage, while_copying);
+#endif
+  } else {
+    dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, MI, NJ, T, LoadStage, WhileCopying, LDR, RES_BYTES>(
+        acc, s_body_addr, a_lane, b_lane, load_stage, while_copying);
+  }
+}
+
 // 8 consecutive elements of a row as fp32: ptr[0..7] with vec (16-byte aligned, unit stride),
 // else ptr[i·sp].
 template <class T>
@@ -633,16 +650,8 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           const ChunkPtrs at = chunk_ptrs();
           auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
                                     p.states.stride[3], vec_p);
-          if constexpr (kWg) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            detail::dx_n_loop_wg<STAGES_A, 2 * KA, P, BLOCK_M, STAGE_A, RES_BYTES, T>(acc, s_body, load_stage,
-                                                                                     fill_per_position);
-#endif
-          } else {
-            detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
-                              decltype(fill_per_position), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n,
-                                                                           load_stage, fill_per_position);
-          }
+          detail::dx_phase_n_loop<kWg, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P, BLOCK_M>(
+              acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -677,16 +686,8 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
             if (vec_x && tid < BLOCK_M && m0 + tid < valid)
               detail::dx_prefetch_row<P>(at.safe_x + (at.t0 + m0 + tid) * p.x.stride[1]);
           };
-          if constexpr (kWg) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            detail::dx_n_loop_wg<STAGES_A, 2 * KA, P, BLOCK_M, STAGE_A, RES_BYTES, T>(acc, s_body, load_stage,
-                                                                                     prefetch_x);
-#endif
-          } else {
-            detail::dx_n_loop<NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, decltype(load_stage),
-                              decltype(prefetch_x), LDR, RES_BYTES>(acc, s_body_addr, a_lane_n, b_lane_n, load_stage,
-                                                                    prefetch_x);
-          }
+          detail::dx_phase_n_loop<kWg, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P, BLOCK_M>(
+              acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];

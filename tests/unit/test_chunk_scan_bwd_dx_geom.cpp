@@ -1,6 +1,8 @@
-// chunk_scan_bwd_dx's two cp.async rings (templates/ssd/backward_params.cuh, bwd_geom::dx_stages_a /
-// dx_stages_b): phase A's ring takes 3 buffers wherever they fit beside phase B's 2, the legal tiles
-// stay those where 2 and 2 fit, and the kernel's static shared memory is what dx_smem_bytes names.
+// chunk_scan_bwd_dx's shared-memory layouts (templates/ssd/backward_params.cuh): the 48 KiB static
+// layout's two cp.async rings (bwd_geom::dx_stages_a / dx_stages_b: phase A's ring takes 3 buffers
+// wherever they fit beside phase B's 2, the legal tiles stay those where 2 and 2 fit); the resident-rows
+// layout of sm_90 / sm_90a (bwd_geom::dx_res_*: a superset of those tiles, 2 blocks per SM); and what
+// NVRTC compiles for the default tile on sm_80 and sm_90a (static / dynamic shared memory, wgmma).
 #include <doctest/doctest.h>
 
 #include "codegen/codegen.h"
@@ -8,9 +10,31 @@
 #include "config/config.h"
 #include "kernels/family.h"
 #include "ssd/backward_params.cuh"
+#include "state_pass_test_support.h"  // NemotronhStatePass: the nemotronh-56b shape of any kernel
 
 using namespace ssd;
 namespace geom = ssd_kernels::bwd_geom;
+
+namespace {
+// Every (chunk, headdim, dstate, BLOCK_M, BLOCK_K, seq_idx) the dx geometry tests walk, captured.
+template <class F>
+void for_each_dx_shape(const F& f) {
+  for (int q : {64, 128, 256, 512})
+    for (int p : {32, 64, 96, 128})
+      for (int n : {16, 32, 64, 128, 256})
+        for (int bm : {64, 128})
+          for (int bk : {16, 32, 64})
+            for (bool seq : {false, true}) {
+              CAPTURE(q);
+              CAPTURE(p);
+              CAPTURE(n);
+              CAPTURE(bm);
+              CAPTURE(bk);
+              CAPTURE(seq);
+              f(q, p, n, bm, bk, seq);
+            }
+}
+}  // namespace
 
 TEST_CASE("chunk_scan_bwd_dx: phase A's ring deepens to 3 buffers where they fit; the legal tiles are unchanged") {
   // nemotronh-56b's default tile (p = 64, n = 256, Q = 256, 128 x . x 32): 3 phase-A stages of
@@ -26,34 +50,23 @@ TEST_CASE("chunk_scan_bwd_dx: phase A's ring deepens to 3 buffers where they fit
   CHECK(geom::dx_stages_b(small, 64, false) == 3);
 
   int deeper = 0;
-  for (int q : {64, 128, 256, 512})
-    for (int p : {32, 64, 96, 128})
-      for (int n : {16, 32, 64, 128, 256})
-        for (int bm : {64, 128})
-          for (int bk : {16, 32, 64})
-            for (bool seq : {false, true}) {
-              CAPTURE(q);
-              CAPTURE(p);
-              CAPTURE(n);
-              CAPTURE(bm);
-              CAPTURE(bk);
-              CAPTURE(seq);
-              const geom::TwoPhaseBytes b = geom::dx_bytes(p, n, bm, bk);
-              const int two_and_two = geom::dx_body_bytes(2, 2, b) + geom::two_phase_fixed_bytes(q, seq);
-              const int bytes = geom::dx_smem_bytes(q, p, n, bm, bk, seq);
-              // Legal exactly where the 2-buffer rings fit (the tiles of before), and then within
-              // the static limit whatever the depths.
-              CHECK((bytes <= geom::kMaxStaticSmem) == (two_and_two <= geom::kMaxStaticSmem));
-              CHECK(bytes >= two_and_two);
-              const int sa = geom::dx_stages_a(b, q, seq), sb = geom::dx_stages_b(b, q, seq);
-              CHECK((sa == 2 || sa == 3));
-              CHECK((sb == 2 || sb == 3));
-              CHECK(bytes == geom::dx_body_bytes(sa, sb, b) + geom::two_phase_fixed_bytes(q, seq));
-              // Never shallower than the shared two_phase_stages depth of before.
-              CHECK(sa >= geom::two_phase_stages(b, q, seq));
-              CHECK(sb >= geom::two_phase_stages(b, q, seq));
-              if (two_and_two <= geom::kMaxStaticSmem) deeper += sa > geom::two_phase_stages(b, q, seq);
-            }
+  for_each_dx_shape([&](int q, int p, int n, int bm, int bk, bool seq) {
+    const geom::TwoPhaseBytes b = geom::dx_bytes(p, n, bm, bk);
+    const int two_and_two = geom::dx_body_bytes(2, 2, b) + geom::two_phase_fixed_bytes(q, seq);
+    const int bytes = geom::dx_smem_bytes(q, p, n, bm, bk, seq);
+    // Legal exactly where the 2-buffer rings fit (the tiles of before), and then within
+    // the static limit whatever the depths.
+    CHECK((bytes <= geom::kMaxStaticSmem) == (two_and_two <= geom::kMaxStaticSmem));
+    CHECK(bytes >= two_and_two);
+    const int sa = geom::dx_stages_a(b, q, seq), sb = geom::dx_stages_b(b, q, seq);
+    CHECK((sa == 2 || sa == 3));
+    CHECK((sb == 2 || sb == 3));
+    CHECK(bytes == geom::dx_body_bytes(sa, sb, b) + geom::two_phase_fixed_bytes(q, seq));
+    // Never shallower than the shared two_phase_stages depth of before.
+    CHECK(sa >= geom::two_phase_stages(b, q, seq));
+    CHECK(sb >= geom::two_phase_stages(b, q, seq));
+    if (two_and_two <= geom::kMaxStaticSmem) deeper += sa > geom::two_phase_stages(b, q, seq);
+  });
   CHECK(deeper > 0);
 }
 
@@ -65,49 +78,24 @@ TEST_CASE("chunk_scan_bwd_dx: the resident-rows layout (sm_90, sm_90a) takes eve
   CHECK(geom::dx_res_stages_b(256, 64, 256, 128, 32, false) == 3);
   CHECK(geom::dx_res_dynamic_bytes(256, 64, 256, 128, 32, false) == 128 * 264 * 2 + 4 * 64 * 40 * 2);
   int more = 0;
-  for (int q : {64, 128, 256, 512})
-    for (int p : {32, 64, 96, 128})
-      for (int n : {16, 32, 64, 128, 256})
-        for (int bm : {64, 128})
-          for (int bk : {16, 32, 64})
-            for (bool seq : {false, true}) {
-              CAPTURE(q);
-              CAPTURE(p);
-              CAPTURE(n);
-              CAPTURE(bm);
-              CAPTURE(bk);
-              CAPTURE(seq);
-              const char* old_problem = geom::dx_tile_problem(q, p, n, bm, 0, bk, seq);
-              const char* res_problem = geom::dx_res_tile_problem(q, p, n, bm, 0, bk, seq);
-              if (!old_problem) CHECK(res_problem == nullptr);
-              if (res_problem) continue;
-              more += old_problem != nullptr;
-              const int sa = geom::dx_res_stages_a(q, p, n, bm, bk, seq);
-              const int sb = geom::dx_res_stages_b(q, p, n, bm, bk, seq);
-              CHECK((sa >= 2 && sa <= 4));
-              CHECK((sb == 2 || sb == 3));
-              const int bytes = geom::dx_res_dynamic_bytes(q, p, n, bm, bk, seq);
-              CHECK(bytes == geom::dx_res_body_bytes(p, n, bm, bk, sa, sb));
-              CHECK(bytes >= geom::dx_res_rows_bytes(n, bm) + 2 * geom::dx_res_kstage_bytes(p, n, bk));
-              // Two blocks per SM: 228 KiB, 1 KiB reserved per block.
-              CHECK(2 * (bytes + geom::two_phase_fixed_bytes(q, seq) + 1024) <= 228 * 1024);
-            }
+  for_each_dx_shape([&](int q, int p, int n, int bm, int bk, bool seq) {
+    const char* old_problem = geom::dx_tile_problem(q, p, n, bm, 0, bk, seq);
+    const char* res_problem = geom::dx_res_tile_problem(q, p, n, bm, 0, bk, seq);
+    if (!old_problem) CHECK(res_problem == nullptr);
+    if (res_problem) return;
+    more += old_problem != nullptr;
+    const int sa = geom::dx_res_stages_a(q, p, n, bm, bk, seq);
+    const int sb = geom::dx_res_stages_b(q, p, n, bm, bk, seq);
+    CHECK((sa >= 2 && sa <= 4));
+    CHECK((sb == 2 || sb == 3));
+    const int bytes = geom::dx_res_dynamic_bytes(q, p, n, bm, bk, seq);
+    CHECK(bytes == geom::dx_res_body_bytes(p, n, bm, bk, sa, sb));
+    CHECK(bytes >= geom::dx_res_rows_bytes(n, bm) + 2 * geom::dx_res_kstage_bytes(p, n, bk));
+    // Two blocks per SM: 228 KiB, 1 KiB reserved per block.
+    CHECK(2 * (bytes + geom::two_phase_fixed_bytes(q, seq) + 1024) <= 228 * 1024);
+  });
   CHECK(more > 0);  // e.g. k = 64 at headdim 64
 }
-
-namespace {
-ssd_kernel_config dx_preset_config(unsigned flags, ssd_arch arch) {
-  ssd_kernel_config c = default_config(SSD_KERNEL_CHUNK_SCAN_BWD_DX);
-  c.headdim = 64;
-  c.dstate = 256;
-  c.chunk_size = 256;
-  c.heads_per_group = 32;
-  c.flags = flags;
-  c.mode = SSD_MODE_DETERMINISTIC;
-  c.arch = arch;
-  return c;
-}
-}  // namespace
 
 TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry's shared memory") {
   // sm_80: the 48 KiB static layout (exactly 48 KiB with seq_idx), 128 x . x 32; sm_90a: resident
@@ -117,7 +105,9 @@ TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry'
       CAPTURE(arch);
       CAPTURE(flags);
       const bool seq = (flags & SSD_FLAG_SEQ_IDX) != 0;
-      auto n = normalize_config(dx_preset_config(flags, arch));
+      ssd_kernel_config c = statepass_test::NemotronhStatePass{SSD_KERNEL_CHUNK_SCAN_BWD_DX}(arch, flags);
+      c.mode = SSD_MODE_DETERMINISTIC;
+      auto n = normalize_config(c);
       REQUIRE_MESSAGE(n.ok(), n.status().detail);
       const bool res = arch == SSD_ARCH_SM90A;
       CHECK(n->tile.m == 128);
