@@ -160,9 +160,12 @@ void check_preset_kernels(ssd_arch arch) {
     // spill a few bytes on sm_90a outside their inner loops; more would be a regression.
     if (arch == SSD_ARCH_SM90A) CHECK(k.spill_bytes <= (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES ? 64 : 0));
     // chunk_scan_bwd_dx fits its 128 registers (2 blocks of 256 threads per SM) without a spill
-    // on either arch (it spilled 40 bytes on sm_90a before its 32-bit shared addresses and
-    // per-phase pointers; docs/perf.md, Backward speed log).
-    if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX && k.spill_bytes >= 0) CHECK(k.spill_bytes == 0);
+    // on sm_80 (it spilled 40 bytes on sm_90a before its 32-bit shared addresses and per-phase
+    // pointers); on sm_90a its wgmma n loops (128 x . x 64) leave two per-tile values on the
+    // stack (32 bytes of spill stores and loads, reloaded outside the K loops; docs/perf.md,
+    // Backward speed log).
+    if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX && k.spill_bytes >= 0)
+      CHECK(k.spill_bytes <= (arch == SSD_ARCH_SM90A ? 32 : 0));
     if (cache) CHECK_MESSAGE(cache->load(k.key.hex, k.key.record).has_value(), "not stored in SSD_TEST_WARM_CACHE");
     if (!audited(c)) continue;
     const std::string& text = k.ptx;
