@@ -248,22 +248,6 @@ __device__ __forceinline__ void dx_phase_n_loop(FragC (&acc)[MI][NJ], unsigned c
   }
 }
 
-// 8 consecutive elements of a row as fp32: ptr[0..7] with vec (16-byte aligned, unit stride),
-// else ptr[i·sp].
-template <class T>
-__device__ __forceinline__ void dx_load8(const T* ptr, long long sp, bool vec, float (&v)[8]) {
-  if (vec) {
-    const uint4 u = *reinterpret_cast<const uint4*>(ptr);
-    ptx::unpack2<T>(u.x, v[0], v[1]);
-    ptx::unpack2<T>(u.y, v[2], v[3]);
-    ptx::unpack2<T>(u.z, v[4], v[5]);
-    ptx::unpack2<T>(u.w, v[6], v[7]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = to_float(ptr[i * sp]);
-  }
-}
-
 // dot = Σ_p float(src_p) · so_p over p = 0 .. P-1 in increasing order from `dot`, with fma; with
 // LO each p adds both terms, the lo term first: dot = fma(src_p, so_p, fma(src_lo_p, so_p, dot)).
 // Eight consecutive p per group: e / f their src / src_lo values, r0 / r1 their so values.
@@ -325,8 +309,8 @@ __device__ __forceinline__ void dx_row_dots(const float* so, int m0, int valid, 
 #pragma unroll 4
         for (int cc = 0; cc < P; cc += 8) {
           float e[8], f[8];
-          dx_load8<T>(row + cc * stride_p, stride_p, false, e);
-          if (LO) dx_load8<T>(row_lo + cc * stride_p, stride_p, false, f);
+          load8<T>(row + cc * stride_p, 0, stride_p, false, e);
+          if (LO) load8<T>(row_lo + cc * stride_p, 0, stride_p, false, f);
           dot = dx_dot8<LO>(dot, e, f, *reinterpret_cast<const float4*>(sr + cc),
                             *reinterpret_cast<const float4*>(sr + cc + 4));
         }
@@ -903,26 +887,15 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               }
               if (Spec::kD) {
                 float dyv[8];
-                detail::dx_load8<T>(dy_chunk + l * p.dy.stride[1] + (VEC ? cc : cc * p.dy.stride[3]), p.dy.stride[3],
-                                    VEC, dyv);
+                detail::load8<T>(dy_chunk + l * p.dy.stride[1] + (VEC ? cc : cc * p.dy.stride[3]), 0, p.dy.stride[3],
+                                 VEC, dyv);
 #pragma unroll
                 for (int v = 0; v < 8; ++v) {
                   const float d = Spec::kDPerHeaddim ? p.D(h, cc + v) : d_head;
                   y[v] = __fmaf_rn(dyv[v], d, y[v]);
                 }
               }
-              T* out = dx_chunk + l * p.dx.stride[1] + (VEC ? cc : cc * p.dx.stride[3]);
-              if (VEC) {
-                uint4 u;
-                u.x = ptx::pack2<T>(y[0], y[1]);
-                u.y = ptx::pack2<T>(y[2], y[3]);
-                u.z = ptx::pack2<T>(y[4], y[5]);
-                u.w = ptx::pack2<T>(y[6], y[7]);
-                *reinterpret_cast<uint4*>(out) = u;
-              } else {
-#pragma unroll
-                for (int v = 0; v < 8; ++v) out[v * p.dx.stride[3]] = from_float<T>(y[v]);
-              }
+              detail::store8<T>(dx_chunk + l * p.dx.stride[1] + (VEC ? cc : cc * p.dx.stride[3]), 0, p.dx.stride[3], VEC, y);
             }
           };
           if ((vec_dy || !Spec::kD) && vec_dx) {
