@@ -354,7 +354,7 @@ TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, f
   // The backward recomputes P with chunk_state_passing_fwd (SSD_FLAG_TWO_TERM_STATES, fp32 P), on
   // sm_90a the wgmma kernel for headdim and dstate multiples of 64, and chunk_scan_bwd_dx runs its n
   // loops (C·Pᵀ, B·dsᵀ) as wgmma at its default 128 x . x 64 tile where dstate is a multiple of 64
-  // and headdim 32 or 64 (cases 0 and 3; sm_90 runs the same tile's mma.sync loops); every other
+  // and headdim 32 or 64 (cases 0, 3 and p32 below; sm_90 runs the same tile's mma.sync loops); every other
   // backward kernel is the same code on both archs. Equal gradients on sm_90a and sm_90 (whose units keep mma.sync; both
   // run on the H200, sm_80 cubins would not load on a 9.x device) mean the recomputed P kept its bits.
   if (!device_is_sm90a()) {
@@ -362,7 +362,10 @@ TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, f
     return;
   }
   RuntimeHolder rt90a(SSD_ARCH_SM90A), rt90(SSD_ARCH_SM90);
-  for (const BwdCase& c : {kBwdCases[0], kBwdCases[2], kBwdCases[3], kBwdCases[5]}) {
+  // Headdim 32 with dstate 128 and chunk 128: dx's wgmma n loops at N = 32 (m64n32k16), with z
+  // (dy's two terms), seq_idx and a partial last chunk.
+  const BwdCase p32 = {2, 300, 4, 32, 2, 128, 128, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
+  for (const BwdCase& c : {kBwdCases[0], kBwdCases[2], kBwdCases[3], kBwdCases[5], p32}) {
     CAPTURE(describe(c));
     BwdProblem prob(c);
     const std::vector<uint8_t> on90a = prob.run(rt90a.rt), on90 = prob.run(rt90.rt);
