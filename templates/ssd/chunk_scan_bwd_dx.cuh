@@ -393,7 +393,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // wgmma's swizzled atoms: the dynamic base aligned up to 1 KiB (the slack is in BODY).
   unsigned char* const s_body =
       !kRes ? s_body_static
-            : kWg ? s_body_dynamic + ((1024u - (ptx::smem_addr(s_body_dynamic) & 1023u)) & 1023u) : s_body_dynamic;
+            : kWg ? smem::align1024(s_body_dynamic) : s_body_dynamic;
   __shared__ __align__(16) float s_dA[Q];
   __shared__ __align__(16) float s_dt[Q];
   __shared__ int s_seq[Spec::kSeqIdx ? Q : 1];

@@ -54,12 +54,6 @@
 namespace ssd_kernels {
 namespace sm90a_detail {
 
-// p advanced to the next 1024-byte boundary of the shared window (the 128-byte swizzle atom). Pointer
-// arithmetic, not an integer round trip: the compiler keeps knowing that the result is shared memory.
-__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
-  return p + ((1024u - (ptx::smem_addr(p) & 1023u)) & 1023u);
-}
-
 // A ROWS x 64 tile of 16-bit T into a 128-byte swizzled shared tile `s` (1024-byte aligned):
 // element (r, c) from g[r * row_stride + c * col_stride] to s + swizzle128_offset(r, c). pred(r, c0)
 // per 16-byte chunk (columns c0..c0+7): chunks not read are zero-filled. vec (16-byte aligned rows,
@@ -283,7 +277,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   float* s_dA = reinterpret_cast<float*>(s_dyn);
   float* s_dt = s_dA + Q;
   int* s_seq = reinterpret_cast<int*>(s_dt + Q);  // Q entries with seq_idx
-  unsigned char* s_body = sm90a_detail::align1024(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
+  unsigned char* s_body = smem::align1024(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
   const unsigned body_addr = ptx::smem_addr(s_body);
 
   const int tid = threadIdx.x;

@@ -128,7 +128,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   // The base rounded up to the 1024-byte swizzle atom by an offset into the shared array (so the compiler
   // still knows the weights' loads below are shared-memory loads).
   extern __shared__ unsigned char smem_dynamic[];
-  unsigned char* const smem = smem_dynamic + ((1024u - (ptx::smem_addr(smem_dynamic) & 1023u)) & 1023u);
+  unsigned char* const smem = smem::align1024(smem_dynamic);
   const int tid = threadIdx.x;
   const int wg = tid >> 7, wtid = tid & 127;  // this thread's warpgroup, its index there
   const int warp = wtid >> 5, lane = tid & 31, lt = lane & 3;
@@ -316,29 +316,29 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
               }
             }
           } else {
-          S* const out_lo = Pg + p.states.offset(b, c, h) + (long long)r_lo * p.states.stride[3] + c_lo;
-          S* const out_hi = out_lo + 8 * p.states.stride[3];
+            S* const out_lo = Pg + p.states.offset(b, c, h) + (long long)r_lo * p.states.stride[3] + c_lo;
+            S* const out_hi = out_lo + 8 * p.states.stride[3];
 #pragma unroll
-          for (int i = 0; i < Acc::kRegs; i += 2) {
-            S* dst = (((i >> 1) & 1) ? out_hi : out_lo) + (i >> 2) * 8;
-            const float* v = run.x + i;
-            if constexpr (same_type<S, float>::value) {
-              if (vec_out) {
-                *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-              } else {
-                dst[0] = v[0];
-                dst[1] = v[1];
-              }
-            } else {  // the rounding chunk_scan_fwd applies to fp32 P before its mma (ptx::pack2)
-              const unsigned pair = ptx::pack2<T>(v[0], v[1]);
-              if (vec_out) {
-                *reinterpret_cast<unsigned*>(dst) = pair;
-              } else {
-                dst[0] = reinterpret_cast<const T*>(&pair)[0];
-                dst[1] = reinterpret_cast<const T*>(&pair)[1];
+            for (int i = 0; i < Acc::kRegs; i += 2) {
+              S* dst = (((i >> 1) & 1) ? out_hi : out_lo) + (i >> 2) * 8;
+              const float* v = run.x + i;
+              if constexpr (same_type<S, float>::value) {
+                if (vec_out) {
+                  *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+                } else {
+                  dst[0] = v[0];
+                  dst[1] = v[1];
+                }
+              } else {  // the rounding chunk_scan_fwd applies to fp32 P before its mma (ptx::pack2)
+                const unsigned pair = ptx::pack2<T>(v[0], v[1]);
+                if (vec_out) {
+                  *reinterpret_cast<unsigned*>(dst) = pair;
+                } else {
+                  dst[0] = reinterpret_cast<const T*>(&pair)[0];
+                  dst[1] = reinterpret_cast<const T*>(&pair)[1];
+                }
               }
             }
-          }
           }
           warpgroup::wait_group<0>();
           warpgroup::fence_operand(acc);

@@ -170,15 +170,29 @@ __device__ __forceinline__ void load_a_trans(FragA& a, const T* s, int ld) {
 // Two B fragments (k 0..15 x n 0..7 and n 8..15) from an [n][k] tile (k contiguous, i.e. the
 // row-major B^T): matrices (n0-7,k0-7), (n0-7,k8-15), (n8-15,k0-7), (n8-15,k8-15) -> b0.x[0],
 // b0.x[1], b1.x[0], b1.x[1]. Lane L addresses row n = L%8 + (L/16)*8, column k = ((L/8)%2)*8.
-template <class T>
-__device__ __forceinline__ void load_b2(FragB& b0, FragB& b1, const T* s, int ld) {
-  const int lane = lane_id();
-  unsigned r[4];
-  ptx::ldmatrix_x4(r, ptx::smem_addr(s + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8));
+// The *_at forms take the lane's shared-window address itself (primitives/tile_stream.cuh forms it
+// as a per-lane offset plus a constant).
+// An ldmatrix.x4 result as the two B fragments: matrices 0, 1 -> b0, matrices 2, 3 -> b1.
+__device__ __forceinline__ void split_b2(const unsigned (&r)[4], FragB& b0, FragB& b1) {
   b0.x[0] = r[0];
   b0.x[1] = r[1];
   b1.x[0] = r[2];
   b1.x[1] = r[3];
+}
+__device__ __forceinline__ void load_b2_at(FragB& b0, FragB& b1, unsigned addr) {
+  unsigned r[4];
+  ptx::ldmatrix_x4(r, addr);
+  split_b2(r, b0, b1);
+}
+__device__ __forceinline__ void load_b2_trans_at(FragB& b0, FragB& b1, unsigned addr) {
+  unsigned r[4];
+  ptx::ldmatrix_x4_trans(r, addr);
+  split_b2(r, b0, b1);
+}
+template <class T>
+__device__ __forceinline__ void load_b2(FragB& b0, FragB& b1, const T* s, int ld) {
+  const int lane = lane_id();
+  load_b2_at(b0, b1, ptx::smem_addr(s + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8));
 }
 // Two B fragments from a [k][n] tile (n contiguous), transposed on load: stored matrices
 // (k0-7,n0-7), (k8-15,n0-7), (k0-7,n8-15), (k8-15,n8-15) -> b0.x[0], b0.x[1], b1.x[0], b1.x[1].
@@ -186,12 +200,7 @@ __device__ __forceinline__ void load_b2(FragB& b0, FragB& b1, const T* s, int ld
 template <class T>
 __device__ __forceinline__ void load_b2_trans(FragB& b0, FragB& b1, const T* s, int ld) {
   const int lane = lane_id();
-  unsigned r[4];
-  ptx::ldmatrix_x4_trans(r, ptx::smem_addr(s + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8));
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
+  load_b2_trans_at(b0, b1, ptx::smem_addr(s + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8));
 }
 
 // c += a * b (one m16n8k16 tensor-core op, fp32 accumulate).
@@ -386,6 +395,12 @@ namespace smem {
 // primitives/hopper.cuh): chunk c/8 of row r sits at chunk (c/8) ^ (r%8).
 __host__ __device__ constexpr unsigned swizzle128_offset(int r, int c) {
   return unsigned(r) * 128u + ((unsigned(c >> 3) ^ unsigned(r & 7)) << 4) + unsigned(c & 7) * 2u;
+}
+// p advanced to the next 1024-byte boundary of the shared window (the 128-byte swizzle atom), for a
+// dynamic shared-memory base. Pointer arithmetic, not an integer round trip: the compiler keeps
+// knowing that the result is shared memory.
+__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
+  return p + ((1024u - (ptx::smem_addr(p) & 1023u)) & 1023u);
 }
 }  // namespace smem
 

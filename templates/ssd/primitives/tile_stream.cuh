@@ -133,22 +133,7 @@ __device__ __forceinline__ unsigned b2_trans_lane_offset() {  // load_b2_trans: 
 // addr: the sub-tile's shared address plus the matching lane offset.
 __device__ __forceinline__ void load_a_at(FragA& a, unsigned addr) { ptx::ldmatrix_x4(a.x, addr); }
 __device__ __forceinline__ void load_a_trans_at(FragA& a, unsigned addr) { ptx::ldmatrix_x4_trans(a.x, addr); }
-__device__ __forceinline__ void load_b2_at(FragB& b0, FragB& b1, unsigned addr) {
-  unsigned r[4];
-  ptx::ldmatrix_x4(r, addr);
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
-}
-__device__ __forceinline__ void load_b2_trans_at(FragB& b0, FragB& b1, unsigned addr) {
-  unsigned r[4];
-  ptx::ldmatrix_x4_trans(r, addr);
-  b0.x[0] = r[0];
-  b0.x[1] = r[1];
-  b1.x[0] = r[2];
-  b1.x[1] = r[3];
-}
+// (load_b2_at / load_b2_trans_at are mma.cuh's: load_b2 / load_b2_trans call them.)
 
 }  // namespace warp
 }  // namespace ssd_kernels
