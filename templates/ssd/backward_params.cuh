@@ -389,13 +389,15 @@ SSD_HOST_DEVICE constexpr const char* dx_tile_shape_problem(int q, int p, int n,
                                                                    : nullptr;
 }
 SSD_HOST_DEVICE constexpr const char* dx_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
-  return dx_tile_shape_problem(q, p, n, bm, bn, bk) ? dx_tile_shape_problem(q, p, n, bm, bn, bk)
+  const char* shape = dx_tile_shape_problem(q, p, n, bm, bn, bk);
+  return shape ? shape
          : dx_smem_bytes(q, p, n, bm, bk, seq) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
                                                                 : nullptr;
 }
 // The resident-rows layout's tiles (sm_90, sm_90a): the same rules, its own shared-memory bound.
 SSD_HOST_DEVICE constexpr const char* dx_res_tile_problem(int q, int p, int n, int bm, int bn, int bk, bool seq) {
-  return dx_tile_shape_problem(q, p, n, bm, bn, bk) ? dx_tile_shape_problem(q, p, n, bm, bn, bk)
+  const char* shape = dx_tile_shape_problem(q, p, n, bm, bn, bk);
+  return shape ? shape
          : !dx_res_fits(q, p, n, bm, bk, seq, 2, 2) ? "the tiles' shared memory must fit in 113 KiB (2 blocks per SM)"
                                                     : nullptr;
 }
