@@ -332,6 +332,10 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // wgmma for the n loops (sm_90a, resident rows, bwd_geom::dx_wg_shape): the same chains as HGMMA.
   constexpr bool kWg = kRes && spec_detail::optional_kWgmma<Spec>(0) != 0;
   static_assert(!kWg || bwd_geom::dx_wg_shape(P, N, BLOCK_M, BLOCK_K), "the wgmma n loops need dx_wg_shape");
+  // Phase B on wgmma too where dy's rows are one 128-byte swizzle atom (headdim 64).
+  constexpr bool kWgB = kWg && P == 64;
+  static_assert(!kWgB || (bwd_geom::dx_stage_b_bytes(P, BLOCK_M, BLOCK_K) % 1024 == 0 && (BLOCK_K * (BLOCK_M + 4) * 4) % 1024 == 0),
+                "phase B's dy tiles must start on 1 KiB (the swizzle atom)");
   static_assert((kRes ? bwd_geom::dx_res_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)
                       : bwd_geom::dx_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -739,7 +743,10 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           auto load_stage = [&](int buf, int ks) {  // ks: absolute step index
             const int k0 = ks * BLOCK_K;
             const unsigned cb_dst = s_body_addr + unsigned(buf * STAGE_B) + CbChunks::dst();
-            const unsigned dy_dst = s_body_addr + unsigned(buf * STAGE_B + BLOCK_K * LDCB * 4) + DyChunks::dst();
+            // With kWgB the dy tile is a 128-byte swizzled atom (row0 + it·RSTEP keeps row0's swizzle).
+            const unsigned dy_dst = s_body_addr + unsigned(buf * STAGE_B + BLOCK_K * LDCB * 4) +
+                                    (kWgB ? smem::swizzle128_offset(DyChunks::row0(), DyChunks::col()) : DyChunks::dst());
+            constexpr unsigned kDyIter = kWgB ? unsigned(DyChunks::RSTEP * 128) : DyChunks::kIterBytes;
             auto cb_vec = [&]() {
 #pragma unroll
               for (int it = 0; it < CbChunks::ITERS; ++it) {
@@ -753,7 +760,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               for (int it = 0; it < DyChunks::ITERS; ++it) {
                 const bool ok = k0 + dy_r0 + it * DyChunks::RSTEP < valid;
                 if (DyChunks::has(it))
-                  ptx::cp_async_16(dy_dst + it * DyChunks::kIterBytes, ok ? dy_next + it * dy_row_step : safe_dy, ok);
+                  ptx::cp_async_16(dy_dst + it * kDyIter, ok ? dy_next + it * dy_row_step : safe_dy, ok);
               }
             };
             if (vec_b_phase) {  // the common case: both 16-byte paths, no branch between them
@@ -770,6 +777,12 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               }
               if (vec_dy && kDyRowWalk) {
                 dy_vec();
+              } else if constexpr (kWgB) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                sm90a_detail::load_tile_sw128<NT, BLOCK_K>(reinterpret_cast<unsigned char*>(sDY(buf)), dyt + k0 * dy_stride,
+                                                           dy_stride, p.dy.stride[3], vec_dy, safe_dy,
+                                                           [&](int r, int) { return k0 + r < valid; });
+#endif
               } else {
                 block::load_tile<NT, BLOCK_K, P, LDY>(sDY(buf), dyt + k0 * dy_stride, dy_stride, p.dy.stride[3],
                                                       vec_dy, safe_dy, [&](int r, int) { return k0 + r < valid; });
@@ -784,69 +797,115 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           auto load_block = [&](int buf, int step) { load_stage(buf, kb0 + step); };
           ring.prologue(load_block);
           const int l_first = m0 + wm0;  // the warp's first row
-          for (int ks = 0; ks < nk; ++ks) {
-            ring.begin(ks, load_block);
-            const float* scb = sCB(ks % STAGES_B);
-            // One register (opaque): left to itself the compiler splits the address into the stage's
-            // uniform base and per-(kk, j) lane offsets, 12 values held across the tile loop (spilled
-            // at 128 registers, reloaded in every k16 step); this way the (kk, j) offsets are the
-            // LDSM's immediates.
-            const unsigned sdy = detail::dx_opaque(int(s_body_addr + unsigned((ks % STAGES_B) * STAGE_B) + dy_lane));
+          // The warp's A fragments of Wt(l, m) for its rows l in [l_first, l_first + WM) and the
+          // 16-column block m in [mb, mb + 16), mb = (kb0 + ks)·BLOCK_K + kk (scb: step ks's CB tile):
+          // formed with the mask (l <= m <= λ) in general; without it where every element passes; all
+          // +0 where none does (what the masked formation gives there).
+          auto form_a = [&](int ks, int kk, const float* scb, FragA (&a)[MI]) {
+            const int mk = kk + 2 * lt;                 // step-local m of columns 2t, 2t+1 (+8, +9)
+            const int mb = (kb0 + ks) * BLOCK_K + kk;   // the 16-column block's first position
+            const int m01 = mb + 2 * lt;                // chunk positions
+            auto form = [&](const bool masked) {  // called with a constant (inlined, folded)
+              const float2 am01 = *reinterpret_cast<const float2*>(s_dA + m01);
+              const float2 am89 = *reinterpret_cast<const float2*>(s_dA + m01 + 8);
+              const bool v0 = m01 < valid, v1 = m01 + 1 < valid, v8 = m01 + 8 < valid, v9 = m01 + 9 < valid;
 #pragma unroll
-            for (int kk = 0; kk < BLOCK_K; kk += 16) {
-              const int mk = kk + 2 * lt;                 // step-local m of columns 2t, 2t+1 (+8, +9)
-              const int mb = (kb0 + ks) * BLOCK_K + kk;   // the 16-column block's first position
-              const int m01 = mb + 2 * lt;                // chunk positions
-              FragA a[MI];
-              // Wt(l, m) of the warp's rows l in [l_first, l_first + WM) and this block's m in
-              // [mb, mb + 16): formed with the mask (l <= m <= λ) in general; without it where every
-              // element passes; all +0 where none does (what the masked formation gives there).
-              auto form = [&](const bool masked) {  // called with a constant (inlined, folded)
-                const float2 am01 = *reinterpret_cast<const float2*>(s_dA + m01);
-                const float2 am89 = *reinterpret_cast<const float2*>(s_dA + m01 + 8);
-                const bool v0 = m01 < valid, v1 = m01 + 1 < valid, v8 = m01 + 8 < valid, v9 = m01 + 9 < valid;
+              for (int i = 0; i < MI; ++i) {
 #pragma unroll
-                for (int i = 0; i < MI; ++i) {
-#pragma unroll
-                  for (int half = 0; half < 2; ++half) {
-                    const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
-                    const int l = m0 + r;
-                    const float al = a_row[i][half];
-                    const float* cbc = scb + mk * LDCB + r;  // CB(m01, l): Wt(l, m01) before the decay
-                    const float c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
-                    // Each product is formed, then selected (no branch per element); a selected
-                    // element is that product.
-                    float w0 = __fmul_rn(c0, __expf(fminf(am01.x - al, 0.f)));
-                    float w1 = __fmul_rn(c1, __expf(fminf(am01.y - al, 0.f)));
-                    float w8 = __fmul_rn(c8, __expf(fminf(am89.x - al, 0.f)));
-                    float w9 = __fmul_rn(c9, __expf(fminf(am89.y - al, 0.f)));
-                    if (masked) {
-                      w0 = (l <= m01 && v0) ? w0 : 0.f;
-                      w1 = (l <= m01 + 1 && v1) ? w1 : 0.f;
-                      w8 = (l <= m01 + 8 && v8) ? w8 : 0.f;
-                      w9 = (l <= m01 + 9 && v9) ? w9 : 0.f;
-                    }
-                    a[i].x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
-                    a[i].x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
+                for (int half = 0; half < 2; ++half) {
+                  const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+                  const int l = m0 + r;
+                  const float al = a_row[i][half];
+                  const float* cbc = scb + mk * LDCB + r;  // CB(m01, l): Wt(l, m01) before the decay
+                  const float c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
+                  // Each product is formed, then selected (no branch per element); a selected
+                  // element is that product.
+                  float w0 = __fmul_rn(c0, __expf(fminf(am01.x - al, 0.f)));
+                  float w1 = __fmul_rn(c1, __expf(fminf(am01.y - al, 0.f)));
+                  float w8 = __fmul_rn(c8, __expf(fminf(am89.x - al, 0.f)));
+                  float w9 = __fmul_rn(c9, __expf(fminf(am89.y - al, 0.f)));
+                  if (masked) {
+                    w0 = (l <= m01 && v0) ? w0 : 0.f;
+                    w1 = (l <= m01 + 1 && v1) ? w1 : 0.f;
+                    w8 = (l <= m01 + 8 && v8) ? w8 : 0.f;
+                    w9 = (l <= m01 + 9 && v9) ? w9 : 0.f;
                   }
+                  a[i].x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
+                  a[i].x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
                 }
-              };
-              if (l_first > mb + 15 || mb >= valid) {
-#pragma unroll
-                for (int i = 0; i < MI; ++i) a[i].x[0] = a[i].x[1] = a[i].x[2] = a[i].x[3] = 0u;
-              } else if (l_first + WM - 1 <= mb && mb + 15 < valid) {
-                form(false);
-              } else {
-                form(true);
               }
+            };
+            if (l_first > mb + 15 || mb >= valid) {
 #pragma unroll
-              for (int j = 0; j < NJ; j += 2) {
-                FragB b0, b1;
-                warp::load_b2_trans_at(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
+              for (int i = 0; i < MI; ++i) a[i].x[0] = a[i].x[1] = a[i].x[2] = a[i].x[3] = 0u;
+            } else if (l_first + WM - 1 <= mb && mb + 15 < valid) {
+              form(false);
+            } else {
+              form(true);
+            }
+          };
+          if constexpr (kWgB) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            // wgmma (sm_90a, headdim 64): each K=16 step one HGMMA m64n64k16 per warpgroup with A =
+            // the warps' Wt fragments (registers) and B = the dy tile, MN-major in a 128-byte swizzled
+            // atom (trans-b) — the same chain as the mma.sync steps below. acc's registers continue as
+            // the warpgroup accumulator (WgAcc's register 4j + q is acc[0][j].x[q]).
+            static_assert(MI == 1 && NJ * 8 == P, "one 16-row band per warp over all P columns");
+            WgAcc<P> wacc;
 #pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                  warp::mma<T>(acc[i][j], a[i], b0);
-                  warp::mma<T>(acc[i][j + 1], a[i], b1);
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) wacc.x[4 * j + q] = acc[0][j].x[q];
+            for (int ks = 0; ks < nk; ++ks) {
+              // Step ks's copies (this thread's) to the async proxy, then every thread's; the buffer
+              // refilled below was read by step ks − 1, whose wgmma every warpgroup waited for.
+              ptx::cp_async_wait<STAGES_B - 2>();
+              ptx::fence_proxy_async_shared();
+              __syncthreads();
+              if (ks + STAGES_B - 1 < nk) load_block((ks + STAGES_B - 1) % STAGES_B, ks + STAGES_B - 1);
+              ptx::cp_async_commit();
+              const float* scb = sCB(ks % STAGES_B);
+              const T* sdy_tile = sDY(ks % STAGES_B);
+#pragma unroll
+              for (int kk = 0; kk < BLOCK_K; kk += 16) {
+                FragA a[MI];
+                form_a(ks, kk, scb, a);
+                warpgroup::fence_operand(wacc);
+                warpgroup::fence();
+                warpgroup::mma_rs<T, 1>(wacc, a[0], smem::desc_mn_major_sw128(sdy_tile, BLOCK_K, kk), true);
+                warpgroup::commit_group();
+                warpgroup::fence_operand(wacc);
+              }
+              warpgroup::wait_group<0>();
+              warpgroup::fence_operand(wacc);
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+              for (int q = 0; q < 4; ++q) acc[0][j].x[q] = wacc.x[4 * j + q];
+#endif
+          } else {
+            for (int ks = 0; ks < nk; ++ks) {
+              ring.begin(ks, load_block);
+              const float* scb = sCB(ks % STAGES_B);
+              // One register (opaque): left to itself the compiler splits the address into the stage's
+              // uniform base and per-(kk, j) lane offsets, 12 values held across the tile loop (spilled
+              // at 128 registers, reloaded in every k16 step); this way the (kk, j) offsets are the
+              // LDSM's immediates.
+              const unsigned sdy = detail::dx_opaque(int(s_body_addr + unsigned((ks % STAGES_B) * STAGE_B) + dy_lane));
+#pragma unroll
+              for (int kk = 0; kk < BLOCK_K; kk += 16) {
+                FragA a[MI];
+                form_a(ks, kk, scb, a);
+#pragma unroll
+                for (int j = 0; j < NJ; j += 2) {
+                  FragB b0, b1;
+                  warp::load_b2_trans_at(b0, b1, sdy + unsigned((kk * LDY + 8 * j) * 2));
+#pragma unroll
+                  for (int i = 0; i < MI; ++i) {
+                    warp::mma<T>(acc[i][j], a[i], b0);
+                    warp::mma<T>(acc[i][j + 1], a[i], b1);
+                  }
                 }
               }
             }
