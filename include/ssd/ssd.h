@@ -69,8 +69,10 @@ typedef enum ssd_kernel_id {
   SSD_KERNEL_CHUNK_SCAN_BWD_DDA = 16,     /* ddA = intra + next + prev + rho per position (B-g) */
   SSD_KERNEL_CHUNK_STATE_PASSING_FWD = 17, /* chunk states and the pass over chunks fused (F2 + F3):
                                              P and final states, bitwise those of kernels 5 then 6 */
-  SSD_KERNEL_CHUNK_STATE_PASSING_BWD = 18 /* dP and the reverse pass over chunks fused (B-b + B-c):
+  SSD_KERNEL_CHUNK_STATE_PASSING_BWD = 18, /* dP and the reverse pass over chunks fused (B-b + B-c):
                                              ds, dinitial_states, rho partials, bitwise those of 9 then 10 */
+  SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA = 19 /* dCB and the ddA intra term from one dy x^T per head
+                                                  (B-e + B-g): bitwise the outputs of 12 and 13 */
 } ssd_kernel_id;
 
 typedef enum ssd_dtype {

@@ -13,7 +13,7 @@ extern const KernelFamily kChunkCumsumFwdFamily, kChunkCumsumBwdFamily, kReduceH
     kChunkStateFwdFamily, kStatePassingFwdFamily, kChunkScanFwdFamily, kGateBwdFamily, kChunkScanBwdDstatesFamily,
     kStatePassingBwdFamily, kChunkScanBwdDxFamily, kChunkScanBwdDcbFamily, kChunkScanBwdDdaIntraFamily,
     kChunkStateBwdDbFamily, kChunkScanBwdDcFamily, kChunkScanBwdDdaFamily, kChunkStatePassingFwdFamily,
-    kChunkStatePassingBwdFamily;
+    kChunkStatePassingBwdFamily, kChunkScanBwdDcbDdaIntraFamily;
 
 const std::vector<const KernelFamily*>& kernel_families() {
   static const std::vector<const KernelFamily*> families = [] {
@@ -22,7 +22,7 @@ const std::vector<const KernelFamily*>& kernel_families() {
         &kChunkStateFwdFamily,        &kStatePassingFwdFamily,  &kChunkScanFwdFamily,       &kGateBwdFamily,
         &kChunkScanBwdDstatesFamily,  &kStatePassingBwdFamily,  &kChunkScanBwdDxFamily,     &kChunkScanBwdDcbFamily,
         &kChunkScanBwdDdaIntraFamily, &kChunkStateBwdDbFamily,  &kChunkScanBwdDcFamily,     &kChunkScanBwdDdaFamily,
-        &kChunkStatePassingFwdFamily, &kChunkStatePassingBwdFamily};
+        &kChunkStatePassingFwdFamily, &kChunkStatePassingBwdFamily, &kChunkScanBwdDcbDdaIntraFamily};
     std::sort(all.begin(), all.end(), [](const KernelFamily* a, const KernelFamily* b) { return a->id < b->id; });
     return all;
   }();

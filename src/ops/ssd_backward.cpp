@@ -563,6 +563,46 @@ Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
                        c.gy(), c.gh(), params, stream);
 }
 
+// B-e + B-g in one pass (chunk_scan_bwd_dcb_ddA_intra): each head's dy·xᵀ formed once, the two
+// kernels' bits. It runs when the tuning asks for it and a tile of it fits the shape (its row
+// carries, one per head of a group, must fit in shared memory beside the tiles); measured no faster
+// than the pair on the H200 (docs/perf.md), so the pair is the default.
+bool dcb_intra_fused(const B& c) {
+  if (!c.tn.fused_dcb_intra) return false;
+  if (c.tn.dcb_intra.m != 0) return true;  // a tile given: validated (and refused) by the plan
+  // The smallest tile (64 x 16 x 16) has the least shared memory: if it does not fit, none does.
+  return ssd_kernels::bwd_geom::dcb_intra_tile_problem(int(c.d.Q), int(c.d.p), int(c.d.h / c.d.g), 64, 16, 16,
+                                                       c.a.seq_idx.data != nullptr) == nullptr;
+}
+bool dcb_intra_split(const B& c) { return !dcb_intra_fused(c); }
+ssd_kernel_config dcb_intra_cfg(const B& c) {
+  return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA, c.tn.dcb_intra);
+}
+Status dcb_intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  float* intra = c.f32(c.L.intra);
+  float* dtx_intra = c.f32(c.L.dtx_intra);
+  if (!c.det()) {
+    SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
+    SSD_RETURN_IF_ERROR(memset_zero(dtx_intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
+  }
+  ssd_kernels::ChunkScanBwdDcbIntraParams p{};
+  p.CB = c.cb<const float, 4>(c.L.CB);
+  p.x = ref<const void, 4>(c.a.x);
+  p.dy = ref<const void, 4>(c.dy());
+  p.dy_lo = c.dy_lo();  // laid out as dy (null without z)
+  p.dt = c.f32(c.L.dt_out);
+  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
+  p.intra = intra;
+  p.dtx_intra = dtx_intra;
+  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  p.seq_idx = ref<const int, 2>(c.a.seq_idx);
+  p.dCB = c.cb<void, 4>(c.L.dCB);
+  p.ngroups = c.d.g;
+  void* params[] = {&p};
+  return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::dcb_intra_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
+                       c.gy(), c.gg(), params, stream);
+}
+
 // B-f: dB (from x and ds), then dC (from dy and the entering states).
 Status bc_launch(const B& c, const ssd_kernel& k, CUstream stream, bool is_dc) {
   ssd_kernels::BcBwdParams p{};
@@ -634,8 +674,9 @@ const std::vector<Stage<B>>& backward_plan() {
       {"state_passing_bwd", kBwdPassing, staged_runs, passing_cfg, passing_launch},
       {"chunk_state_passing_bwd", kBwdPassing, fused_runs, fused_cfg, fused_launch},
       {"chunk_scan_bwd_dx", kBwdDx, nullptr, dx_cfg, dx_launch},
-      {"chunk_scan_bwd_dcb", kBwdDcb, nullptr, dcb_cfg, dcb_launch},
-      {"chunk_scan_bwd_ddA_intra", kBwdIntra, nullptr, intra_cfg, intra_launch},
+      {"chunk_scan_bwd_dcb", kBwdDcb, dcb_intra_split, dcb_cfg, dcb_launch},
+      {"chunk_scan_bwd_ddA_intra", kBwdIntra, dcb_intra_split, intra_cfg, intra_launch},
+      {"chunk_scan_bwd_dcb_ddA_intra", kBwdIntra, dcb_intra_fused, dcb_intra_cfg, dcb_intra_launch},
       {"chunk_state_bwd_db", kBwdDb, nullptr, db_cfg, db_launch},
       {"chunk_scan_bwd_dc", kBwdDc, nullptr, dc_cfg, dc_launch},
       {"chunk_scan_bwd_ddA", kBwdDdA, nullptr, dda_cfg, dda_launch},
@@ -662,7 +703,7 @@ std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const For
 const char* backward_stage_name(int stage) {
   static const char* names[kBwdStageCount] = {"recompute (cumsum, bmm, state pass)", "gate_bwd", "chunk_scan_bwd_dstates",
                                               "state_passing_bwd / fused state pass", "chunk_scan_bwd_dx", "chunk_scan_bwd_dcb",
-                                              "chunk_scan_bwd_ddA_intra", "chunk_state_bwd_db", "chunk_scan_bwd_dc",
+                                              "chunk_scan_bwd_ddA_intra (+ dcb when fused)", "chunk_state_bwd_db", "chunk_scan_bwd_dc",
                                               "chunk_scan_bwd_ddA", "chunk_cumsum_bwd (+ reduce)"};
   return stage >= 0 && stage < kBwdStageCount ? names[stage] : "?";
 }

@@ -35,6 +35,7 @@ struct BackwardTuning {
   ForwardTuning forward{};  // the recompute: bmm, state_pass (or staged: state, passing); scan unused
   ssd_tile dstates{}, passing{}, dx{}, dcb{}, intra{}, db{}, dc{}, dda{}, cumsum{}, reduce{};
   ssd_tile state_pass{};  // chunk_state_passing_bwd (the fused dstates + state_passing_bwd)
+  ssd_tile dcb_intra{};   // chunk_scan_bwd_dcb_ddA_intra (the fused dcb + ddA_intra)
   int32_t max_blocks = 0;  // > 0: every grid axis capped (persistent-style grid-stride)
   // SSD_MODE_FAST runs the deterministic kernels (issue 10: on the H200 the fast backward was slower
   // than the deterministic one at every measured shape, docs/perf.md); set this to run the fast
@@ -44,6 +45,11 @@ struct BackwardTuning {
   // chunk_scan_bwd_dstates + state_passing_bwd instead (dP through the workspace): the fused
   // kernel's comparison test and `ssdgen bench bwd --staged`. Fast kernels always run the pair.
   bool staged_state_pass = false;
+  // Both modes run the pair chunk_scan_bwd_dcb + chunk_scan_bwd_ddA_intra; set this to run
+  // chunk_scan_bwd_dcb_ddA_intra instead (each head's dy·xᵀ formed once, the same bits) where a tile
+  // of it fits: on the H200 it measured no faster than the pair (docs/perf.md, session 14), so it is
+  // reached only through this flag (its tests, `ssdgen bench bwd --fused-intra`).
+  bool fused_dcb_intra = false;
 };
 
 // The mode whose kernels a backward call in mode `requested` runs (the layout, the configs and the

@@ -160,6 +160,15 @@ struct ChunkScanBwdDdaIntraZParams : ChunkScanBwdDdaIntraParams {
   const void* dy_lo;  // rn_T(dy_fp32 − float(dy)), element type T, laid out as dy
 };
 
+// chunk_scan_bwd_dcb_ddA_intra: chunk_scan_bwd_dcb and chunk_scan_bwd_ddA_intra in one pass per
+// (b, c, g) (each head's M formed once; chunk_scan_bwd_dcb_ddA_intra.cuh): ddA_intra's block (dy_lo
+// read only with SSD_FLAG_Z) plus dcb's outputs. Every output is bitwise the two kernels'.
+struct ChunkScanBwdDcbIntraParams : ChunkScanBwdDdaIntraZParams {
+  TensorRef<const int, 2> seq_idx;  // (b, L); data null without
+  TensorRef<void, 4> dCB;           // (b, nchunks, g, Q) rows of Q, element type T, unit s-stride
+  long long ngroups;
+};
+
 // chunk_state_bwd_db / chunk_scan_bwd_dc (B-f), per (b, c, g), rows = positions, columns = n:
 //   dB_s = Σ_i^{heads increasing} fma(ξ(s)·exp(min(A(Q-1) − A(s), 0))·Δ_s, (x_s ds_c)(n), ·)
 //          + Σ_{l ≥ s, l <= λ} dCB(l, s) C_l                                  (mma chain over l)
@@ -343,6 +352,26 @@ SSD_HOST_DEVICE constexpr int intra_smem_bytes(int q, int p, int bm, int bn, int
          intra_fixed_bytes(q);
 }
 
+// ---- chunk_scan_bwd_dcb_ddA_intra<Q, P, HEADS_PER_GROUP, BLOCK_M (l, 64 | 128), BLOCK_N (s), BLOCK_K, T, ...>
+// grid.x = Q / BLOCK_M row blocks of a (b, c, g); ddA_intra's tiles, plus per stage the head's A rows,
+// A columns and Δ columns (fp32), the row carries of all the group's heads and, with seq_idx, the
+// chunk's sequence ids.
+SSD_HOST_DEVICE constexpr int dcb_intra_threads(int bm, int bn) { return intra_threads(bm, bn); }
+SSD_HOST_DEVICE constexpr int dcb_intra_tiles(int q, int bm) { return q / bm; }
+SSD_HOST_DEVICE constexpr int dcb_intra_stage_bytes(int p, int bm, int bn, int bk) {
+  return intra_stage_bytes(p, bm, bn, bk) + (bm + 2 * bn) * 4;
+}
+SSD_HOST_DEVICE constexpr int dcb_intra_fixed_bytes(int q, int r, int bm, int bn, bool seq) {
+  return intra_w_bytes(bm, bn) + r * bm * 4 + (seq ? q * 4 : 0);
+}
+SSD_HOST_DEVICE constexpr int dcb_intra_stages(int q, int p, int r, int bm, int bn, int bk, bool seq) {
+  return 3 * dcb_intra_stage_bytes(p, bm, bn, bk) + dcb_intra_fixed_bytes(q, r, bm, bn, seq) <= kMaxStaticSmem ? 3 : 2;
+}
+SSD_HOST_DEVICE constexpr int dcb_intra_smem_bytes(int q, int p, int r, int bm, int bn, int bk, bool seq) {
+  return dcb_intra_stages(q, p, r, bm, bn, bk, seq) * dcb_intra_stage_bytes(p, bm, bn, bk) +
+         dcb_intra_fixed_bytes(q, r, bm, bn, seq);
+}
+
 // ---- bc_bwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (positions), BLOCK_N (n), BLOCK_K, T, IS_DC, HAS_SEQ_IDX>
 // grid.x = (Q / BLOCK_M) * (N / BLOCK_N). BLOCK_K: step over p (min(BLOCK_K, P)) in the head
 // phase and over positions in the dCB phase. Two fp32 warp tiles stay live (head chain + group
@@ -418,6 +447,14 @@ SSD_HOST_DEVICE constexpr const char* intra_tile_problem(int q, int p, int bm, i
          : p % dcb_block_kp(p, bk) != 0                        ? "k must divide headdim or exceed it"
          : intra_smem_bytes(q, p, bm, bn, bk) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
                                                                : nullptr;
+}
+
+// r: heads per group (the row carries of every head of the group stay in shared memory).
+SSD_HOST_DEVICE constexpr const char* dcb_intra_tile_problem(int q, int p, int r, int bm, int bn, int bk, bool seq) {
+  return intra_tile_problem(q, p, bm, bn, bk) != nullptr ? intra_tile_problem(q, p, bm, bn, bk)
+         : dcb_intra_smem_bytes(q, p, r, bm, bn, bk, seq) > kMaxStaticSmem
+             ? "the tiles' shared memory (with a row carry per head of the group) must fit in 48 KiB"
+             : nullptr;
 }
 
 // chunk_state_bwd_db and chunk_scan_bwd_dc (the same template).

@@ -392,6 +392,11 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
     for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &staged))
       if (k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || k.kernel == SSD_KERNEL_STATE_PASSING_BWD)
         base_configs.push_back(k);
+    // And the fused dcb + ddA_intra (opt-in: the same bits).
+    ssd::BackwardTuning fused;
+    fused.fused_dcb_intra = true;
+    for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &fused))
+      if (k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA) base_configs.push_back(k);
     std::vector<ssd_kernel_config> all;
     for (ssd_kernel_config k : base_configs)
       for (const ssd_tile& t : ssd::legal_tiles(k)) {
@@ -405,6 +410,7 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
       ssd::BackwardTuning tn;
       tn.staged_state_pass =
           k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || k.kernel == SSD_KERNEL_STATE_PASSING_BWD;
+      tn.fused_dcb_intra = k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA;
       ssd_tile* slot = nullptr;
       switch (k.kernel) {
         case SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES: slot = &tn.dstates; break;
@@ -413,6 +419,7 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
         case SSD_KERNEL_CHUNK_SCAN_BWD_DX: slot = &tn.dx; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DCB: slot = &tn.dcb; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA: slot = &tn.intra; break;
+        case SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA: slot = &tn.dcb_intra; break;
         case SSD_KERNEL_CHUNK_STATE_BWD_DB: slot = &tn.db; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DC: slot = &tn.dc; break;
         case SSD_KERNEL_CHUNK_SCAN_BWD_DDA: slot = &tn.dda; break;
@@ -502,6 +509,89 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
     MESSAGE("bwd fused state pass " << describe(c) << ": " << variants
                                     << " tiles and 3 grid caps bitwise equal to the staged pair (gradients, ds, "
                                        "states_t, second terms, rho slots)");
+  }
+}
+
+TEST_CASE("ssd_backward: the fused dcb + ddA_intra (chunk_scan_bwd_dcb_ddA_intra) gives the pair's bits, every "
+          "tile and grid cap: all gradients, dCB (s <= l) and the intra / dtx_intra slots" *
+          doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  ssd::BackwardTuning fused;
+  fused.fused_dcb_intra = true;
+  for (const BwdCase& c : kBwdCases) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    const ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
+    auto layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
+    REQUIRE(layout.ok());
+    const ssd::BackwardLayout L = layout.value();
+    const int64_t nc = (c.L + c.Q - 1) / c.Q;
+    // dCB (b, nc, g, Q, Q) in T: the entries s <= l (the ones its consumers read; the two kernels'
+    // tiles cover different parts above the diagonal); then [intra, intra + 2 slot arrays).
+    auto pass_bytes = [&] {
+      const std::vector<uint8_t> ws = download_bytes(prob.d_ws);
+      std::vector<uint8_t> r;
+      const size_t T = dtype_bytes(c.dtype);
+      for (int64_t row = 0; row < c.b * nc * c.g * c.Q; ++row) {
+        const int64_t l = row % c.Q;
+        const auto* at = ws.data() + L.dCB + size_t(row * c.Q) * T;
+        r.insert(r.end(), at, at + size_t(l + 1) * T);
+      }
+      r.insert(r.end(), ws.begin() + long(L.intra), ws.begin() + long(L.gate));
+      return r;
+    };
+    REQUIRE(L.dtx_intra > L.intra);
+    REQUIRE(L.gate > L.dtx_intra);
+    std::vector<ssd_kernel_config> fused_configs;
+    for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &fused))
+      if (k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA) fused_configs.push_back(k);
+    REQUIRE(fused_configs.size() == 1);
+    std::vector<ssd_kernel_config> all = configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC);
+    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0])) {
+      ssd_kernel_config k = fused_configs[0];
+      k.tile = t;
+      all.push_back(k);
+    }
+    precompile(rt.rt, all);
+
+    const std::vector<uint8_t> want = prob.run(rt.rt);
+    const std::vector<uint8_t> want_pass = pass_bytes();
+    CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &fused), want));
+    CHECK(same_bytes(pass_bytes(), want_pass));
+    int variants = 0;
+    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0])) {
+      ssd::BackwardTuning tn = fused;
+      tn.dcb_intra = t;
+      CAPTURE(t.m);
+      CAPTURE(t.n);
+      CAPTURE(t.k);
+      CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
+      CHECK(same_bytes(pass_bytes(), want_pass));
+      ++variants;
+    }
+    for (int32_t g : {1, 7, 64}) {
+      ssd::BackwardTuning tn = fused;
+      tn.max_blocks = g;
+      CAPTURE(g);
+      CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
+      CHECK(same_bytes(pass_bytes(), want_pass));
+    }
+    // The fast kernels through it (atomic T / U sums): the pair's values to rounding, per gradient.
+    {
+      ssd::BackwardTuning fast_pair, fast_fused = fused;
+      fast_pair.fast_kernels = fast_fused.fast_kernels = true;
+      prob.run(rt.rt, SSD_MODE_FAST, &fast_pair);
+      const GradErrors ep = compare_with_oracle(prob);
+      prob.run(rt.rt, SSD_MODE_FAST, &fast_fused);
+      const GradErrors ef = compare_with_oracle(prob);
+      for (size_t i = 0; i < ep.e.size(); ++i) {
+        CAPTURE(ep.e[i].name);
+        CHECK(std::fabs(ef.e[i].value - ep.e[i].value) < 1e-3 * tolerance(c.dtype) + 1e-6);
+      }
+    }
+    MESSAGE("bwd fused dcb + ddA_intra " << describe(c) << ": " << variants
+                                         << " tiles and 3 grid caps bitwise equal to the pair (gradients, dCB, "
+                                            "intra and dtx_intra slots)");
   }
 }
 

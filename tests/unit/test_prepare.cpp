@@ -148,6 +148,7 @@ TEST_CASE("prepare: the backward's kernels are the call's, without duplicates") 
     CHECK_MESSAGE(kernels.count(k) == 1, kernel_name(k));
   CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_FWD) == 0);  // the recompute stops before the output
   CHECK(kernels.count(SSD_KERNEL_CHUNK_STATE_FWD) == 0);  // the states are fused
+  CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA) == 0);  // opt-in (BackwardTuning::fused_dcb_intra)
   CHECK(kernels.count(SSD_KERNEL_STATE_PASSING_FWD) == 0);
   CHECK(kernels.count(SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES) == 0);  // and so is the backward's state pass
   CHECK(kernels.count(SSD_KERNEL_STATE_PASSING_BWD) == 0);

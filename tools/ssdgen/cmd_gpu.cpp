@@ -132,6 +132,7 @@ struct GpuArgs {
   int64_t batch = -1, seqlen = -1;
   int iters = 100, warmup = 10;
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
+  bool fused_intra = false;  // bench bwd: chunk_scan_bwd_dcb_ddA_intra instead of the pair dcb + ddA_intra
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
 };
 
@@ -146,6 +147,7 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
     if (auto v = cur.value("--preset")) out.preset = *v;
     else if (auto v = cur.value("--tiles")) out.tiles = *v;
     else if (cur.flag("--staged")) out.staged = true;
+    else if (cur.flag("--fused-intra")) out.fused_intra = true;
     else if (auto v = cur.value("--arch")) {
       auto a = ssd::parse_arch(*v);
       if (!a.ok()) return fail(ctx, a.status());
@@ -229,7 +231,7 @@ ssd::Result<ssd::BackwardTuning> parse_bwd_tiles(const std::string& text) {
   ssd::BackwardTuning t;
   SSD_RETURN_IF_ERROR(parse_tile_items(text, "kernel", "legal for bwd",
                                        {{"dstates", &t.dstates}, {"passing", &t.passing}, {"state_pass", &t.state_pass}, {"dx", &t.dx}, {"dcb", &t.dcb},
-                                        {"intra", &t.intra}, {"db", &t.db}, {"dc", &t.dc}, {"dda", &t.dda},
+                                        {"intra", &t.intra}, {"dcb_intra", &t.dcb_intra}, {"db", &t.db}, {"dc", &t.dc}, {"dda", &t.dda},
                                         {"cumsum", &t.cumsum}}));
   return t;
 }
@@ -414,7 +416,8 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   nlohmann::json out_json{{"what", "bwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L},
-                          {"iters", ga.iters}, {"device", dev_name}, {"staged", tuning.staged_state_pass}};
+                          {"iters", ga.iters}, {"device", dev_name}, {"staged", tuning.staged_state_pass},
+                          {"fused_intra", tuning.fused_dcb_intra}};
   for (ssd_mode mode : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST}) {
     a.mode = mode;
     // Fast mode runs the deterministic kernels (backward_kernel_mode); the fast row times the fast
@@ -458,7 +461,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
     } else {
       fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}{}\n",
                  m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
-                 tuning.staged_state_pass ? " staged state pass" : "", arch_note(ga));
+                 std::string(tuning.staged_state_pass ? " staged state pass" : "") +
+                     (tuning.fused_dcb_intra ? " fused dcb + ddA_intra" : ""),
+                 arch_note(ga));
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
       fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
       if (with_host_path) {
@@ -490,6 +495,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     if (!tuning.ok()) return fail(ctx, tuning.status());
     tuning->forward.staged_states = ga.staged;  // the recompute's states
     tuning->staged_state_pass = ga.staged;      // dstates + state_passing_bwd instead of the fused kernel
+    tuning->fused_dcb_intra = ga.fused_intra;   // the fused dcb + ddA_intra instead of the pair
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
     return bench_backward(ctx, ga, session, tuning.value());

@@ -134,8 +134,8 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
                         [--arch sm_80|sm_90|sm_90a]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged]   (fwd)
-                        [--tiles dx=MxNxK,dcb=..,intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,dda=M,cumsum=MxN]
-                        [--staged]   (bwd)
+                        [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
+                                 dda=M,cumsum=MxN] [--staged] [--fused-intra]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
@@ -153,6 +153,8 @@ the total, in deterministic mode and then with the fast (atomic) kernels, with t
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic
 mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is the state_passing_bwd
 row); --staged runs the pair (and the recompute's staged states), state_pass= sets the fused tile.
+--fused-intra runs dcb and ddA_intra as one kernel (chunk_scan_bwd_dcb_ddA_intra, each head's dy·xᵀ
+once, the same bits; its time is the ddA_intra row and the dcb row reads ~0), dcb_intra= sets its tile.
 Exit 6 without a driver or device.
 )";
 
