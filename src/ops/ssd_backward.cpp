@@ -541,14 +541,15 @@ Status dcb_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 // B-g (intra-chunk part of ddA and of dΔˣ; fast mode: atomics into zeroed rows). With z
 // (SSD_FLAG_Z): M's chain over p continues over dy's second term.
 ssd_kernel_config intra_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DDA_INTRA, c.tn.intra); }
-Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+// ddA_intra's parameter block (also the head of the fused dcb + ddA_intra's); fast mode's atomic
+// sums start from zeroed rows.
+Status intra_params(const B& c, CUstream stream, ssd_kernels::ChunkScanBwdDdaIntraZParams& p) {
   float* intra = c.f32(c.L.intra);
   float* dtx_intra = c.f32(c.L.dtx_intra);
   if (!c.det()) {
     SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
     SSD_RETURN_IF_ERROR(memset_zero(dtx_intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
   }
-  ssd_kernels::ChunkScanBwdDdaIntraZParams p{};  // without z the kernel reads only the base block's fields
   p.CB = c.cb<const float, 4>(c.L.CB);
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
@@ -558,6 +559,11 @@ Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.intra = intra;
   p.dtx_intra = dtx_intra;
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  return Status::Ok();
+}
+Status intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
+  ssd_kernels::ChunkScanBwdDdaIntraZParams p{};  // without z the kernel reads only the base block's fields
+  SSD_RETURN_IF_ERROR(intra_params(c, stream, p));
   void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::intra_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
                        c.gy(), c.gh(), params, stream);
@@ -579,22 +585,8 @@ ssd_kernel_config dcb_intra_cfg(const B& c) {
   return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA, c.tn.dcb_intra);
 }
 Status dcb_intra_launch(const B& c, const ssd_kernel& k, CUstream stream) {
-  float* intra = c.f32(c.L.intra);
-  float* dtx_intra = c.f32(c.L.dtx_intra);
-  if (!c.det()) {
-    SSD_RETURN_IF_ERROR(memset_zero(intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
-    SSD_RETURN_IF_ERROR(memset_zero(dtx_intra, size_t(c.d.b * c.d.h * c.d.nc * c.d.Q), stream));
-  }
   ssd_kernels::ChunkScanBwdDcbIntraParams p{};
-  p.CB = c.cb<const float, 4>(c.L.CB);
-  p.x = ref<const void, 4>(c.a.x);
-  p.dy = ref<const void, 4>(c.dy());
-  p.dy_lo = c.dy_lo();  // laid out as dy (null without z)
-  p.dt = c.f32(c.L.dt_out);
-  p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
-  p.intra = intra;
-  p.dtx_intra = dtx_intra;
-  p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  SSD_RETURN_IF_ERROR(intra_params(c, stream, p));
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.dCB = c.cb<void, 4>(c.L.dCB);
   p.ngroups = c.d.g;
