@@ -62,7 +62,6 @@ __device__ void chunk_scan_bwd_dcb_ddA_intra(const ChunkScanBwdDcbIntraParams& p
   constexpr bool U_IN_STAGE = intra_u_in_stage(P, BLOCK_M, BLOCK_N, BLOCK_K);
   constexpr int SIDE = BLOCK_M + 2 * BLOCK_N;  // A rows | A columns | Δ columns of the stage's head
   constexpr int MI = WM / 16, NJ = WN / 8;
-  constexpr int GROUPS = BLOCK_M / kIntraRowGroup;
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   static_assert(NT >= BLOCK_M, "one row owner per thread");
   static_assert(sizeof(T) * STAGES * (BLOCK_M + BLOCK_N) * LD + 4 * STAGES * SIDE + 4 * BLOCK_M * LDW +
@@ -293,87 +292,11 @@ __device__ void chunk_scan_bwd_dcb_ddA_intra(const ChunkScanBwdDcbIntraParams& p
               }
             }
           }
-          auto store_fragments = [&](float* tile, int ld, const FragC(&f)[MI][NJ]) {
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int r = wm0 + 16 * i + FragC::row(lane, half);
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                  const int k = wn0 + 8 * j + FragC::col(lane);
-                  *reinterpret_cast<float2*>(tile + r * ld + k) = make_float2(f[i][j].x[2 * half], f[i][j].x[2 * half + 1]);
-                }
-              }
-            }
-          };
-          // Row tid: exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to
-          // right, in place; the carry of (head, row) lives in s_carry between column tiles.
-          auto row_prefix = [&] {
-            if (tid < BLOCK_M) {
-              float row_carry = s_carry[hr][tid];
-              float* row = s_w + tid * LDW;
-#pragma unroll
-              for (int k = 0; k < BLOCK_N; k += 4) {
-                const float4 wv = *reinterpret_cast<const float4*>(row + k);
-                float4 sv;
-                sv.x = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.x);
-                sv.y = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.y);
-                sv.z = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.z);
-                sv.w = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.w);
-                *reinterpret_cast<float4*>(row + k) = sv;
-              }
-              s_carry[hr][tid] = row_carry;
-            }
-          };
+          // The row carry of (head, row) lives in s_carry between column tiles.
           const long long row_bhc = ((long long)b * nheads + h) * nchunks + c;  // (b, h, c) in the intra layouts
-          float* const s_u = reinterpret_cast<float*>(s_tiles[buf]);
-          auto column_item = [&](bool from_stage, int idx, float* dst) {
-            const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
-            const int kg = s0 + k;
-            const int lo = m0 + rg * kIntraRowGroup;
-            const int hi = imin(lo + kIntraRowGroup, valid);
-            if (lo >= valid || kg >= hi) return;
-            const int first = (kg > lo ? kg : lo) - m0, end = hi - m0;
-            const float t = from_stage ? detail::intra_column_sum<LDU>(s_u + k, first, end)
-                                       : detail::intra_column_sum<LDW>(s_w + k, first, end);
-            const int rglob = lo / kIntraRowGroup;
-            if (Spec::kDeterministic) {
-              dst[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
-            } else {
-              atomicAdd(dst + row_bhc * Q + kg, t);
-            }
-          };
-          constexpr int ITEMS = GROUPS * BLOCK_N;
-          const int item0 = (tid + NT - BLOCK_M) % NT;
-          if constexpr (U_IN_STAGE) {
-            __syncthreads();  // W visible; every warp's mma is done with this step's stage buffer
-            store_fragments(s_u, LDU, uf);
-            warp::zero_tile(acc);
-            row_prefix();
-            __syncthreads();
-            for (int idx = item0; idx < 2 * ITEMS; idx += NT) {
-              if (idx < ITEMS) {
-                column_item(true, idx, p.dtx_intra);
-              } else {
-                column_item(false, idx - ITEMS, p.intra);
-              }
-            }
-          } else {
-            __syncthreads();
-            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.dtx_intra);
-            __syncthreads();
-            store_fragments(s_w, LDW, acc);
-            warp::zero_tile(acc);
-            __syncthreads();
-            row_prefix();
-            __syncthreads();
-            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.intra);
-          }
+          detail::intra_tile_sums<NT, Q, BLOCK_M, BLOCK_N, LDW, LDU, U_IN_STAGE, Spec::kDeterministic>(
+              acc, uf, s_w, reinterpret_cast<float*>(s_tiles[buf]), [&]() -> float& { return s_carry[hr][tid]; }, s0, m0,
+              valid, row_bhc, p.intra, p.dtx_intra, wm0, wn0, lane, tid);
           if (hr == R - 1) {  // the column tile's last head: dCB done
             store_dcb(s0, gacc);
             warp::zero_tile(gacc);

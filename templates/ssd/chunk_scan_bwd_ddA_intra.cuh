@@ -94,6 +94,111 @@ __device__ __forceinline__ float intra_column_sum(const float* col, int first, i
   return t;
 }
 
+
+// After a column tile's u and W are formed (one in the fp32 tile s_w, the other in registers: see
+// chunk_scan_bwd_ddA_intra's epilogue), the tile's sums in the kernel's fixed orders:
+//   * row l's exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to right,
+//     in place, by its row owner (thread l − m0 < BLOCK_M): row_prefix(row, carry) walks it, and the
+//     caller's RowCarry keeps the carry between column tiles (ddA_intra: a register; the fused
+//     dcb + ddA_intra: one per head in shared memory);
+//   * the column chains U_r(k) (from u) and T_r(k) (from S) of every 64-row group r, l increasing;
+// with the barriers of the two layouts: U_IN_STAGE (u goes to the stage buffer s_u the last p-step
+// read) or one fp32 tile (u first, then W through it). acc holds W (not U_IN_STAGE) or is free, and is
+// zeroed for the next tile's M; uf holds u when U_IN_STAGE.
+template <int BN>
+__device__ __forceinline__ float intra_row_prefix(float* row, float carry) {
+#pragma unroll
+  for (int k = 0; k < BN; k += 4) {
+    const float4 wv = *reinterpret_cast<const float4*>(row + k);
+    float4 sv;
+    sv.x = carry;
+    carry = __fadd_rn(carry, wv.x);
+    sv.y = carry;
+    carry = __fadd_rn(carry, wv.y);
+    sv.z = carry;
+    carry = __fadd_rn(carry, wv.z);
+    sv.w = carry;
+    carry = __fadd_rn(carry, wv.w);
+    *reinterpret_cast<float4*>(row + k) = sv;
+  }
+  return carry;
+}
+
+template <int NT, int Q, int BLOCK_M, int BLOCK_N, int LDW, int LDU, bool U_IN_STAGE, bool kDeterministic, int MI,
+          int NJ, class RowCarry>
+__device__ __forceinline__ void intra_tile_sums(FragC (&acc)[MI][NJ], const FragC (&uf)[MI][NJ], float* s_w, float* s_u,
+                                                RowCarry&& row_carry, int s0, int m0, int valid, long long row_bhc,
+                                                float* intra, float* dtx_intra, int wm0, int wn0, int lane, int tid) {
+  // A fragment tile into a shared [BM][ld] fp32 tile (column pairs, 8 bytes).
+  auto store_fragments = [&](float* tile, int ld, const FragC(&f)[MI][NJ]) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = wm0 + 16 * i + FragC::row(lane, half);
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int k = wn0 + 8 * j + FragC::col(lane);
+          *reinterpret_cast<float2*>(tile + r * ld + k) = make_float2(f[i][j].x[2 * half], f[i][j].x[2 * half + 1]);
+        }
+      }
+    }
+  };
+  auto row_prefix = [&] {
+    if (tid < BLOCK_M) {
+      float& carry = row_carry();
+      carry = intra_row_prefix<BLOCK_N>(s_w + tid * LDW, carry);
+    }
+  };
+  // Column k of group rg (item idx = rg·BN + k): out_rg(k) = Σ_{l = max(64rg', k)}^{min(64rg' + 63, λ)}
+  // tile(l, k), l increasing (rg' the chunk's group index).
+  auto column_item = [&](bool from_stage, int idx, float* out) {
+    const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
+    const int kg = s0 + k;
+    const int lo = m0 + rg * kIntraRowGroup;          // first row of the group (chunk position)
+    const int hi = bwd_geom::imin(lo + kIntraRowGroup, valid);  // rows l < hi
+    if (lo >= valid || kg >= hi) return;              // slot not in the stored set
+    const int first = (kg > lo ? kg : lo) - m0, end = hi - m0;
+    const float t = from_stage ? intra_column_sum<LDU>(s_u + k, first, end) : intra_column_sum<LDW>(s_w + k, first, end);
+    const int rglob = lo / kIntraRowGroup;
+    if (kDeterministic) {
+      out[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
+    } else {
+      atomicAdd(out + row_bhc * Q + kg, t);
+    }
+  };
+  constexpr int ITEMS = (BLOCK_M / kIntraRowGroup) * BLOCK_N;  // column chains of one kind per tile
+  // Column chains start at the first thread past the row owners: with BLOCK_M = 64 the chains
+  // run on warps 2, 3 and the row walks on warps 0, 1, i.e. on different SM sub-partitions.
+  const int item0 = (tid + NT - BLOCK_M) % NT;
+  if constexpr (U_IN_STAGE) {
+    __syncthreads();  // W visible; every warp's mma is done with this step's stage buffer
+    store_fragments(s_u, LDU, uf);
+    warp::zero_tile(acc);  // M restarts from 0 for the next tile
+    row_prefix();
+    __syncthreads();
+    // U's and T's column chains side by side (U's items first).
+    for (int idx = item0; idx < 2 * ITEMS; idx += NT) {
+      if (idx < ITEMS) {
+        column_item(true, idx, dtx_intra);
+      } else {
+        column_item(false, idx - ITEMS, intra);
+      }
+    }
+  } else {
+    // One fp32 tile: u, then W through it.
+    __syncthreads();
+    for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, dtx_intra);
+    __syncthreads();
+    store_fragments(s_w, LDW, acc);
+    warp::zero_tile(acc);
+    __syncthreads();
+    row_prefix();
+    __syncthreads();
+    for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, intra);
+  }
+  // (the next writes of s_w and of this stage buffer follow the next step's barrier)
+}
 }  // namespace detail
 
 template <class Spec, class Params>  // Params: ChunkScanBwdDdaIntraZParams with kDyLo, else ChunkScanBwdDdaIntraParams
@@ -121,7 +226,6 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
   constexpr bool U_IN_STAGE = intra_u_in_stage(P, BLOCK_M, BLOCK_N, BLOCK_K);
   constexpr int MI = WM / 16, NJ = WN / 8;
   constexpr int TILES = intra_tiles(Q, BLOCK_M);
-  constexpr int GROUPS = BLOCK_M / kIntraRowGroup;  // 64-row groups per row block
   static_assert(P % BKP == 0, "min(BLOCK_K, headdim) must divide headdim");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   static_assert(MI * NJ * 4 <= 64, "accumulator over 64 registers per thread");
@@ -285,92 +389,9 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
               }
             }
           }
-          // A fragment tile into a shared [BM][ld] fp32 tile (column pairs, 8 bytes).
-          auto store_fragments = [&](float* tile, int ld, const FragC(&f)[MI][NJ]) {
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int r = wm0 + 16 * i + FragC::row(lane, half);
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                  const int k = wn0 + 8 * j + FragC::col(lane);
-                  *reinterpret_cast<float2*>(tile + r * ld + k) = make_float2(f[i][j].x[2 * half], f[i][j].x[2 * half + 1]);
-                }
-              }
-            }
-          };
-          // Row tid: exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to
-          // right, in place (16-byte loads and stores).
-          auto row_prefix = [&] {
-            if (tid < BLOCK_M) {
-              float* row = s_w + tid * LDW;
-#pragma unroll
-              for (int k = 0; k < BLOCK_N; k += 4) {
-                const float4 wv = *reinterpret_cast<const float4*>(row + k);
-                float4 sv;
-                sv.x = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.x);
-                sv.y = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.y);
-                sv.z = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.z);
-                sv.w = row_carry;
-                row_carry = __fadd_rn(row_carry, wv.w);
-                *reinterpret_cast<float4*>(row + k) = sv;
-              }
-            }
-          };
-          // Column k of group rg (item idx = rg·BN + k): out_rg(k) = Σ_{l = max(64rg', k)}^{min(64rg' + 63, λ)}
-          // tile(l, k), l increasing (rg' the chunk's group index).
-          float* const s_u = reinterpret_cast<float*>(s_tiles[buf]);  // u when U_IN_STAGE (free until the next step's refill)
-          auto column_item = [&](bool from_stage, int idx, float* out) {
-            const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
-            const int kg = s0 + k;
-            const int lo = m0 + rg * kIntraRowGroup;          // first row of the group (chunk position)
-            const int hi = imin(lo + kIntraRowGroup, valid);  // rows l < hi
-            if (lo >= valid || kg >= hi) return;              // slot not in the stored set
-            const int first = (kg > lo ? kg : lo) - m0, end = hi - m0;
-            const float t = from_stage ? detail::intra_column_sum<LDU>(s_u + k, first, end)
-                                       : detail::intra_column_sum<LDW>(s_w + k, first, end);
-            const int rglob = lo / kIntraRowGroup;
-            if (Spec::kDeterministic) {
-              out[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
-            } else {
-              atomicAdd(out + row_bhc * Q + kg, t);
-            }
-          };
-          constexpr int ITEMS = GROUPS * BLOCK_N;  // column chains of one kind per tile
-          // Column chains start at the first thread past the row owners: with BLOCK_M = 64 the chains
-          // run on warps 2, 3 and the row walks on warps 0, 1, i.e. on different SM sub-partitions.
-          const int item0 = (tid + NT - BLOCK_M) % NT;
-          if constexpr (U_IN_STAGE) {
-            __syncthreads();  // W visible; every warp's mma is done with this step's stage buffer
-            store_fragments(s_u, LDU, uf);
-            warp::zero_tile(acc);  // M restarts from 0 for the next tile
-            row_prefix();
-            __syncthreads();
-            // U's and T's column chains side by side (U's items first).
-            for (int idx = item0; idx < 2 * ITEMS; idx += NT) {
-              if (idx < ITEMS) {
-                column_item(true, idx, p.dtx_intra);
-              } else {
-                column_item(false, idx - ITEMS, p.intra);
-              }
-            }
-          } else {
-            // One fp32 tile: u, then W through it.
-            __syncthreads();
-            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.dtx_intra);
-            __syncthreads();
-            store_fragments(s_w, LDW, acc);
-            warp::zero_tile(acc);
-            __syncthreads();
-            row_prefix();
-            __syncthreads();
-            for (int idx = item0; idx < ITEMS; idx += NT) column_item(false, idx, p.intra);
-          }
-          // (the next writes of s_w and of this stage buffer follow the next step's barrier)
+          detail::intra_tile_sums<NT, Q, BLOCK_M, BLOCK_N, LDW, LDU, U_IN_STAGE, Spec::kDeterministic>(
+              acc, uf, s_w, reinterpret_cast<float*>(s_tiles[buf]), [&]() -> float& { return row_carry; }, s0, m0, valid,
+              row_bhc, p.intra, p.dtx_intra, wm0, wn0, lane, tid);
         }
         ring.drain();
         __syncthreads();  // shared tiles, W and the per-position arrays are reused by the next item
