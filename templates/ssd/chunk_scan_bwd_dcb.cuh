@@ -53,6 +53,34 @@ __device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s
   return __fmul_rn(bwd_decay(m, a_l, a_s), dt_s);
 }
 
+
+// A block's dCB tile (rows m0.., columns n0..) from this thread's fp32 fragments, rounded to T: pairs
+// of columns, 4 bytes (vec) or two element stores; each quad of lanes writes 16 contiguous bytes of a
+// row. `out` is the (b, c, g) slab, row_stride its l-stride.
+template <class T, int MI, int NJ>
+__device__ __forceinline__ void store_dcb_tile(T* out, long long row_stride, int m0, int n0, const FragC (&f)[MI][NJ],
+                                               bool vec, int wm0, int wn0, int lg, int lt) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int rl = wm0 + 16 * i + lg + 8 * half;
+      T* orow = out + (long long)(m0 + rl) * row_stride + n0;
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int cl = wn0 + 8 * j + 2 * lt;
+        const float v0 = f[i][j].x[2 * half], v1 = f[i][j].x[2 * half + 1];
+        if (vec) {
+          *reinterpret_cast<unsigned*>(orow + cl) = ptx::pack2<T>(v0, v1);
+        } else {
+          orow[cl] = from_float<T>(v0);
+          orow[cl + 1] = from_float<T>(v1);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace detail
 
 template <class Spec>
@@ -242,27 +270,7 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
           ring.drain();
         }
 
-        // Store the whole tile in T (pairs of columns, 4 bytes; each quad of lanes writes 16
-        // contiguous bytes of a row).
-#pragma unroll
-        for (int i = 0; i < MI; ++i) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int rl = wm0 + 16 * i + lg + 8 * half;
-            T* orow = out + (long long)(m0 + rl) * p.dCB.stride[3] + n0;
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-              const int cl = wn0 + 8 * j + 2 * lt;
-              const float v0 = gacc[i][j].x[2 * half], v1 = gacc[i][j].x[2 * half + 1];
-              if (vec_out) {
-                *reinterpret_cast<unsigned*>(orow + cl) = ptx::pack2<T>(v0, v1);
-              } else {
-                orow[cl] = from_float<T>(v0);
-                orow[cl + 1] = from_float<T>(v1);
-              }
-            }
-          }
-        }
+        detail::store_dcb_tile<T>(out, p.dCB.stride[3], m0, n0, gacc, vec_out, wm0, wn0, lg, lt);  // the whole tile
         __syncthreads();  // shared tiles, side buffers and s_seq are reused by the next tile
       }
     }

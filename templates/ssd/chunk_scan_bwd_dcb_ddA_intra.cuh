@@ -106,25 +106,7 @@ __device__ void chunk_scan_bwd_dcb_ddA_intra(const ChunkScanBwdDcbIntraParams& p
 
         // dCB tile (columns s0..) of this thread's fragments, rounded to T.
         auto store_dcb = [&](int s0, const FragC(&f)[MI][NJ]) {
-#pragma unroll
-          for (int i = 0; i < MI; ++i) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int rl = wm0 + 16 * i + lg + 8 * half;
-              T* orow = out + (long long)(m0 + rl) * p.dCB.stride[3] + s0;
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) {
-                const int cl = wn0 + 8 * j + 2 * lt;
-                const float v0 = f[i][j].x[2 * half], v1 = f[i][j].x[2 * half + 1];
-                if (vec_out) {
-                  *reinterpret_cast<unsigned*>(orow + cl) = ptx::pack2<T>(v0, v1);
-                } else {
-                  orow[cl] = from_float<T>(v0);
-                  orow[cl + 1] = from_float<T>(v1);
-                }
-              }
-            }
-          }
+          detail::store_dcb_tile<T>(out, p.dCB.stride[3], m0, s0, f, vec_out, wm0, wn0, lg, lt);
         };
         FragC gacc[MI][NJ];  // Σ_i d^(i) of the current column tile, from +0.0
         warp::zero_tile(gacc);
