@@ -176,7 +176,7 @@ __device__ void chunk_scan_bwd_dcb_ddA_intra(const ChunkScanBwdDcbIntraParams& p
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                   bool keep = row_ok && s0 + cl + e <= l;
-                  if (Spec::kSeqIdx) keep = keep && q == s_seq[imin(s0 + cl + e, Q - 1)];
+                  if (Spec::kSeqIdx) keep = keep && q == s_seq[s0 + cl + e];
                   const float d = detail::bwd_decay_product(acc[i][j].x[2 * half + e], al, e ? as.y : as.x,
                                                             e ? ds.y : ds.x);
                   gacc[i][j].x[2 * half + e] = __fadd_rn(gacc[i][j].x[2 * half + e], keep ? d : 0.f);
@@ -262,7 +262,7 @@ __device__ void chunk_scan_bwd_dcb_ddA_intra(const ChunkScanBwdDcbIntraParams& p
                   const float w = __fmul_rn(cb, d);
                   if constexpr (!Spec::kDyLo) {
                     bool keep = row_ok && s + e <= l;
-                    if (Spec::kSeqIdx) keep = keep && q == s_seq[imin(s + e, Q - 1)];
+                    if (Spec::kSeqIdx) keep = keep && q == s_seq[s + e];
                     gacc[i][j].x[2 * half + e] = __fadd_rn(gacc[i][j].x[2 * half + e], keep ? d : 0.f);
                   }
                   const float u_sel = (row_ok && s + e <= l) ? u : 0.f;
