@@ -197,28 +197,7 @@ __device__ void chunk_scan_bwd_dcb_ddA_intra(const ChunkScanBwdDcbIntraParams& p
           const int s0 = (step / HEAD_STEPS) * BLOCK_N;
           if (hr == 0 && kp == 0) {
             // This column tile's CB entries, once for all heads.
-            auto read_cb = [&](bool vec) {
-#pragma unroll
-              for (int i = 0; i < MI; ++i) {
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                  const int l = m0 + wm0 + 16 * i + lg + 8 * half;
-                  const float* cbr = cb_base + (long long)l * p.CB.stride[3];
-#pragma unroll
-                  for (int j = 0; j < NJ; ++j) {
-                    const int s = s0 + wn0 + 8 * j + 2 * lt;
-                    float2 v = make_float2(0.f, 0.f);
-                    if (s <= l && l < valid) v = vec ? *reinterpret_cast<const float2*>(cbr + s) : make_float2(cbr[s], cbr[s + 1]);
-                    cbv[i][half][j] = v;
-                  }
-                }
-              }
-            };
-            if (vec_cb) {
-              read_cb(true);
-            } else {
-              read_cb(false);
-            }
+            detail::intra_read_cb(cbv, cb_base, p.CB.stride[3], m0, s0, valid, vec_cb, wm0, wn0, lg, lt);
           }
           const int buf = step % STAGES;
           const T* sa = s_tiles[buf];

@@ -95,6 +95,36 @@ __device__ __forceinline__ float intra_column_sum(const float* col, int first, i
 }
 
 
+// CB(l, s..s+1) of this thread's accumulator-fragment positions of a BLOCK_M x BLOCK_N tile (rows
+// m0.., columns s0..) straight from global memory into registers, read only where s <= l <= λ (0
+// elsewhere); the vector test is outside the unrolled loops (straight-line predicated loads).
+template <int MI, int NJ>
+__device__ __forceinline__ void intra_read_cb(float2 (&cbv)[MI][2][NJ], const float* cb_base, long long row_stride, int m0,
+                                              int s0, int valid, bool vec_cb, int wm0, int wn0, int lg, int lt) {
+  auto read_cb = [&](bool vec) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int l = m0 + wm0 + 16 * i + lg + 8 * half;
+        const float* cbr = cb_base + (long long)l * row_stride;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int s = s0 + wn0 + 8 * j + 2 * lt;
+          float2 v = make_float2(0.f, 0.f);
+          if (s <= l && l < valid) v = vec ? *reinterpret_cast<const float2*>(cbr + s) : make_float2(cbr[s], cbr[s + 1]);
+          cbv[i][half][j] = v;
+        }
+      }
+    }
+  };
+  if (vec_cb) {
+    read_cb(true);
+  } else {
+    read_cb(false);
+  }
+}
+
 // After a column tile's u and W are formed (one in the fp32 tile s_w, the other in registers: see
 // chunk_scan_bwd_ddA_intra's epilogue), the tile's sums in the kernel's fixed orders:
 //   * row l's exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to right,
@@ -316,30 +346,8 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
           const int kp = step % KPS;
           const int s0 = (step / KPS) * BLOCK_N;
           if (kp == 0) {
-            // This tile's CB entries, read early so the loads overlap the p-steps (the vector test
-            // outside the unrolled loops: straight-line predicated loads).
-            auto read_cb = [&](bool vec) {
-#pragma unroll
-              for (int i = 0; i < MI; ++i) {
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                  const int l = m0 + wm0 + 16 * i + lg + 8 * half;
-                  const float* cbr = cb_base + (long long)l * p.CB.stride[3];
-#pragma unroll
-                  for (int j = 0; j < NJ; ++j) {
-                    const int s = s0 + wn0 + 8 * j + 2 * lt;
-                    float2 v = make_float2(0.f, 0.f);
-                    if (s <= l && l < valid) v = vec ? *reinterpret_cast<const float2*>(cbr + s) : make_float2(cbr[s], cbr[s + 1]);
-                    cbv[i][half][j] = v;
-                  }
-                }
-              }
-            };
-            if (vec_cb) {
-              read_cb(true);
-            } else {
-              read_cb(false);
-            }
+            // This tile's CB entries, read early so the loads overlap the p-steps.
+            detail::intra_read_cb(cbv, cb_base, p.CB.stride[3], m0, s0, valid, vec_cb, wm0, wn0, lg, lt);
           }
           const int buf = step % STAGES;
           const T* sa = s_tiles[buf];
