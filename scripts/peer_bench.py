@@ -183,6 +183,44 @@ def backward_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, h, p, 
     return res
 
 
+SMALL_PROBLEMS = (("small", 32, 64, 1, 64, 1, 512), ("small", 32, 64, 1, 64, 4, 2048),
+                  ("nemotronh-56b", 256, 64, 8, 256, 1, 512))  # (preset, h, p, g, n, b, L); chunk 256
+
+
+def small_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, with_backward):
+    """Issue 9's small problems (the `small` preset, nemotronh-56b at b=1 L=512), where the launches and
+    the host path weigh most: the forward (return_final_states, as in the large shapes) and, unless
+    forward-only, the backward, each against mamba_ssm on the same tensors."""
+    rows = []
+    Q = 256
+    for preset, h, p, g, n, b, L in SMALL_PROBLEMS:
+        x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
+        out = torch.empty_like(x)
+        final = torch.empty(b, h, p, n, device="cuda")
+        a, ws = ours.prepare(x, dt, A, B, Cm, Q, D, dt_bias, out, final)
+        row = {"preset": preset, "batch": b, "seqlen": L}
+        row["fwd_ssdgen_ms"] = median_ms(lambda: ours.forward(a), iters, warmup)
+        row["fwd_mamba_ssm_ms"] = median_ms(lambda: mamba_chunk_scan_combined(
+            x, dt, A, B, Cm, Q, D=D, z=None, dt_bias=dt_bias, dt_softplus=True, return_final_states=True),
+            iters, warmup)
+        del ws
+        if with_backward:
+            dout = torch.randn(b, L, h, p, device="cuda", generator=gen).to(torch.bfloat16)
+            grads = grad_buffers(x, dt, A, B, Cm, D, dt_bias)
+            ab, wsb = ours.prepare_backward(x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, 0)
+            row["bwd_ssdgen_ms"] = median_ms(lambda: ours.backward(ab, wsb), iters, warmup)
+            peer_in = [t.detach().clone().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
+            y = mamba_chunk_scan_combined(*peer_in[:5], Q, D=peer_in[5], z=None, dt_bias=peer_in[6],
+                                          dt_softplus=True)
+            row["bwd_mamba_ssm_ms"] = median_ms(lambda: torch.autograd.grad(y, peer_in, dout, retain_graph=True),
+                                                iters, warmup)
+            del grads, wsb, peer_in, y, dout
+        rows.append(row)
+        del x, dt, B, Cm, out, final
+        torch.cuda.empty_cache()
+    return rows
+
+
 def rel_l2(a, ref):
     a, ref = a.double(), ref.double()
     return float(torch.linalg.vector_norm(a - ref) / torch.linalg.vector_norm(ref))
@@ -248,6 +286,19 @@ def main():
     for r in results["speed"]:
         print(f"{r['batch']:>3} {r['seqlen']:>6} {r['ssdgen_ms']:>10.3f} {r['mamba_ssm_ms']:>13.3f} "
               f"{r['mamba_ssm_ms'] / r['ssdgen_ms']:>7.2f}x")
+
+    results["small"] = small_section(ours, mamba_chunk_scan_combined, gen, args.iters, args.warmup,
+                                     not args.forward_only)
+    print("small problems (bf16, D, dt_bias, softplus; ms, median):")
+    print(f"{'preset':>14} {'b':>3} {'L':>6} {'fwd ssdgen':>11} {'fwd mamba':>10} {'speedup':>8}"
+          f" {'bwd ssdgen':>11} {'bwd mamba':>10} {'speedup':>8}")
+    for r in results["small"]:
+        line = (f"{r['preset']:>14} {r['batch']:>3} {r['seqlen']:>6} {r['fwd_ssdgen_ms']:>11.3f} "
+                f"{r['fwd_mamba_ssm_ms']:>10.3f} {r['fwd_mamba_ssm_ms'] / r['fwd_ssdgen_ms']:>7.2f}x")
+        if "bwd_ssdgen_ms" in r:
+            line += (f" {r['bwd_ssdgen_ms']:>11.3f} {r['bwd_mamba_ssm_ms']:>10.3f} "
+                     f"{r['bwd_mamba_ssm_ms'] / r['bwd_ssdgen_ms']:>7.2f}x")
+        print(line)
 
     if args.forward_only:
         with open(os.path.join(args.out, "peer_bench.json"), "w") as f:

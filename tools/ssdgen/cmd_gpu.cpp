@@ -134,11 +134,14 @@ struct GpuArgs {
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
   bool fused_intra = false;  // bench bwd: chunk_scan_bwd_dcb_ddA_intra instead of the pair dcb + ddA_intra
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
+  int32_t max_blocks = 0;  // --max-blocks: every grid axis of the timed calls capped (grid-stride kernels)
 };
 
 // " arch sm_90" when --arch was given (the report's header), else "".
 std::string arch_note(const GpuArgs& ga) {
-  return ga.arch ? std::string(" arch ") + ssd::arch_name(ssd_arch(ga.arch)) : std::string();
+  std::string note = ga.arch ? std::string(" arch ") + ssd::arch_name(ssd_arch(ga.arch)) : std::string();
+  if (ga.max_blocks) note += fmt::format(" max-blocks {}", ga.max_blocks);
+  return note;
 }
 
 int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want_what, GpuArgs& out) {
@@ -161,6 +164,10 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
       auto n = parse_positive_int(*v, "--seqlen", 1 << 24);
       if (!n.ok()) return fail(ctx, n.status());
       out.seqlen = n.value();
+    } else if (auto v = cur.value("--max-blocks")) {
+      auto n = parse_positive_int(*v, "--max-blocks", 65535);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.max_blocks = int32_t(n.value());
     } else if (auto v = cur.value("--iters")) {
       auto n = parse_positive_int(*v, "--iters", 100000);
       if (!n.ok()) return fail(ctx, n.status());
@@ -496,6 +503,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     tuning->forward.staged_states = ga.staged;  // the recompute's states
     tuning->staged_state_pass = ga.staged;      // dstates + state_passing_bwd instead of the fused kernel
     tuning->fused_dcb_intra = ga.fused_intra;   // the fused dcb + ddA_intra instead of the pair
+    tuning->max_blocks = ga.max_blocks;         // 0: one block per work item
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
     return bench_backward(ctx, ga, session, tuning.value());
@@ -529,8 +537,11 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   StageTimes times;
+  ssd_launch_options grid_cap;
+  ssd_launch_options_init(&grid_cap);
+  grid_cap.max_blocks = ga.max_blocks;
   ssd::Status timed = time_stages(drv, stream, ev, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
-    return ssd::ssd_forward(*session.rt, &a, nullptr, stream, after_stage, &tiles);
+    return ssd::ssd_forward(*session.rt, &a, ga.max_blocks ? &grid_cap : nullptr, stream, after_stage, &tiles);
   }, times);
   if (!timed.ok()) return fail(ctx, timed);
   const std::vector<float>& total = times.total;
