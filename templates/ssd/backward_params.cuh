@@ -485,5 +485,32 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
              : nullptr;
 }
 
+// chunk_state_passing_bwd on sm_90a (wgmma; chunk_state_passing_bwd_sm90a.cuh): chunk_state_passing_fwd's
+// wgmma geometry (fwd_geom: warpgroups, heads per block, stages, ring) and tiles (m in 64, 128; n in 64,
+// 128; k in 32, 64; n | dstate, so ρ's blocks of 32 columns lie in one warp's fragments; within 227 KiB
+// of shared memory); the weights of two chunks per warpgroup, two P_c buffers, no output staging tile.
+// Used when the arch is sm_90a and headdim, dstate are multiples of 64.
+// P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
+// The forward's stages and weights (4: no staged output tile), then P_c's two buffers of BLOCK_M rows.
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk) {
+  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, bm, bn, bk, 4) +
+         2 * bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
+}
+SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem(int q, int p, int n,
+                                                                                 int heads_per_group, int bm, int bn,
+                                                                                 int bk) {
+  return fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk) != nullptr
+             ? fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk)
+         : chunk_state_passing_bwd_wgmma_smem_bytes(q, bm, bn, bk) > 227 * 1024
+             ? "shared memory above 227 KiB (stages, weights and two P_c buffers)"
+             : nullptr;
+}
+// wgmma groups left running while the next A fragment is built: the forward's choice (two warpgroups:
+// one block per SM, 255 registers).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, int bn, int bk) {
+  return fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk);
+}
+
 }  // namespace bwd_geom
 }  // namespace ssd_kernels

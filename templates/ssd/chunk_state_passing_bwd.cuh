@@ -110,10 +110,94 @@ __device__ __forceinline__ void store_quad(T* row_base, int col_j, unsigned u_j,
       (unsigned long long)lo | ((unsigned long long)hi << 32);
 }
 
+// Chunk c's epilogue for one fragment row of this thread (state_passing_bwd's steps per element,
+// dP_c = acc): `row` its state row (p), NJ fragments of columns col0 + 8 j + FragC::col(lane), the pair
+// v = run_at(j) of the running dS (updated to fma(carry, dS, dP_c)), a = acc_at(j) of dP_c and P_c's
+// pair p_at(j, e) (e = row · N + col). Stores rn_T(dS), rn_T(P_c) and their second terms (QUAD: 8-byte
+// whole-sector stores, detail::store_quad; else 4-byte pairs), and ρ's sums of 32 consecutive e = row · N + col
+// (the butterfly of the header; ROW_PAIRS: dstate 16, a block spans rows lg, lg ^ 1). The mma.sync
+// kernel calls it per (fragment row i, half); the wgmma kernel (chunk_state_passing_bwd_sm90a.cuh)
+// per half of its warp's 16 rows, whose accumulator holds the same pairs (WgAcc: register 4 j + 2 half
+// + q is fragment j's x[2 half + q]). The same operations on the same values: the same bits.
+template <class T, int N, int NJ, bool ROW_PAIRS, bool QUAD, class RunAt, class AccAt, class PAt>
+__device__ __forceinline__ void state_pass_bwd_row(RunAt run_at, AccAt acc_at, PAt p_at, float carry, int row, int col0,
+                                                   T* dsc, T* dslc, T* ptc, T* ptlc, double* rho_c, int lane) {
+  const int lg = lane >> 2, lt = lane & 3;
+  const long long e_row = (long long)row * N;
+  // ρ's products: with dstate 16 all of the row's (the block spans two rows), else per
+  // block of four fragment columns, its offset-16 sums taken as soon as both terms exist.
+  double part[ROW_PAIRS ? NJ : 2][2], s16[2][2];
+  unsigned u_ds[2], u_pt[2], u_dsl[2], u_ptl[2];  // the T pairs of fragment columns j−1, j
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    const int col = col0 + 8 * j + FragC::col(lane);
+    const float2 Pv = p_at(j, e_row + col);
+    float* v = run_at(j);
+    const T ds0 = from_float<T>(v[0]), ds1 = from_float<T>(v[1]);
+    const T p0h = from_float<T>(Pv.x), p1h = from_float<T>(Pv.y);
+    u_ds[j & 1] = pack_pair<T>(ds0, ds1);
+    u_pt[j & 1] = pack_pair<T>(p0h, p1h);
+    u_dsl[j & 1] = pack_pair<T>(lo_term<T>(v[0], ds0), lo_term<T>(v[1], ds1));
+    u_ptl[j & 1] = pack_pair<T>(lo_term<T>(Pv.x, p0h), lo_term<T>(Pv.y, p1h));
+    const double pj[2] = {__dmul_rn(double(Pv.x), double(v[0])),  // exact: 24 + 24 mantissa bits
+                          __dmul_rn(double(Pv.y), double(v[1]))};
+    const float* a = acc_at(j);
+    v[0] = __fmaf_rn(carry, v[0], a[0]);
+    v[1] = __fmaf_rn(carry, v[1], a[1]);
+    if constexpr (!QUAD) {
+      *reinterpret_cast<unsigned*>(dsc + e_row + col) = u_ds[j & 1];
+      *reinterpret_cast<unsigned*>(ptc + e_row + col) = u_pt[j & 1];
+      *reinterpret_cast<unsigned*>(dslc + e_row + col) = u_dsl[j & 1];
+      *reinterpret_cast<unsigned*>(ptlc + e_row + col) = u_ptl[j & 1];
+    } else if (j & 1) {  // NJ is even: the pair j−1, j
+      store_quad<T>(dsc + e_row, col - 8, u_ds[0], u_ds[1], lt);
+      store_quad<T>(ptc + e_row, col - 8, u_pt[0], u_pt[1], lt);
+      store_quad<T>(dslc + e_row, col - 8, u_dsl[0], u_dsl[1], lt);
+      store_quad<T>(ptlc + e_row, col - 8, u_ptl[0], u_ptl[1], lt);
+    }
+    // ρ: state_passing_bwd's butterfly per block of 32 consecutive e (see the header).
+    if constexpr (ROW_PAIRS) {
+      part[j][0] = pj[0];
+      part[j][1] = pj[1];
+    } else if (j % 4 < 2) {
+      part[j % 4][0] = pj[0];
+      part[j % 4][1] = pj[1];
+    } else {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) s16[j % 4 - 2][q] = __dadd_rn(part[j % 4 - 2][q], pj[q]);  // offset 16
+      if (j % 4 == 3) {
+        double t[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          t[q] = __dadd_rn(s16[0][q], s16[1][q]);                                // offset 8
+          t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));         // offset 4
+          t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));         // offset 2
+        }
+        const double sum = __dadd_rn(t[0], t[1]);                                // offset 1
+        const long long e0 = e_row + col0 + 32 * (j / 4);
+        if (lt == 0) rho_c[e0 / 32] = sum;
+      }
+    }
+  }
+  if constexpr (ROW_PAIRS) {
+    double t[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const double u0 = __dadd_rn(part[0][q], __shfl_xor_sync(0xffffffffu, part[0][q], 4));  // offset 16
+      const double u1 = __dadd_rn(part[1][q], __shfl_xor_sync(0xffffffffu, part[1][q], 4));
+      t[q] = __dadd_rn(u0, u1);                                                  // offset 8
+      t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));             // offset 4
+      t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));             // offset 2
+    }
+    const double sum = __dadd_rn(t[0], t[1]);                                    // offset 1
+    if (lt == 0 && (lg & 1) == 0) rho_c[row / 2] = sum;
+  }
+}
+
 }  // namespace detail
 
 template <class Spec>
-__device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
+__device__ void chunk_state_passing_bwd_mma(const ChunkStatePassingBwdParams& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
   constexpr bool X_LO = Spec::kXLo;
@@ -248,75 +332,13 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const int row = p0 + wm0 + 16 * i + FragC::row(lane, half);
-              const long long e_row = (long long)row * N;
-              // ρ's products: with dstate 16 all of the row's (the block spans two rows), else per
-              // block of four fragment columns, its offset-16 sums taken as soon as both terms exist.
-              double part[ROW_PAIRS ? NJ : 2][2], s16[2][2];
-              unsigned u_ds[2], u_pt[2], u_dsl[2], u_ptl[2];  // the T pairs of fragment columns j−1, j
-#pragma unroll
-              for (int j = 0; j < NJ; ++j) {
-                const int col = n0 + wn0 + 8 * j + FragC::col(lane);
-                const float2 Pv = BATCHED ? ein.P[2 * i + half][j] : *reinterpret_cast<const float2*>(Pc + e_row + col);
-                float* v = run[i][j].x + 2 * half;
-                const T ds0 = from_float<T>(v[0]), ds1 = from_float<T>(v[1]);
-                const T p0h = from_float<T>(Pv.x), p1h = from_float<T>(Pv.y);
-                u_ds[j & 1] = detail::pack_pair<T>(ds0, ds1);
-                u_pt[j & 1] = detail::pack_pair<T>(p0h, p1h);
-                u_dsl[j & 1] = detail::pack_pair<T>(lo_term<T>(v[0], ds0), lo_term<T>(v[1], ds1));
-                u_ptl[j & 1] = detail::pack_pair<T>(lo_term<T>(Pv.x, p0h), lo_term<T>(Pv.y, p1h));
-                const double pj[2] = {__dmul_rn(double(Pv.x), double(v[0])),  // exact: 24 + 24 mantissa bits
-                                      __dmul_rn(double(Pv.y), double(v[1]))};
-                const float* a = acc[i][j].x + 2 * half;
-                v[0] = __fmaf_rn(carry, v[0], a[0]);
-                v[1] = __fmaf_rn(carry, v[1], a[1]);
-                if constexpr (!BATCHED) {
-                  *reinterpret_cast<unsigned*>(dsc + e_row + col) = u_ds[j & 1];
-                  *reinterpret_cast<unsigned*>(ptc + e_row + col) = u_pt[j & 1];
-                  *reinterpret_cast<unsigned*>(dslc + e_row + col) = u_dsl[j & 1];
-                  *reinterpret_cast<unsigned*>(ptlc + e_row + col) = u_ptl[j & 1];
-                } else if (j & 1) {  // NJ is even: the pair j−1, j
-                  detail::store_quad<T>(dsc + e_row, col - 8, u_ds[0], u_ds[1], lt);
-                  detail::store_quad<T>(ptc + e_row, col - 8, u_pt[0], u_pt[1], lt);
-                  detail::store_quad<T>(dslc + e_row, col - 8, u_dsl[0], u_dsl[1], lt);
-                  detail::store_quad<T>(ptlc + e_row, col - 8, u_ptl[0], u_ptl[1], lt);
-                }
-                // ρ: state_passing_bwd's butterfly per block of 32 consecutive e (see the header).
-                if constexpr (ROW_PAIRS) {
-                  part[j][0] = pj[0];
-                  part[j][1] = pj[1];
-                } else if (j % 4 < 2) {
-                  part[j % 4][0] = pj[0];
-                  part[j % 4][1] = pj[1];
-                } else {
-#pragma unroll
-                  for (int q = 0; q < 2; ++q) s16[j % 4 - 2][q] = __dadd_rn(part[j % 4 - 2][q], pj[q]);  // offset 16
-                  if (j % 4 == 3) {
-                    double t[2];
-#pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                      t[q] = __dadd_rn(s16[0][q], s16[1][q]);                                // offset 8
-                      t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));         // offset 4
-                      t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));         // offset 2
-                    }
-                    const double sum = __dadd_rn(t[0], t[1]);                                // offset 1
-                    const long long e0 = (long long)row * N + n0 + wn0 + 32 * (j / 4);
-                    if (lt == 0) rho_c[e0 / 32] = sum;
-                  }
-                }
-              }
-              if constexpr (ROW_PAIRS) {
-                double t[2];
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                  const double u0 = __dadd_rn(part[0][q], __shfl_xor_sync(0xffffffffu, part[0][q], 4));  // offset 16
-                  const double u1 = __dadd_rn(part[1][q], __shfl_xor_sync(0xffffffffu, part[1][q], 4));
-                  t[q] = __dadd_rn(u0, u1);                                                  // offset 8
-                  t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));             // offset 4
-                  t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));             // offset 2
-                }
-                const double sum = __dadd_rn(t[0], t[1]);                                    // offset 1
-                if (lt == 0 && (lg & 1) == 0) rho_c[row / 2] = sum;
-              }
+              detail::state_pass_bwd_row<T, N, NJ, ROW_PAIRS, BATCHED>(
+                  [&](int j) { return run[i][j].x + 2 * half; },
+                  [&](int j) -> const float* { return acc[i][j].x + 2 * half; },
+                  [&](int j, long long e) {
+                    return BATCHED ? ein.P[2 * i + half][j] : *reinterpret_cast<const float2*>(Pc + e);
+                  },
+                  carry, row, n0 + wn0, dsc, dslc, ptc, ptlc, rho_c, lane);
             }
 #pragma unroll
           for (int i = 0; i < MI; ++i)
@@ -333,6 +355,29 @@ __device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
         __syncthreads();  // s_w and the stage buffers are reused by the next tile
       }
     }
+  }
+}
+
+}  // namespace ssd_kernels
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "ssd/chunk_state_passing_bwd_sm90a.cuh"  // chunk_state_passing_bwd_wgmma (hopper.cuh: sm_90a only)
+#endif
+
+namespace ssd_kernels {
+
+// The entry: on sm_90a the family sets Spec::kWgmma (a pure function of the specialization:
+// src/kernels/chunk_state_passing_bwd.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
+template <class Spec>
+__device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
+  if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    chunk_state_passing_bwd_wgmma<Spec>(p);
+#else
+    static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma chunk_state_passing_bwd needs the sm_90a target");
+#endif
+  } else {
+    chunk_state_passing_bwd_mma<Spec>(p);
   }
 }
 

@@ -93,6 +93,38 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, lo
   }
 }
 
+// One 16-position slice kk of a state pass's K chain on wgmma, S += rn_T(x ∘ w)ᵀ B: this lane's A
+// fragment of the swizzled x stage `sx` ([BLOCK_K][64 p] of its warpgroup) by ldmatrix.trans at
+// (kk + a_row, a_col), scaled by the slice's weights (w_step[kk ..]) as the mma.sync kernels scale
+// it (warp::scale_a_cols, or with TWO_TERM the hi and lo terms, hi multiplied first), then one
+// wgmma m64nNk16 per term with B the MN-major stage `sb` ([BLOCK_K][N]), one commit group. The
+// caller waits for earlier groups before calling (the A registers are written here).
+// chunk_state_passing_fwd_wgmma and chunk_state_passing_bwd_wgmma (its dy · C chain) share it.
+template <class T, int BLOCK_K, bool TWO_TERM, int N>
+__device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned char* sx, const T* sb, const float* w_step,
+                                               int kk, int lt, int a_row, int a_col) {
+  const float* w = w_step + kk + 2 * lt;
+  const float2 w01 = *reinterpret_cast<const float2*>(w);
+  const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
+  FragA a;
+  ptx::ldmatrix_x4_trans(a.x, ptx::smem_addr(sx + smem::swizzle128_offset(kk + a_row, a_col)));
+  const unsigned long long desc_b = smem::desc_mn_major_sw128(sb, BLOCK_K, kk);
+  // wgmma.fence between the ordinary writes of the A registers and the wgmma reading them.
+  if constexpr (TWO_TERM) {
+    FragA lo;
+    warp::scale_a_cols_two_term<T>(a, lo, w01, w89);
+    warpgroup::fence();
+    warpgroup::mma_rs<T, 1>(acc, a, desc_b, true);
+    warpgroup::mma_rs<T, 1>(acc, lo, desc_b, true);
+  } else {
+    warp::scale_a_cols<T>(a, w01, w89);
+    warpgroup::fence();
+    warpgroup::mma_rs<T, 1>(acc, a, desc_b, true);
+  }
+  warpgroup::commit_group();
+  warpgroup::fence_operand(acc);
+}
+
 }  // namespace detail
 
 template <class Spec>
@@ -244,26 +276,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
               warpgroup::wait_group<kInFlight>();
               warpgroup::fence_operand(acc);
             }
-            const float* w = w_step + kk + 2 * lt;
-            const float2 w01 = *reinterpret_cast<const float2*>(w);
-            const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
-            FragA a;
-            ptx::ldmatrix_x4_trans(a.x, ptx::smem_addr(sx + smem::swizzle128_offset(kk + a_row, a_col)));
-            const unsigned long long desc_b = smem::desc_mn_major_sw128(sb, BLOCK_K, kk);
-            // wgmma.fence between the ordinary writes of the A registers and the wgmma reading them.
-            if constexpr (TWO_TERM) {
-              FragA lo;
-              warp::scale_a_cols_two_term<T>(a, lo, w01, w89);
-              warpgroup::fence();
-              warpgroup::mma_rs<T, 1>(acc, a, desc_b, true);
-              warpgroup::mma_rs<T, 1>(acc, lo, desc_b, true);
-            } else {
-              warp::scale_a_cols<T>(a, w01, w89);
-              warpgroup::fence();
-              warpgroup::mma_rs<T, 1>(acc, a, desc_b, true);
-            }
-            warpgroup::commit_group();
-            warpgroup::fence_operand(acc);
+            detail::state_pass_k16<T, BLOCK_K, TWO_TERM>(acc, sx, sb, w_step, kk, lt, a_row, a_col);
           }
           if (++ks < (c < nchunks - 1 ? KS : steps_last)) continue;
 

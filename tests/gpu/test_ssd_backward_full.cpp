@@ -354,9 +354,12 @@ TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, f
   // The backward recomputes P with chunk_state_passing_fwd (SSD_FLAG_TWO_TERM_STATES, fp32 P), on
   // sm_90a the wgmma kernel for headdim and dstate multiples of 64, and chunk_scan_bwd_dx runs its n
   // loops (C·Pᵀ, B·dsᵀ) as wgmma at its default 128 x . x 64 tile where dstate is a multiple of 64
-  // and headdim 32 or 64 (cases 0, 3 and p32 below; sm_90 runs the same tile's mma.sync loops); every other
-  // backward kernel is the same code on both archs. Equal gradients on sm_90a and sm_90 (whose units keep mma.sync; both
-  // run on the H200, sm_80 cubins would not load on a 9.x device) mean the recomputed P kept its bits.
+  // and headdim 32 or 64 (cases 0, 3 and p32 below; sm_90 runs the same tile's mma.sync loops), and the fused
+  // state pass chunk_state_passing_bwd runs its wgmma kernel (chunk_state_passing_bwd_sm90a.cuh) where headdim
+  // and dstate are multiples of 64 (cases 0, 2, 3, 5: z, seq_idx, dfinal and dinit, one and two heads per
+  // block, headdim 128); every other backward kernel is the same code on both archs. Equal gradients on sm_90a
+  // and sm_90 (whose units keep mma.sync; both run on the H200, sm_80 cubins would not load on a 9.x device)
+  // mean the recomputed P, and every output of the state pass the gradients depend on, kept their bits.
   if (!device_is_sm90a()) {
     MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
     return;

@@ -2,7 +2,8 @@
 // state_passing_bwd fused): its tiles (legal ones listed, bad ones refused naming the field and the
 // rule), deterministic mode only, the plan's choice (fused by default, the staged pair with
 // BackwardTuning::staged_state_pass or the fast kernels) and its workspace (no dP section), and
-// NVRTC + ptxas on the presets' and all-options specializations: no spills. The GPU test
+// NVRTC + ptxas on the presets' and all-options specializations: no spills (the mma.sync kernel, i.e.
+// sm_80 and sm_90; test_state_pass_bwd_wgmma.cpp has sm_90a's). The GPU test
 // (tests/gpu/test_ssd_backward_full.cpp) compares its outputs with the staged pair's bit for bit.
 #include <doctest/doctest.h>
 
@@ -35,7 +36,8 @@ const statepass_test::NemotronhStatePass fused{SSD_KERNEL_CHUNK_STATE_PASSING_BW
 }  // namespace
 
 TEST_CASE("chunk_state_passing_bwd: legal tiles cover whole 32-element rho blocks, the default") {
-  const ssd_kernel_config c = fused(SSD_ARCH_SM90A, SSD_FLAG_Z);
+  // The mma.sync kernel's tiles (sm_80, sm_90; sm_90a's wgmma kernel: test_state_pass_bwd_wgmma.cpp).
+  const ssd_kernel_config c = fused(SSD_ARCH_SM90, SSD_FLAG_Z);
   const std::vector<ssd_tile> tiles = legal_tiles(c);
   REQUIRE_FALSE(tiles.empty());
   for (const ssd_tile& t : tiles) {
@@ -156,7 +158,7 @@ TEST_CASE("chunk_state_passing_bwd: the plan fuses by default, the staged pair o
 TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations compile, no spills") {
   std::vector<ssd_kernel_config> configs;
   std::set<std::string> seen;
-  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A})
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90})
     for (const ssdgen::ModelPreset& p : ssdgen::model_presets())
       for (const ssd_kernel_config& k : ssdgen::preset_configs(p, arch, SSD_MODE_DETERMINISTIC))
         if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD && seen.insert(config_label(k) + tile_text(k.tile)).second)
@@ -164,7 +166,7 @@ TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations
   CHECK(configs.size() >= 2);  // every preset's backward runs the fused kernel
   // All options (z: the dy_lo pass; seq_idx; dfinal / dinit / initial states are pointers), fp16,
   // the smallest and largest tiles, dstate 16.
-  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90A}) {
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {
     // The swept tiles of 128 to 256 threads too: their epilogue holds all of P_c's fragments at
     // once (at most 255 registers, no spills).
     for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{16, 32, 16, 0, 0},
@@ -180,7 +182,7 @@ TEST_CASE("chunk_state_passing_bwd: the presets' and all-options specializations
   }
   // 512 threads (a 128-register bound): the per-element epilogue, as the bench runs it (no z, no
   // seq_idx; with both it spills a little on either arch, as it did before the batched epilogue).
-  configs.push_back(fused(SSD_ARCH_SM90A, 0, ssd_tile{64, 256, 32, 0, 0}));
+  configs.push_back(fused(SSD_ARCH_SM90, 0, ssd_tile{64, 256, 32, 0, 0}));
   int with_report = 0;
   for (const ssd_kernel_config& c : configs) {
     CAPTURE(config_label(c));

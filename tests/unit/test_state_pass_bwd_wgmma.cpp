@@ -1,0 +1,194 @@
+// chunk_state_passing_bwd on sm_90a (templates/ssd/chunk_state_passing_bwd_sm90a.cuh): which
+// specializations take the wgmma kernel, its tiles (legal ones listed, bad ones refused by field), its
+// unit (Spec, threads, dynamic shared memory), its grid, and NVRTC + ptxas on the presets' and
+// all-options specializations: wgmma in the PTX with the A operand from registers (two per 16
+// positions for dy's two-term operand, one more for dy_lo with z), the deterministic ρ stores, no
+// spills at the default tiles. The GPU test "ssd_backward on sm_90a" compares its outputs with the
+// mma.sync kernel's (an sm_90 build) bit for bit.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/codegen.h"
+#include "compile/nvrtc_compiler.h"
+#include "config/config.h"
+#include "presets.h"
+#include "ptxas_report_support.h"
+#include "ssd/backward_params.cuh"
+#include "state_pass_test_support.h"
+
+using namespace ssd;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+using statepass_test::tile_text;
+using statepass_test::tile_texts;
+
+const statepass_test::NemotronhStatePass fused{SSD_KERNEL_CHUNK_STATE_PASSING_BWD};
+
+}  // namespace
+
+TEST_CASE("chunk_state_passing_bwd on sm_90a: wgmma tiles listed, the default, other archs and shapes unchanged") {
+  const ssd_kernel_config c = fused(SSD_ARCH_SM90A, 0);
+  const std::set<std::string> one_warpgroup = {"64x64x32", "64x64x64", "64x128x32", "64x128x64"};
+  std::set<std::string> all = one_warpgroup;
+  for (const char* t : {"128x64x32", "128x64x64"}) all.insert(t);  // 128 x 128: above 227 KiB (below)
+  CHECK(tile_texts(legal_tiles(c)) == all);
+  CHECK(tile_text(normalize_config(c).value().tile) == "64x64x64");
+  CHECK(tile_text(normalize_config(fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX)).value().tile) == "64x64x64");
+  // Two heads per block need an even number of heads per group: else one warpgroup only.
+  ssd_kernel_config odd = c;
+  odd.heads_per_group = 3;
+  CHECK(tile_texts(legal_tiles(odd)) == one_warpgroup);
+  CHECK(tile_text(normalize_config(odd).value().tile) == "64x64x64");
+  // sm_80 and sm_90 keep the mma.sync kernel's tiles and default.
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {
+    const ssd_kernel_config m = fused(arch, 0);
+    const std::set<std::string> tiles = tile_texts(legal_tiles(m));
+    CHECK(tiles.count("32x32x16") == 1);
+    CHECK(tiles.count("128x64x32") == 0);  // m = 128 > headdim: not an mma.sync tile
+    CHECK(tile_text(normalize_config(m).value().tile) == "64x64x64");
+  }
+  // Shapes without whole 64 x 64 state tiles stay on mma.sync on sm_90a, with its tiles.
+  ssd_kernel_config narrow = c;
+  narrow.headdim = 32;
+  CHECK(tile_texts(legal_tiles(narrow)).count("32x32x16") == 1);
+  ssd_kernel_config small_n = c;
+  small_n.dstate = 32;
+  CHECK(tile_texts(legal_tiles(small_n)).count("64x32x64") == 1);
+}
+
+TEST_CASE("chunk_state_passing_bwd on sm_90a: tiles outside the wgmma set are refused naming the tile and the rule") {
+  for (const ssd_tile& t : {ssd_tile{32, 64, 64, 0, 0}, ssd_tile{64, 32, 64, 0, 0}, ssd_tile{64, 256, 32, 0, 0},
+                            ssd_tile{64, 64, 16, 0, 0}}) {
+    CAPTURE(tile_text(t));
+    const Status s = validate_config(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, t));
+    CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+    CHECK(contains(s.detail, "tile: " + tile_text(t)));
+    CHECK(contains(s.detail, "chunk_state_passing_bwd"));
+    CHECK(contains(s.detail, "on sm_90a (wgmma): m in 64, 128; n in 64, 128; k in 32, 64"));
+  }
+  // Two heads of 128 columns: the stages, weights and two P_c buffers exceed the shared memory.
+  for (const ssd_tile& t : {ssd_tile{128, 128, 32, 0, 0}, ssd_tile{128, 128, 64, 0, 0}}) {
+    CAPTURE(tile_text(t));
+    CHECK(ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, t.m, t.n, t.k) > 227 * 1024);
+    const Status big = validate_config(fused(SSD_ARCH_SM90A, 0, t));
+    CHECK(big.code == SSD_ERROR_INVALID_CONFIG);
+    CHECK(contains(big.detail, "shared memory above 227 KiB (stages, weights and two P_c buffers)"));
+  }
+  ssd_kernel_config odd = fused(SSD_ARCH_SM90A, 0, ssd_tile{128, 64, 32, 0, 0});
+  odd.heads_per_group = 5;
+  const Status s = validate_config(odd);
+  CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(s.detail, "m | headdim, or m a multiple of headdim whose heads are in one group"));
+  // Fast mode stays refused (the fused pass writes only the deterministic ρ slots).
+  ssd_kernel_config fast = fused(SSD_ARCH_SM90A, 0);
+  fast.mode = SSD_MODE_FAST;
+  CHECK(validate_config(fast).code == SSD_ERROR_INVALID_CONFIG);
+}
+
+TEST_CASE("chunk_state_passing_bwd on sm_90a: the unit selects the wgmma kernel, 128 threads a warpgroup, dynamic shared memory") {
+  for (const ssd_tile& t : {ssd_tile{128, 64, 32, 0, 0}, ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 64, 0, 0}}) {
+    CAPTURE(tile_text(t));
+    auto u = generate_unit(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, t));
+    REQUIRE_MESSAGE(u.ok(), u.status().detail);
+    CHECK(contains(u->source, "static constexpr bool kWgmma = true;"));
+    CHECK(u->block_threads == 2 * t.m);
+    // Stages of k positions (128 ahead), dy per warpgroup and C, the weights of two chunks per
+    // warpgroup, the alignment, P_c's two buffers (rows of n + 8 fp32); no output staging tile.
+    const int stages = 2 + 128 / t.k;
+    CHECK(u->dynamic_shared_bytes ==
+          stages * t.k * (t.m + t.n) * 2 + (t.m / 64) * 8 * 256 + 1024 + 2 * t.m * (t.n + 8) * 4);
+    CHECK(u->dynamic_shared_bytes ==
+          ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, t.m, t.n, t.k));
+    CHECK(u->dynamic_shared_bytes <= 227 * 1024);
+  }
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {  // their units as before: no kWgmma member
+    auto u = generate_unit(normalize_config(fused(arch, SSD_FLAG_Z)).value());
+    REQUIRE_MESSAGE(u.ok(), u.status().detail);
+    CHECK_FALSE(contains(u->source, "kWgmma"));
+    CHECK(u->dynamic_shared_bytes == 0);
+  }
+}
+
+TEST_CASE("chunk_state_passing_bwd on sm_90a: the presets' and all-options specializations compile to wgmma, no spills") {
+  std::vector<ssd_kernel_config> configs;
+  std::set<std::string> seen;
+  for (const ssdgen::ModelPreset& p : ssdgen::model_presets())
+    for (const ssd_kernel_config& k : ssdgen::preset_configs(p, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC))
+      if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD && seen.insert(config_label(k) + tile_text(k.tile)).second)
+        configs.push_back(k);
+  CHECK(configs.size() >= 2);
+  // Every option the backward passes (z: the dy_lo pass; seq_idx) at the default tile, and fp16.
+  configs.push_back(fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{128, 64, 64, 0, 0}));
+  configs.push_back(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, ssd_tile{128, 64, 64, 0, 0}));
+  ssd_kernel_config half = fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{128, 64, 64, 0, 0});
+  half.dtype = SSD_DTYPE_FP16;
+  configs.push_back(half);
+  ssd_kernel_config odd = fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{64, 64, 64, 0, 0});
+  odd.heads_per_group = 3;
+  configs.push_back(odd);
+  ssd_kernel_config odd_half = odd;  // the default tile with every option in fp16
+  odd_half.dtype = SSD_DTYPE_FP16;
+  configs.push_back(odd_half);
+  int with_report = 0;
+  for (const ssd_kernel_config& c : configs) {
+    CAPTURE(config_label(c));
+    CAPTURE(tile_text(c.tile));
+    REQUIRE(validate_config(c).ok());
+    auto u = generate_unit(c);
+    REQUIRE_MESSAGE(u.ok(), u.status().detail);
+    REQUIRE(contains(u->source, "kWgmma"));
+    auto r = compile_cubin(*u, SSD_ARCH_SM90A, /*with_ptx=*/true);
+    REQUIRE_MESSAGE(r.ok(), r.status().detail);
+    INFO(r->log);
+    const std::string& ptx = r->ptx;
+    const std::string shape = std::string("wgmma.mma_async.sync.aligned.m64n") + std::to_string(c.tile.n) + "k16.f32." +
+                              (c.dtype == SSD_DTYPE_BF16 ? "bf16.bf16" : "f16.f16");
+    // Per 16 positions of a stage: dy's two terms; with z the dy_lo pass's one term (its own loop).
+    const size_t k16 = size_t(c.tile.k / 16);
+    const size_t wgmmas = 2 * k16 + ((c.flags & SSD_FLAG_Z) ? k16 : 0);
+    CHECK(count(ptx, shape) == wgmmas);
+    CHECK(count(ptx, "wgmma.mma_async") == wgmmas);
+    for (size_t at = ptx.find("wgmma.mma_async"); at != std::string::npos; at = ptx.find("wgmma.mma_async", at + 1)) {
+      const std::string line = ptx.substr(at, ptx.find('\n', at) - at);
+      CHECK(contains(line, "}, {%r"));  // A from registers
+    }
+    CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 0;"));
+    CHECK_FALSE(contains(ptx, "mma.sync"));
+    CHECK_FALSE(contains(ptx, "atom."));  // deterministic: the ρ slots are plain stores
+    CHECK(contains(ptx, "shfl.sync.bfly.b32"));
+    CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
+    CHECK_FALSE(contains(r->log, "serialized"));
+    CHECK_FALSE(contains(r->log, "C7519"));
+    if (r->report.registers <= 0) continue;  // NVRTC may skip ptxas for PTX it compiled before
+    ++with_report;
+    CHECK(r->report.spill_bytes == 0);
+    CHECK(contains(r->log, " 0 bytes spill stores"));
+  }
+  require_some_ptxas_report(with_report);
+}
+
+TEST_CASE("chunk_state_passing_bwd on sm_90a: geometry helpers follow the forward's wgmma state pass") {
+  using namespace ssd_kernels;
+  for (int bk : {32, 64})
+    for (int bn : {64, 128})
+      for (int bm : {64, 128}) {
+        CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, bm, bn, bk) ==
+              fwd_geom::chunk_state_passing_wgmma_smem_bytes(256, bm, bn, bk, 4) + 2 * bm * (bn + 8) * 4);
+        CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(bm, bn, bk) ==
+              fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk));
+      }
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 256, 32, 128, 64, 32) == nullptr);
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 256, 3, 128, 64, 32) != nullptr);
+}
