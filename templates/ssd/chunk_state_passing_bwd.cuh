@@ -110,6 +110,32 @@ __device__ __forceinline__ void store_quad(T* row_base, int col_j, unsigned u_j,
       (unsigned long long)lo | ((unsigned long long)hi << 32);
 }
 
+// Step s of the fused backward pass's flattened walk: the chunks last to first, each PASSES passes
+// (dy, then with z dy_lo) of its K stages (the last chunk, first in the walk, has steps_first =
+// PASSES · ceil(valid_last / BLOCK_K) steps, every other PASSES · KS). The step's chunk c, its index st
+// among the chunk's steps, the chunk's valid positions (λ_c + 1), whether it is dy_lo's pass, and its
+// first position k0.
+struct BwdWalkStep {
+  int c, st, valid, k0;
+  bool lo_pass;
+};
+template <int BLOCK_K, int KS, int PASSES, bool X_LO>
+__device__ __forceinline__ BwdWalkStep bwd_walk_step(int s, int nchunks, int steps_first, int valid_last) {
+  BwdWalkStep w;
+  w.c = nchunks - 1;
+  w.st = s;
+  if (s >= steps_first) {
+    const int r = s - steps_first;
+    w.c = nchunks - 2 - r / (PASSES * KS);
+    w.st = r % (PASSES * KS);
+  }
+  w.valid = w.c < nchunks - 1 ? KS * BLOCK_K : valid_last;
+  const int ksteps = (w.valid + BLOCK_K - 1) / BLOCK_K;
+  w.lo_pass = X_LO && w.st >= ksteps;
+  w.k0 = (w.lo_pass ? w.st - ksteps : w.st) * BLOCK_K;
+  return w;
+}
+
 // Chunk c's epilogue for one fragment row of this thread (state_passing_bwd's steps per element,
 // dP_c = acc): `row` its state row (p), NJ fragments of columns col0 + 8 j + FragC::col(lane), the pair
 // v = run_at(j) of the running dS (updated to fma(carry, dS, dP_c)), a = acc_at(j) of dP_c and P_c's
@@ -249,18 +275,10 @@ __device__ void chunk_state_passing_bwd_mma(const ChunkStatePassingBwdParams& p)
         const int p0 = (tile / TILES_N) * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N;
         // Flattened step s of the walk -> (chunk c, pass, K step), as chunk_state_fwd's steps of c.
         auto load_stage = [&](int buf, int s) {
-          int c = nchunks - 1, st = s;
-          if (s >= steps_first) {
-            const int r = s - steps_first;
-            c = nchunks - 2 - r / (PASSES * KS);
-            st = r % (PASSES * KS);
-          }
-          const int valid = chunk_valid(c);
-          const int ksteps = (valid + BLOCK_K - 1) / BLOCK_K;
-          const bool lo_pass = X_LO && st >= ksteps;
-          const int k0 = (lo_pass ? st - ksteps : st) * BLOCK_K;
-          const T* safe_xs = lo_pass ? safe_xl : safe_x;
-          const long long row = (long long)c * Q + k0;
+          const detail::BwdWalkStep w = detail::bwd_walk_step<BLOCK_K, KS, PASSES, X_LO>(s, nchunks, steps_first, valid_last);
+          const int valid = w.valid, k0 = w.k0;
+          const T* safe_xs = w.lo_pass ? safe_xl : safe_x;
+          const long long row = (long long)w.c * Q + k0;
           block::load_tile<NT, BLOCK_K, BLOCK_M, LDX>(s_x[buf], safe_xs + row * p.x.stride[1] + p0 * p.x.stride[3],
                                                       p.x.stride[1], p.x.stride[3], vec_x, safe_xs,
                                                       [&](int r, int) { return k0 + r < valid; });

@@ -1,8 +1,9 @@
 // What the fused state passes' unit tests (test_state_pass_bwd.cpp, test_state_pass_wgmma.cpp)
-// share: the nemotronh-56b state-pass config they vary, and tiles as "MxNxK" text to compare tile
-// sets.
+// share: the nemotronh-56b state-pass config they vary, tiles as "MxNxK" text to compare tile sets,
+// and substring checks on generated source, PTX and ptxas logs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -29,6 +30,14 @@ struct NemotronhStatePass {
     return c;
   }
 };
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// Occurrences of `what` in `text` (overlapping ones too).
+inline size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
 
 inline std::string tile_text(const ssd_tile& t) {
   return std::to_string(t.m) + "x" + std::to_string(t.n) + "x" + std::to_string(t.k);

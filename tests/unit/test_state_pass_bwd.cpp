@@ -26,7 +26,7 @@ using namespace ssd;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using statepass_test::contains;
 
 using statepass_test::tile_text;
 using statepass_test::tile_texts;

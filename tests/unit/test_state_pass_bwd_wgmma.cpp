@@ -3,7 +3,7 @@
 // unit (Spec, threads, dynamic shared memory), its grid, and NVRTC + ptxas on the presets' and
 // all-options specializations: wgmma in the PTX with the A operand from registers (two per 16
 // positions for dy's two-term operand, one more for dy_lo with z), the deterministic ρ stores, no
-// spills at the default tiles. The GPU test "ssd_backward on sm_90a" compares its outputs with the
+// spills at the default tile (64 x 64 x 64) nor at 128 x 64 x 64. The GPU test "ssd_backward on sm_90a" compares its outputs with the
 // mma.sync kernel's (an sm_90 build) bit for bit.
 #include <doctest/doctest.h>
 
@@ -23,12 +23,8 @@ using namespace ssd;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using statepass_test::contains;
+using statepass_test::count;
 
 using statepass_test::tile_text;
 using statepass_test::tile_texts;
@@ -128,18 +124,18 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: the presets' and all-options speci
       if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD && seen.insert(config_label(k) + tile_text(k.tile)).second)
         configs.push_back(k);
   CHECK(configs.size() >= 2);
-  // Every option the backward passes (z: the dy_lo pass; seq_idx) at the default tile, and fp16.
-  configs.push_back(fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{128, 64, 64, 0, 0}));
-  configs.push_back(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, ssd_tile{128, 64, 64, 0, 0}));
-  ssd_kernel_config half = fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{128, 64, 64, 0, 0});
-  half.dtype = SSD_DTYPE_FP16;
-  configs.push_back(half);
+  // Every option the backward passes (z: the dy_lo pass; seq_idx) at the default tile 64 x 64 x 64 and
+  // at the two-warpgroup 128 x 64 x 64, in bf16 and fp16, and with an odd number of heads per group.
+  for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{128, 64, 64, 0, 0}})
+    for (ssd_dtype dtype : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
+      ssd_kernel_config c = fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, t);
+      c.dtype = dtype;
+      configs.push_back(c);
+    }
+  configs.push_back(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, ssd_tile{64, 64, 64, 0, 0}));
   ssd_kernel_config odd = fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX, ssd_tile{64, 64, 64, 0, 0});
   odd.heads_per_group = 3;
   configs.push_back(odd);
-  ssd_kernel_config odd_half = odd;  // the default tile with every option in fp16
-  odd_half.dtype = SSD_DTYPE_FP16;
-  configs.push_back(odd_half);
   int with_report = 0;
   for (const ssd_kernel_config& c : configs) {
     CAPTURE(config_label(c));

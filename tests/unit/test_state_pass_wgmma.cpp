@@ -22,12 +22,8 @@ using namespace ssd;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using statepass_test::contains;
+using statepass_test::count;
 
 using statepass_test::tile_text;
 using statepass_test::tile_texts;
