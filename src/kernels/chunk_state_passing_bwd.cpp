@@ -11,10 +11,13 @@ namespace {
 constexpr SsdFieldUse kUses{true, true, true};
 
 // sm_90a runs the wgmma kernel (chunk_state_passing_bwd_sm90a.cuh) on the shapes made of whole 64 x 64
-// tiles (headdim and dstate multiples of 64); every other specialization the mma.sync one. A pure
-// function of the specialization, so each has one kernel, tile set and key.
+// tiles (headdim and dstate multiples of 64) whose chunks are long enough for its two P_c buffers
+// (chunk_size 128 and up, or 64 with z: bwd_geom::chunk_state_passing_bwd_wgmma_walk); every other
+// specialization the mma.sync one. A pure function of the specialization, so each has one kernel, tile
+// set and key.
 bool uses_wgmma(const ssd_kernel_config& c) {
-  return c.arch == SSD_ARCH_SM90A && ssd_kernels::fwd_geom::chunk_state_passing_wgmma_shape(c.headdim, c.dstate);
+  return c.arch == SSD_ARCH_SM90A && ssd_kernels::fwd_geom::chunk_state_passing_wgmma_shape(c.headdim, c.dstate) &&
+         ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_walk(c.chunk_size, (c.flags & SSD_FLAG_Z) ? 2 : 1);
 }
 constexpr auto mma_tile_problem = shape_tile_problem<ssd_kernels::bwd_geom::chunk_state_passing_bwd_tile_problem>;
 const char* tile_problem(const ssd_kernel_config& c) {

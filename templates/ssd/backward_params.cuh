@@ -490,6 +490,13 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 // 128; k in 32, 64; n | dstate, so ρ's blocks of 32 columns lie in one warp's fragments; within 227 KiB
 // of shared memory); the weights of two chunks per warpgroup, two P_c buffers, no output staging tile.
 // Used when the arch is sm_90a and headdim, dstate are multiples of 64.
+// The walk's P_c buffers are two, by the chunk's parity, and P_c is copied with its chunk's first stage,
+// i.e. STAGES - 2 = 128 / BLOCK_K steps ahead: safe only when one chunk's steps (passes · Q / BLOCK_K;
+// passes 2 with z's dy_lo pass) cover that distance, so that the copy of chunk c comes after the
+// epilogue of chunk c + 2 read the same buffer. Shorter chunks (Q = 32, or Q = 64 without z) keep the
+// mma.sync kernel (a copy overwrote a buffer still being read: a race found in review and confirmed on
+// the H200, session 15).
+SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int passes) { return passes * q >= 128; }
 // P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
 // The forward's stages and weights (4: no staged output tile), then P_c's two buffers of BLOCK_M rows.

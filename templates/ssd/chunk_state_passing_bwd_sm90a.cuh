@@ -2,7 +2,8 @@
 // header for the math and every reduction order), with dP_c's K chain on wgmma instead of mma.sync.
 // Included by chunk_state_passing_bwd.cuh only when NVRTC compiles for sm_90a
 // (__CUDA_ARCH_FEAT_SM90_ALL); the family selects it by Spec::kWgmma (src/kernels/
-// chunk_state_passing_bwd.cpp: arch sm_90a, headdim and dstate multiples of 64).
+// chunk_state_passing_bwd.cpp: arch sm_90a, headdim and dstate multiples of 64, chunks of at least 128
+// positions counting z's second pass: bwd_geom::chunk_state_passing_bwd_wgmma_walk).
 //
 // The same order, term for term:
 //   dP_c   a separate fp32 accumulator (WgAcc, zeroed with ordinary stores, so its first wgmma adds to
@@ -78,6 +79,9 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
   constexpr int TILES = chunk_state_tiles(P, N, MT, BLOCK_N);
   constexpr int KS = Q / BLOCK_K;        // K stages of a whole chunk, per pass
   constexpr int PASSES = X_LO ? 2 : 1;  // dy, then dy_lo
+  static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_walk(Q, PASSES),
+                "a chunk's steps must cover the ring's prefetch distance (P_c's two buffers): the family keeps "
+                "mma.sync for shorter chunks");
   constexpr int kInFlight = bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
   static_assert(kInFlight >= 0 && kInFlight <= BLOCK_K / 16, "the groups in flight at a stage's top are its predecessor's");
   constexpr int NJ = BLOCK_N / 8;                 // fragments of a warp's 16 rows
@@ -147,9 +151,11 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
           if (st == 0) {
             // Chunk c's first step also brings its P_c (this warpgroup's tile; rows of N fp32, 16-byte
             // aligned: n0 is a multiple of 64) into the buffer of its walk parity. Its epilogue reads
-            // it after the barrier of the chunk's last step, whose wait covers this older group; the
-            // buffer's previous reader, the epilogue two chunks back, finished before the barrier
-            // that precedes this copy.
+            // it after the barrier of the chunk's last step, whose wait covers this older group. The
+            // buffer's previous reader is the epilogue two chunks back in the walk; this copy is
+            // issued STAGES - 2 steps before chunk c's first step, which is after that epilogue's
+            // step (and the barrier after it) only because a chunk has at least STAGES - 2 steps
+            // (the static_assert above).
             // Each thread one 16-byte column chunk, rows RSTEP apart; the row step made opaque so the
             // copies' addresses are formed here, not held across the K loop as invariants (ptxas
             // spilled with them).

@@ -9,6 +9,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codegen/codegen.h"
@@ -53,6 +54,26 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: wgmma tiles listed, the default, o
     CHECK(tiles.count("32x32x16") == 1);
     CHECK(tiles.count("128x64x32") == 0);  // m = 128 > headdim: not an mma.sync tile
     CHECK(tile_text(normalize_config(m).value().tile) == "64x64x64");
+  }
+  // Chunks too short for the walk's two P_c buffers (passes · chunk_size < 128: the copy of a chunk's
+  // P_c, STAGES - 2 steps ahead, would overwrite the buffer an epilogue still reads) stay on mma.sync:
+  // chunk 64 without z; chunk 64 with z (two passes), 128 and 256 take wgmma (the legal chunk sizes
+  // are 64, 128, 256).
+  CHECK_FALSE(ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_walk(32, 2));
+  for (auto [chunk, flags, wgmma] : {std::tuple{64, 0u, false}, std::tuple{64, uint32_t(SSD_FLAG_SEQ_IDX), false},
+                                     std::tuple{64, uint32_t(SSD_FLAG_Z), true},
+                                     std::tuple{64, uint32_t(SSD_FLAG_Z | SSD_FLAG_SEQ_IDX), true},
+                                     std::tuple{128, 0u, true}, std::tuple{256, uint32_t(SSD_FLAG_SEQ_IDX), true}}) {
+    CAPTURE(chunk);
+    CAPTURE(flags);
+    ssd_kernel_config k = c;
+    k.chunk_size = chunk;
+    k.flags = flags;
+    CHECK(ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_walk(chunk, (flags & SSD_FLAG_Z) ? 2 : 1) == wgmma);
+    CHECK(tile_texts(legal_tiles(k)).count("128x64x64") == (wgmma ? 1u : 0u));  // two heads per block: wgmma only
+    auto u = generate_unit(normalize_config(k).value());
+    REQUIRE_MESSAGE(u.ok(), u.status().detail);
+    CHECK(contains(u->source, "kWgmma") == wgmma);
   }
   // Shapes without whole 64 x 64 state tiles stay on mma.sync on sm_90a, with its tiles.
   ssd_kernel_config narrow = c;
