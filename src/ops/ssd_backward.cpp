@@ -490,15 +490,7 @@ Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunk steps for "
                                                            "chunk_state_passing_bwd", c.d.L));
   void* params[] = {&p};
-  // A tile taller than headdim (the sm_90a kernel) stacks heads of one group in a block: fewer blocks
-  // along z (the mma.sync kernel's tiles have m <= headdim: one head per block).
-  namespace geom = ssd_kernels::fwd_geom;
-  const int p_dim = int(c.d.p);
-  return launch_kernel(
-      k, grid_x(geom::chunk_state_tiles(p_dim, int(c.d.n), geom::chunk_state_passing_head_rows(p_dim, t.m), t.n),
-                c.tn.max_blocks),
-      grid_yz(c.d.b, c.tn.max_blocks),
-      grid_yz(c.d.h / geom::chunk_state_passing_heads_per_block(p_dim, t.m), c.tn.max_blocks), params, stream);
+  return launch_state_pass(k, c.d.b, c.d.h, c.d.p, c.d.n, c.tn.max_blocks, params, stream);
 }
 
 // B-d: dx, dΔˣ's state part, w, v (with z, SSD_FLAG_Z: v's p sum also over dy's second term).

@@ -240,21 +240,14 @@ ssd_kernel_config state_pass_config(const F& c) {
   return k;
 }
 Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
-  const ssd_tile& t = k.built->config.tile;  // its 32-bit (chunk, K step) count: check_forward_inputs
+  // (The walk's 32-bit (chunk, K step) count is checked by check_forward_inputs.)
   ssd_kernels::ChunkStatePassingFwdParams p{};
   bind_chunk_state_inputs(c, p);
   p.initial_states = ref<const float, 2>(c.a.initial_states);
   p.states = states_ref<void, 4>(c);
   p.final_states = ref<float, 2>(c.a.final_states);
   void* params[] = {&p};
-  // A tile taller than headdim (sm_90a) stacks heads of one group in a block: fewer blocks along z.
-  namespace geom = ssd_kernels::fwd_geom;
-  const int p_dim = int(c.d.p);
-  return launch_kernel(
-      k, grid_x(geom::chunk_state_tiles(p_dim, int(c.d.n), geom::chunk_state_passing_head_rows(p_dim, t.m), t.n),
-                c.max_blocks),
-      grid_yz(c.d.b, c.max_blocks), grid_yz(c.d.h / geom::chunk_state_passing_heads_per_block(p_dim, t.m), c.max_blocks),
-      params, stream);
+  return launch_state_pass(k, c.d.b, c.d.h, c.d.p, c.d.n, c.max_blocks, params, stream);
 }
 
 // F5: the output.
@@ -387,6 +380,17 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
                             reinterpret_cast<float*>(base + layout.dA_cumsum_offset),
                             reinterpret_cast<float*>(base + layout.CB_offset), base + layout.states_offset};
   return ws.release(launch_forward_plan(call, kernels, stream, after_stage));
+}
+
+Status launch_state_pass(const ssd_kernel& k, int64_t batch, int64_t nheads, int64_t headdim, int64_t dstate,
+                         int32_t max_blocks, void** params, CUstream stream) {
+  namespace geom = ssd_kernels::fwd_geom;
+  const ssd_tile& t = k.built->config.tile;
+  const int p = int(headdim);
+  return launch_kernel(k, grid_x(geom::chunk_state_tiles(p, int(dstate), geom::chunk_state_passing_head_rows(p, t.m), t.n),
+                                 max_blocks),
+                       grid_yz(batch, max_blocks), grid_yz(nheads / geom::chunk_state_passing_heads_per_block(p, t.m), max_blocks),
+                       params, stream);
 }
 
 }  // namespace ssd

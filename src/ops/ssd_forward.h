@@ -78,6 +78,13 @@ int64_t states_bytes(bool with_output, const ForwardTuning& tuning);
 constexpr int kForwardStages = 6;
 extern const char* const kForwardStageNames[kForwardStages];
 Result<PlanKernels> fetch_forward_plan(ssd_runtime& runtime, const ForwardCall& call);
+// The launch of a fused state pass (chunk_state_passing_fwd or _bwd, mma.sync or wgmma kernel):
+// grid (state tiles of one head's rows, batch, nheads / heads per block), each axis capped by
+// max_blocks. A tile taller than headdim (the sm_90a kernels' m = 128 with headdim 64) stacks the
+// heads of one group in a block; every mma.sync tile has m <= headdim, one head per block.
+Status launch_state_pass(const ssd_kernel& k, int64_t batch, int64_t nheads, int64_t headdim, int64_t dstate,
+                         int32_t max_blocks, void** params, CUstream stream);
+
 Status launch_forward_plan(const ForwardCall& call, const PlanKernels& kernels, CUstream stream,
                            const std::function<void(int)>& after_stage = {});
 
