@@ -513,11 +513,6 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem
              ? "shared memory above 227 KiB (stages, weights and two P_c buffers)"
              : nullptr;
 }
-// wgmma groups left running while the next A fragment is built: the forward's choice (two warpgroups:
-// one block per SM, 255 registers).
-SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, int bn, int bk) {
-  return fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk);
-}
 
 }  // namespace bwd_geom
 }  // namespace ssd_kernels

@@ -82,7 +82,8 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
   static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_walk(Q, PASSES),
                 "a chunk's steps must cover the ring's prefetch distance (P_c's two buffers): the family keeps "
                 "mma.sync for shorter chunks");
-  constexpr int kInFlight = bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
+  // wgmma groups left running while the next A fragment is built: the forward state pass's choice.
+  constexpr int kInFlight = chunk_state_passing_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
   static_assert(kInFlight >= 0 && kInFlight <= BLOCK_K / 16, "the groups in flight at a stage's top are its predecessor's");
   constexpr int NJ = BLOCK_N / 8;                 // fragments of a warp's 16 rows
   static_assert(NJ % 4 == 0, "ρ's blocks of 32 columns lie in one warp's fragments");
@@ -183,8 +184,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
         for (int i = 0; i < Acc::kRegs; ++i) {
           run.x[i] = 0.f;
           if (p.dfinal_states.data)
-            run.x[i] =
-                p.dfinal_states.ptr(b, h)[(long long)r_lo * N + c_lo + ((i >> 1) & 1) * 8 * N + (i >> 2) * 8 + (i & 1)];
+            run.x[i] = p.dfinal_states.ptr(b, h)[detail::wg_state_offset<N>(r_lo, c_lo, i)];
         }
 
         WeightInputs next;
@@ -290,7 +290,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
         if (p.dinit.data) {
 #pragma unroll
           for (int i = 0; i < Acc::kRegs; ++i)
-            p.dinit.ptr(b, h)[(long long)r_lo * N + c_lo + ((i >> 1) & 1) * 8 * N + (i >> 2) * 8 + (i & 1)] = run.x[i];
+            p.dinit.ptr(b, h)[detail::wg_state_offset<N>(r_lo, c_lo, i)] = run.x[i];
         }
         __syncthreads();  // s_w and the stage buffers are reused by the next tile
       }

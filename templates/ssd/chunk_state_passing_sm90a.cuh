@@ -93,6 +93,15 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const T* g, lo
   }
 }
 
+// Register i of a thread's WgAcc in a row-major (p, n) state of row stride N, as an offset from the
+// thread's first element (r_lo, c_lo) = (Acc::row(0), Acc::col(0)) of its tile: the pairs of each four
+// registers are 8 rows apart, the groups of four 8 columns apart. The wgmma state passes' initial /
+// final states (forward) and dfinal / dinit (backward) use it.
+template <int N>
+__device__ __forceinline__ long long wg_state_offset(int r_lo, int c_lo, int i) {
+  return (long long)r_lo * N + c_lo + ((i >> 1) & 1) * 8 * N + (i >> 2) * 8 + (i & 1);
+}
+
 // One 16-position slice kk of a state pass's K chain on wgmma, S += rn_T(x ∘ w)ᵀ B: this lane's A
 // fragment of the swizzled x stage `sx` ([BLOCK_K][64 p] of its warpgroup) by ldmatrix.trans at
 // (kk + a_row, a_col), scaled by the slice's weights (w_step[kk ..]) as the mma.sync kernels scale
@@ -235,7 +244,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
         for (int i = 0; i < Acc::kRegs; ++i) {
           run.x[i] = 0.f;
           if (HAS_INIT)
-            run.x[i] = p.initial_states.ptr(b, h)[(long long)r_lo * N + c_lo + ((i >> 1) & 1) * 8 * N + (i >> 2) * 8 + (i & 1)];
+            run.x[i] = p.initial_states.ptr(b, h)[detail::wg_state_offset<N>(r_lo, c_lo, i)];
         }
 
         WeightInputs next;
@@ -370,7 +379,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
         if (p.final_states.data) {
 #pragma unroll
           for (int i = 0; i < Acc::kRegs; ++i)
-            p.final_states.ptr(b, h)[(long long)r_lo * N + c_lo + ((i >> 1) & 1) * 8 * N + (i >> 2) * 8 + (i & 1)] = run.x[i];
+            p.final_states.ptr(b, h)[detail::wg_state_offset<N>(r_lo, c_lo, i)] = run.x[i];
         }
         __syncthreads();  // s_w and the stage buffers are reused by the next tile
       }
