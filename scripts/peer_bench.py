@@ -137,6 +137,34 @@ def grad_buffers(x, dt, A, B, Cm, D, dt_bias):
             "ddt_bias": torch.full_like(dt_bias, nan)}
 
 
+def forward_ms(ours, mamba_chunk_scan_combined, x, dt, A, B, Cm, Q, D, dt_bias, iters, warmup):
+    """Median ms of ssd_forward and of mamba_ssm's forward on the same tensors, both returning the final
+    states."""
+    b, _, h, p = x.shape
+    out = torch.empty_like(x)
+    final = torch.empty(b, h, p, B.shape[-1], device="cuda")
+    a, ws = ours.prepare(x, dt, A, B, Cm, Q, D, dt_bias, out, final)
+    t_ours = median_ms(lambda: ours.forward(a), iters, warmup)
+    t_peer = median_ms(lambda: mamba_chunk_scan_combined(x, dt, A, B, Cm, Q, D=D, z=None, dt_bias=dt_bias,
+                                                         dt_softplus=True, return_final_states=True),
+                       iters, warmup)
+    return t_ours, t_peer
+
+
+def ssdgen_backward_ms(ours, x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, mode, iters, warmup):
+    """Median ms of ssd_backward in `mode` (its recompute included) and its workspace in MiB."""
+    a, ws = ours.prepare_backward(x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, mode)
+    return median_ms(lambda: ours.backward(a, ws), iters, warmup), ws.numel() / 2**20
+
+
+def mamba_backward_ms(mamba_chunk_scan_combined, x, dt, A, B, Cm, Q, D, dt_bias, dout, iters, warmup):
+    """Median ms of the autograd backward of mamba_ssm's mamba_chunk_scan_combined (the forward graph
+    retained) on the same tensors."""
+    peer_in = [t.detach().clone().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
+    out = mamba_chunk_scan_combined(*peer_in[:5], Q, D=peer_in[5], z=None, dt_bias=peer_in[6], dt_softplus=True)
+    return median_ms(lambda: torch.autograd.grad(out, peer_in, dout, retain_graph=True), iters, warmup)
+
+
 def backward_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, h, p, g, n, Q):
     """Accuracy of every gradient against float64 autograd of reference_fp64 (b=1, L=2048), then the
     speed of the whole backward at b=4 for L = 2048, 4096, 16384: ssdgen deterministic and fast,
@@ -169,16 +197,12 @@ def backward_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, h, p, 
         grads = grad_buffers(x, dt, A, B, Cm, D, dt_bias)
         row = {"batch": b, "seqlen": L}
         for mode, key in ((0, "ssdgen_det_ms"), (1, "ssdgen_fast_ms")):
-            a, ws = ours.prepare_backward(x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, mode)
-            row[key] = median_ms(lambda: ours.backward(a, ws), iters, warmup)
-            row[key.replace("_ms", "_workspace_mib")] = ws.numel() / 2**20
-            del ws
-        peer_in = [t.detach().clone().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
-        out = mamba_chunk_scan_combined(*peer_in[:5], Q, D=peer_in[5], z=None, dt_bias=peer_in[6], dt_softplus=True)
-        row["mamba_ssm_ms"] = median_ms(lambda: torch.autograd.grad(out, peer_in, dout, retain_graph=True),
-                                        iters, warmup)
+            row[key], row[key.replace("_ms", "_workspace_mib")] = ssdgen_backward_ms(
+                ours, x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, mode, iters, warmup)
+        row["mamba_ssm_ms"] = mamba_backward_ms(mamba_chunk_scan_combined, x, dt, A, B, Cm, Q, D, dt_bias, dout,
+                                                iters, warmup)
         res["speed"].append(row)
-        del x, dt, B, Cm, dout, grads, peer_in, out
+        del x, dt, B, Cm, dout, grads
         torch.cuda.empty_cache()
     return res
 
@@ -195,28 +219,19 @@ def small_section(ours, mamba_chunk_scan_combined, gen, iters, warmup, with_back
     Q = 256
     for preset, h, p, g, n, b, L in SMALL_PROBLEMS:
         x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
-        out = torch.empty_like(x)
-        final = torch.empty(b, h, p, n, device="cuda")
-        a, ws = ours.prepare(x, dt, A, B, Cm, Q, D, dt_bias, out, final)
         row = {"preset": preset, "batch": b, "seqlen": L}
-        row["fwd_ssdgen_ms"] = median_ms(lambda: ours.forward(a), iters, warmup)
-        row["fwd_mamba_ssm_ms"] = median_ms(lambda: mamba_chunk_scan_combined(
-            x, dt, A, B, Cm, Q, D=D, z=None, dt_bias=dt_bias, dt_softplus=True, return_final_states=True),
-            iters, warmup)
-        del ws
+        row["fwd_ssdgen_ms"], row["fwd_mamba_ssm_ms"] = forward_ms(ours, mamba_chunk_scan_combined, x, dt, A, B, Cm,
+                                                                   Q, D, dt_bias, iters, warmup)
         if with_backward:
             dout = torch.randn(b, L, h, p, device="cuda", generator=gen).to(torch.bfloat16)
             grads = grad_buffers(x, dt, A, B, Cm, D, dt_bias)
-            ab, wsb = ours.prepare_backward(x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, 0)
-            row["bwd_ssdgen_ms"] = median_ms(lambda: ours.backward(ab, wsb), iters, warmup)
-            peer_in = [t.detach().clone().requires_grad_(True) for t in (x, dt, A, B, Cm, D, dt_bias)]
-            y = mamba_chunk_scan_combined(*peer_in[:5], Q, D=peer_in[5], z=None, dt_bias=peer_in[6],
-                                          dt_softplus=True)
-            row["bwd_mamba_ssm_ms"] = median_ms(lambda: torch.autograd.grad(y, peer_in, dout, retain_graph=True),
-                                                iters, warmup)
-            del grads, wsb, peer_in, y, dout
+            row["bwd_ssdgen_ms"], _ = ssdgen_backward_ms(ours, x, dt, A, B, Cm, Q, D, dt_bias, dout, grads, 0, iters,
+                                                         warmup)
+            row["bwd_mamba_ssm_ms"] = mamba_backward_ms(mamba_chunk_scan_combined, x, dt, A, B, Cm, Q, D, dt_bias,
+                                                        dout, iters, warmup)
+            del grads, dout
         rows.append(row)
-        del x, dt, B, Cm, out, final
+        del x, dt, B, Cm
         torch.cuda.empty_cache()
     return rows
 
@@ -266,15 +281,10 @@ def main():
 
     for b, L in ((4, 2048), (4, 4096), (1, 16384)):  # the shapes of issues 9 and 10
         x, dt, A, B, Cm, D, dt_bias = inputs(b, L, h, p, g, n, gen)
-        out = torch.empty_like(x)
-        final = torch.empty(b, h, p, n, device="cuda")
-        a, ws = ours.prepare(x, dt, A, B, Cm, Q, D, dt_bias, out, final)
-        t_ours = median_ms(lambda: ours.forward(a), args.iters, args.warmup)
-        t_peer = median_ms(lambda: mamba_chunk_scan_combined(x, dt, A, B, Cm, Q, D=D, z=None, dt_bias=dt_bias,
-                                                             dt_softplus=True, return_final_states=True),
-                           args.iters, args.warmup)
+        t_ours, t_peer = forward_ms(ours, mamba_chunk_scan_combined, x, dt, A, B, Cm, Q, D, dt_bias, args.iters,
+                                    args.warmup)
         results["speed"].append({"batch": b, "seqlen": L, "ssdgen_ms": t_ours, "mamba_ssm_ms": t_peer})
-        del x, dt, B, Cm, out, final, ws
+        del x, dt, B, Cm
         torch.cuda.empty_cache()
 
     acc = results["accuracy"]
