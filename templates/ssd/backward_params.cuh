@@ -468,6 +468,29 @@ SSD_HOST_DEVICE constexpr const char* bc_tile_problem(int q, int p, int n, int b
                                                                  : nullptr;
 }
 
+// bc_bwd on wgmma (sm_90a, bc_bwd_sm90a.cuh): BLOCK_M / 64 warpgroups, each 64 positions x BLOCK_N;
+// the K step is 64 in both phases (one 128-byte swizzled column block of p, or of positions), so the
+// shape needs chunk_size, headdim and dstate in whole 64s. A stage holds the A tile (BLOCK_M x 64:
+// x|dy, or dCB as [l][s] / [s][l]) and the B tile (64 x BLOCK_N: the state, or C|B), 128 bytes a row.
+SSD_HOST_DEVICE constexpr bool bc_wgmma_shape(int q, int p, int n) { return q % 64 == 0 && p % 64 == 0 && n % 64 == 0; }
+SSD_HOST_DEVICE constexpr int bc_wgmma_threads(int bm) { return bm / 64 * 128; }
+SSD_HOST_DEVICE constexpr int bc_wgmma_stage_bytes(int bm, int bn) { return (bm + bn) * 128; }
+// The ring prefetches STAGES - 2 steps: 4 with the 128 x 128 tile (one block per SM), 2 for the
+// smaller tiles (several blocks per SM hide the rest).
+SSD_HOST_DEVICE constexpr int bc_wgmma_stages(int bm, int bn) { return bm * bn >= 128 * 128 ? 6 : 4; }
+// The stages, four buffers of row scales (fp32), 1024 bytes of alignment slack.
+SSD_HOST_DEVICE constexpr int bc_wgmma_smem_bytes(int bm, int bn) {
+  return bc_wgmma_stages(bm, bn) * bc_wgmma_stage_bytes(bm, bn) + 4 * bm * 4 + 1024;
+}
+SSD_HOST_DEVICE constexpr const char* bc_wgmma_tile_problem(int q, int p, int n, int bm, int bn, int bk) {
+  return !bc_wgmma_shape(q, p, n) ? "the wgmma kernel needs chunk_size, headdim and dstate multiples of 64"
+         : (bm != 64 && bm != 128) || (bn != 64 && bn != 128) || bk != 64
+             ? "m in 64, 128; n in 64, 128; k = 64 (wgmma on sm_90a)"
+         : !divides(bm, q) || !divides(bn, n)    ? "m | chunk_size, n | dstate"
+         : bc_wgmma_smem_bytes(bm, bn) > 227 * 1024 ? "shared memory above 227 KiB"
+                                                    : nullptr;
+}
+
 SSD_HOST_DEVICE constexpr const char* ddA_tile_problem(int bm, int bn, int bk) {
   return !pow2_in(bm, 64, 256) || bn != 0 || bk != 0 ? "m in 64, 128, 256; n = k = 0" : nullptr;
 }

@@ -53,9 +53,75 @@
 #include "ssd/primitives/tile_stream.cuh"
 
 namespace ssd_kernels {
+namespace detail {
+
+// The per-head row scales of a BLOCK_M-row tile (u_i for dB, e_i for dC; the header's formulas, one
+// expression for both kernels of the family): thread `tid` owns rows r = tid + rr * NT. q_ref: the
+// sequence the rows must belong to (dB: seq_idx(cQ + λ); dC: seq_idx(cQ − 1), 0 for the first chunk);
+// kept / init: which rows keep a scale (inside λ, and with seq_idx in q_ref); fetch: head h's dA_cumsum
+// (and dt) of those rows into registers; value: a kept row's scale; store: the scales into
+// s[0 .. BLOCK_M).
+template <bool IS_DC, bool SEQ, int Q, int BLOCK_M, int NT>
+struct BcRowScales {
+  static constexpr int KR = (BLOCK_M + NT - 1) / NT;  // rows per thread
+  bool keep[KR];
+  float a[KR], d[KR], last = 0.f;
+
+  static __device__ __forceinline__ int q_ref(const BcBwdParams& p, int b, int c, long long t0, int valid) {
+    if (!SEQ) return 0;
+    const int* sq = p.seq_idx.data + b * p.seq_idx.stride[0];
+    if (IS_DC) return c > 0 ? sq[(t0 - 1) * p.seq_idx.stride[1]] : 0;
+    return sq[(t0 + valid - 1) * p.seq_idx.stride[1]];
+  }
+  static __device__ __forceinline__ bool kept(const BcBwdParams& p, int b, long long t0, int pos, int valid,
+                                              int qref) {
+    bool k = pos < valid;
+    if (SEQ && k) k = p.seq_idx(b, t0 + pos) == qref;
+    return k;
+  }
+  static __device__ __forceinline__ float value(float a, float d, float last) {
+    return IS_DC ? __expf(a) : __fmul_rn(__expf(fminf(__fsub_rn(last, a), 0.f)), d);
+  }
+  __device__ __forceinline__ void init(const BcBwdParams& p, int b, long long t0, int m0, int valid, int qref,
+                                       int tid) {
+#pragma unroll
+    for (int rr = 0; rr < KR; ++rr) {
+      const int r = tid + rr * NT;
+      keep[rr] = r < BLOCK_M && kept(p, b, t0, m0 + r, valid, qref);
+    }
+  }
+  __device__ __forceinline__ void fetch(const BcBwdParams& p, long long chunk_bc, int head, int m0, int tid) {
+    const long long off = chunk_bc + (long long)head * p.dA_cumsum.stride[1];
+    const float* dA = p.dA_cumsum.data + off;
+    if (!IS_DC) last = dA[Q - 1];
+#pragma unroll
+    for (int rr = 0; rr < KR; ++rr) {
+      a[rr] = 0.f;
+      d[rr] = 0.f;
+      if (keep[rr]) {
+        const int pos = m0 + tid + rr * NT;
+        a[rr] = dA[pos];
+        if (!IS_DC) d[rr] = p.dt[off + pos];
+      }
+    }
+  }
+  __device__ __forceinline__ void store(float* s, int tid) const {
+#pragma unroll
+    for (int rr = 0; rr < KR; ++rr) {
+      const int r = tid + rr * NT;
+      if (KR * NT == BLOCK_M || r < BLOCK_M) {
+        float v = 0.f;
+        if (keep[rr]) v = value(a[rr], d[rr], last);
+        s[r] = v;
+      }
+    }
+  }
+};
+
+}  // namespace detail
 
 template <class Spec>
-__device__ void bc_bwd(const BcBwdParams& p) {
+__device__ void bc_bwd_mma(const BcBwdParams& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(bwd_geom::bc_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -88,7 +154,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   constexpr int TILES_N = N / BLOCK_N;
   constexpr int TILES_M = Q / BLOCK_M;
   constexpr int TILES = bc_tiles(Q, N, BLOCK_M, BLOCK_N);
-  constexpr int KR = (BLOCK_M + NT - 1) / NT;  // scale rows per thread
+  using Scales = detail::BcRowScales<Spec::kIsDC, Spec::kSeqIdx, Q, BLOCK_M, NT>;
   static_assert(bc_smem_bytes(Q, P, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) <= kMaxStaticSmem,
                 "shared memory over 48 KiB: lower BLOCK_K or the tile");
   static_assert(BLOCK_M * LDXY * 2 + BKP * LDST * 2 <= STAGE && D_ROWS * LDD * 2 + BLOCK_K * LDO * 2 <= STAGE,
@@ -128,15 +194,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
   for (int g = blockIdx.z; g < ngroups; g += gridDim.z) {
     for (int bc = blockIdx.y; bc < nbc; bc += gridDim.y) {
       SSD_CHUNK_COORDS(bc, batch, Q, p.seqlen);  // b, c, t0, valid: λ = valid - 1
-      int q_ref = 0;  // dB: seq_idx(cQ + λ); dC: seq_idx(cQ - 1), 0 for the first chunk
-      if (Spec::kSeqIdx) {
-        const int* sq = p.seq_idx.data + b * p.seq_idx.stride[0];
-        if (Spec::kIsDC) {
-          q_ref = c > 0 ? sq[(t0 - 1) * p.seq_idx.stride[1]] : 0;
-        } else {
-          q_ref = sq[(t0 + valid - 1) * p.seq_idx.stride[1]];
-        }
-      }
+      const int q_ref = Scales::q_ref(p, b, c, t0, valid);
       const T* safe_xy = xyg + b * p.xy.stride[0];
       const T* dcb = dcbg + p.dCB.offset(b, c, g);
       const T* safe_o = og + p.other.offset(b, 0, g);
@@ -154,43 +212,8 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         const T* ot = safe_o + t0 * p.other.stride[1] + n0 * p.other.stride[3];
 
         // ---- Per-head row scales: this thread owns rows r = tid + rr * NT of the tile. ----
-        bool keep[KR];
-#pragma unroll
-        for (int rr = 0; rr < KR; ++rr) {
-          const int r = tid + rr * NT;
-          bool k = r < BLOCK_M && m0 + r < valid;
-          if (Spec::kSeqIdx && k) k = p.seq_idx(b, t0 + m0 + r) == q_ref;
-          keep[rr] = k;
-        }
-        float sc_a[KR], sc_d[KR], sc_last = 0.f;
-        auto scale_fetch = [&](int i) {
-          const long long off = chunk_bc + (long long)(g * R + i) * p.dA_cumsum.stride[1];
-          const float* dA = p.dA_cumsum.data + off;
-          if (!Spec::kIsDC) sc_last = dA[Q - 1];
-#pragma unroll
-          for (int rr = 0; rr < KR; ++rr) {
-            sc_a[rr] = 0.f;
-            sc_d[rr] = 0.f;
-            if (keep[rr]) {
-              const int pos = m0 + tid + rr * NT;
-              sc_a[rr] = dA[pos];
-              if (!Spec::kIsDC) sc_d[rr] = p.dt[off + pos];
-            }
-          }
-        };
-        auto scale_store = [&](int buf) {
-#pragma unroll
-          for (int rr = 0; rr < KR; ++rr) {
-            const int r = tid + rr * NT;
-            if (KR * NT == BLOCK_M || r < BLOCK_M) {
-              float v = 0.f;
-              if (keep[rr]) {
-                v = Spec::kIsDC ? __expf(sc_a[rr]) : __fmul_rn(__expf(fminf(__fsub_rn(sc_last, sc_a[rr]), 0.f)), sc_d[rr]);
-              }
-              s_scale[buf][r] = v;
-            }
-          }
-        };
+        Scales scales;
+        scales.init(p, b, t0, m0, valid, q_ref, tid);
 
         // ---- Stage buffers (one layout per phase, in the same ring). ----
         auto sXY = [&](int buf) { return reinterpret_cast<T*>(s_stage + buf * STAGE); };
@@ -263,8 +286,8 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             warp::zero(acc[i][j]);
           }
 
-        scale_fetch(0);
-        scale_store(0);  // visible after the first barrier of the loop
+        scales.fetch(p, chunk_bc, g * R, m0, tid);
+        scales.store(s_scale[0], tid);  // visible after the first barrier of the loop
 
         // cp.async ring, STAGES buffers: step k lives in buffer k % STAGES.
         const block::CpAsyncPipeline<STAGES> ring{ksteps};
@@ -283,7 +306,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
             // Head hi+1's scales go to buffer (hi+1)&1 now: head hi-1 read it before this step's
             // barrier, head hi+1 reads it at its last step, after at least one more barrier.
             const bool next_scale = pk == 0 && hi + 1 < R;
-            if (next_scale) scale_fetch(hi + 1);
+            if (next_scale) scales.fetch(p, chunk_bc, g * R + hi + 1, m0, tid);
             const unsigned sx_addr = s_stage_addr + unsigned((k % STAGES) * STAGE);
             const unsigned ss_addr = sx_addr + unsigned(BLOCK_M * LDXY * int(sizeof(T))) + b_lane;
 #pragma unroll
@@ -292,7 +315,7 @@ __device__ void bc_bwd(const BcBwdParams& p) {
               SSD_WARP_MMA_K16_PAIRS(T, chain, warp::load_a_at(a[i], sx_addr + xy_lane + 2u * ((wm0 + 16 * i) * LDXY + kk)),
                                      warp::load_b2_trans_at(b0, b1, ss_addr + 2u * (kk * LDST + wn0 + 8 * j)));
             }
-            if (next_scale) scale_store((hi + 1) & 1);
+            if (next_scale) scales.store(s_scale[(hi + 1) & 1], tid);
           }
           // acc = fma(scale_hi(pos), chain, acc); the next head's chain starts from 0.
           const float* scl = s_scale[hi & 1];
@@ -355,6 +378,29 @@ __device__ void bc_bwd(const BcBwdParams& p) {
         __syncthreads();  // the stage ring and the scale buffers are reused by the next tile
       }
     }
+  }
+}
+
+}  // namespace ssd_kernels
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "ssd/bc_bwd_sm90a.cuh"  // bc_bwd_wgmma (hopper.cuh: sm_90a only)
+#endif
+
+namespace ssd_kernels {
+
+// The entry: on sm_90a the families set Spec::kWgmma (a pure function of the specialization:
+// src/kernels/bc_bwd.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
+template <class Spec>
+__device__ void bc_bwd(const BcBwdParams& p) {
+  if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    bc_bwd_wgmma<Spec>(p);
+#else
+    static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma bc_bwd needs the sm_90a target");
+#endif
+  } else {
+    bc_bwd_mma<Spec>(p);
   }
 }
 
