@@ -19,7 +19,8 @@
 // (the GPU test "ssd_backward on sm_90a" compares every gradient with an sm_90 run). The K step is 64
 // in both phases; a block with a larger BLOCK_K there only groups the same 16-steps differently, and
 // the dCB blocks start at 64-aligned positions (m0, a multiple of 64), so the all-zero blocks that
-// join or leave the chain are exact zeros as there.
+// join or leave the chain are exact zeros as there (zero-filled dCB times finite C|B rows; an Inf or
+// NaN there makes the result tile-dependent, as between the mma.sync tiles).
 //
 // Geometry: BLOCK_M / 64 warpgroups, warpgroup w the tile rows m0 + 64 w .. + 63 x BLOCK_N columns
 // (WgAcc<BLOCK_N>: chain and acc). Shared memory (dynamic, 1024-aligned): a ring of

@@ -384,6 +384,41 @@ TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, f
   }
 }
 
+TEST_CASE("ssd_backward on sm_90a: dB and dC's wgmma kernels keep the mma.sync bits at every wgmma tile" *
+          doctest::skip(!gpu_available())) {
+  // chunk_state_bwd_db / chunk_scan_bwd_dc run bc_bwd_sm90a.cuh on sm_90a where chunk_size, headdim and
+  // dstate are multiples of 64. Here with more than four heads per group (the row scales' four-buffer
+  // ring wraps), headdim 64 and 128 (one and two K steps per head), dstate 128 (the 128-column tiles)
+  // and chunk 128 (the 128-row tiles, two warpgroups), seq_idx, fp16 and bf16, partial last chunks:
+  // every wgmma tile of both kernels on sm_90a against the sm_90 build's default (mma.sync).
+  if (!device_is_sm90a()) {
+    MESSAGE("not an sm_90a device: the wgmma dB / dC kernels do not run here");
+    return;
+  }
+  RuntimeHolder rt90a(SSD_ARCH_SM90A), rt90(SSD_ARCH_SM90);
+  // b, L, h, p, g, n, Q, dtype, D, D(h,p), z, bias, softplus, init, seq, dfinal
+  const BwdCase r6 = {2, 333, 12, 64, 2, 128, 128, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
+  const BwdCase r5 = {1, 300, 5, 128, 1, 128, 128, SSD_DTYPE_FP16, true, true, false, true, true, false, true, false};
+  for (const BwdCase& c : {r6, r5}) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    const std::vector<uint8_t> on90 = prob.run(rt90.rt);
+    int tiles = 0;
+    for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 128, 64, 0, 0}, ssd_tile{128, 64, 64, 0, 0},
+                              ssd_tile{128, 128, 64, 0, 0}}) {
+      CAPTURE(t.m);
+      CAPTURE(t.n);
+      ssd::BackwardTuning tn;
+      tn.db = t;
+      tn.dc = t;
+      const std::vector<uint8_t> on90a = prob.run(rt90a.rt, SSD_MODE_DETERMINISTIC, &tn);
+      CHECK(same_bytes(on90a, on90));
+      ++tiles;
+    }
+    MESSAGE(describe(c) << ": " << tiles << " wgmma tiles of db and dc on sm_90a bitwise equal to sm_90's gradients");
+  }
+}
+
 TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every backward kernel and grids "
           "of 1, 7, 64 blocks give identical bits; poisoned workspace; no write outside an output" *
           doctest::skip(!gpu_available())) {
