@@ -17,6 +17,7 @@
 #include "ptxas_report_support.h"
 #include "ssd/forward_params.cuh"
 #include "state_pass_test_support.h"
+#include "wgmma_test_support.h"
 
 using namespace ssd;
 
@@ -166,14 +167,10 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
   for (const ssd_kernel_config& c : configs) {
     CAPTURE(config_label(c));
     CAPTURE(tile_text(c.tile));
-    auto u = generate_unit(c);
-    REQUIRE_MESSAGE(u.ok(), u.status().detail);
-    auto r = compile_cubin(*u, SSD_ARCH_SM90A, /*with_ptx=*/true);
-    REQUIRE_MESSAGE(r.ok(), r.status().detail);
-    INFO(r->log);
-    const std::string& ptx = r->ptx;
-    const std::string shape = std::string("wgmma.mma_async.sync.aligned.m64n") + std::to_string(c.tile.n) + "k16.f32." +
-                              (c.dtype == SSD_DTYPE_BF16 ? "bf16.bf16" : "f16.f16");
+    const CompiledCubin r = wgmma_test::compile_sm90a(c, /*wgmma_spec=*/false);
+    INFO(r.log);
+    const std::string& ptx = r.ptx;
+    const std::string shape = wgmma_test::wgmma_shape(c, c.tile.n);
     // One wgmma per 16 positions of a stage (two with the two-term operand), A from registers, one commit
     // group per 16 positions.
     const size_t per_stage = size_t(c.tile.k / 16) * ((c.flags & SSD_FLAG_TWO_TERM_STATES) ? 2 : 1);
@@ -191,16 +188,10 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
     CHECK_FALSE(contains(ptx, "mma.sync"));
     CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
     CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
-    // ptxas: no spills, no serialized wgmma, no fence it had to add itself (C7519). NVRTC may skip
-    // ptxas, and its report, for PTX it compiled before in this process (the H200's toolkit does for
-    // the preset's units, which other tests compile first): the report checks need a report.
-    CHECK_FALSE(contains(r->log, "serialized"));
-    CHECK_FALSE(contains(r->log, "C7519"));
-    if (r->report.registers <= 0) continue;
-    ++with_report;
-    CHECK(count(r->log, "bytes spill stores") == 1);
-    CHECK(contains(r->log, " 0 bytes spill stores"));
-    CHECK(r->report.spill_bytes == 0);
+    // ptxas: no spills, no serialized wgmma, no fence it had to add itself (C7519); the report checks
+    // need a report (NVRTC may skip ptxas for PTX it compiled before in this process: the H200's
+    // toolkit does for the preset's units, which other tests compile first).
+    with_report += wgmma_test::check_ptxas(r, /*no_added_fence=*/true);
   }
   require_some_ptxas_report(with_report);
 }
