@@ -82,7 +82,6 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
   const T* dcbg = static_cast<const T*>(p.dCB.data);
   const T* og = static_cast<const T*>(p.other.data);
   const T* st_t = static_cast<const T*>(p.state.data);  // dB: ds, dC: P (both T)
-  constexpr bool vec_xy = VEC, vec_st = VEC, vec_dcb = VEC, vec_o = VEC;
   const bool vec_out = (reinterpret_cast<unsigned long long>(p.out.data) & 3ull) == 0 && p.out.stride[3] == 1 &&
                        ((p.out.stride[0] | p.out.stride[1] | p.out.stride[2]) & 1) == 0;
   const int batch = int(p.batch), ngroups = int(p.ngroups);
@@ -117,19 +116,19 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
           if (k < KH) {
             const int hi = k / KP, pk = k % KP;
             const T* src = xyt + hi * p.xy.stride[2] + pk * KB * p.xy.stride[3];
-            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sa, src, p.xy.stride[1], p.xy.stride[3], vec_xy, safe_xy,
+            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sa, src, p.xy.stride[1], p.xy.stride[3], VEC, safe_xy,
                                                        [&](int r, int) { return m0 + r < valid; });
             const T* ssrc = stt + hi * p.state.stride[2] + pk * KB * p.state.stride[3];
 #pragma unroll
             for (int j = 0; j < BLOCK_N / 64; ++j)
-              sm90a_detail::load_tile_sw128<NT, KB>(sb + j * KB * 128, ssrc + 64 * j, p.state.stride[3], 1, vec_st,
+              sm90a_detail::load_tile_sw128<NT, KB>(sb + j * KB * 128, ssrc + 64 * j, p.state.stride[3], 1, VEC,
                                                     st_t, [](int, int) { return true; });
           } else {
             const int k0 = (Spec::kIsDC ? 0 : m0) + (k - KH) * KB;  // the step's first l (dB) or s (dC)
             if constexpr (Spec::kIsDC) {
               // A = dCB rows l = m0 + r, columns s = k0 + cc (K-major)
               sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sa, dcb + (long long)m0 * p.dCB.stride[3] + k0,
-                                                         p.dCB.stride[3], 1, vec_dcb, dcbg, [&](int r, int c0) {
+                                                         p.dCB.stride[3], 1, VEC, dcbg, [&](int r, int c0) {
                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
                                                          });
             } else {
@@ -138,7 +137,7 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
               for (int j = 0; j < BLOCK_M / 64; ++j)
                 sm90a_detail::load_tile_sw128<NT, KB>(sa + j * KB * 128,
                                                       dcb + (long long)k0 * p.dCB.stride[3] + m0 + 64 * j,
-                                                      p.dCB.stride[3], 1, vec_dcb, dcbg, [&](int r, int c0) {
+                                                      p.dCB.stride[3], 1, VEC, dcbg, [&](int r, int c0) {
                                                         return m0 + 64 * j + c0 <= k0 + r && k0 + r < valid;
                                                       });
             }
@@ -146,7 +145,7 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
             for (int j = 0; j < BLOCK_N / 64; ++j)
               sm90a_detail::load_tile_sw128<NT, KB>(sb + j * KB * 128,
                                                     ot + k0 * p.other.stride[1] + 64 * j * p.other.stride[3],
-                                                    p.other.stride[1], p.other.stride[3], vec_o, safe_o,
+                                                    p.other.stride[1], p.other.stride[3], VEC, safe_o,
                                                     [&](int r, int) { return k0 + r < valid; });
           }
         };
@@ -169,7 +168,7 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
           scales.store(s_scale + hi * BLOCK_M, tid);  // visible after the first barrier of the loop
         }
         if (R > 2) scales.fetch(p, chunk_bc, g * R + 2, m0, tid);
-        Acc chain, acc;  // zeroed here, after the prologue's copies (fewer registers live there)
+        Acc chain, acc;
         chain.zero();
         acc.zero();
         // The top of step s: its copies landed and are handed to the async proxy; at most step s−1's
