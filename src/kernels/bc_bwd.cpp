@@ -23,16 +23,17 @@ const char* tile_problem(const ssd_kernel_config& c) {
 }
 // wgmma: 64 x 128 x 64, one warpgroup, two blocks per SM (measured best, docs/perf.md's backward log:
 // db / dc 0.324 / 0.305 ms against 0.352 / 0.329 for 128 x 128 x 64 and 0.447 / 0.389 for 64 x 64 x 64),
-// 64 x 64 x 64 where it does not divide.
-ssd_tile db_default_tile(const ssd_kernel_config& c) {
+// 64 x 64 x 64 where it does not divide. mma.sync: each kernel's measured best, 64 x min(64, dstate) x 32
+// where it does not fit.
+ssd_tile default_tile_of(const ssd_kernel_config& c, ssd_tile mma_best) {
   if (uses_wgmma(c)) return best_legal_tile(c, {64, 128, 64, 0, 0}, {64, 64, 64, 0, 0}, tile_problem);
-  return best_legal_tile(c, {64, std::min(128, c.dstate), 32, 0, 0}, {64, std::min(64, c.dstate), 32, 0, 0},
-                         tile_problem);
+  return best_legal_tile(c, mma_best, {64, std::min(64, c.dstate), 32, 0, 0}, tile_problem);
+}
+ssd_tile db_default_tile(const ssd_kernel_config& c) {
+  return default_tile_of(c, {64, std::min(128, c.dstate), 32, 0, 0});
 }
 ssd_tile dc_default_tile(const ssd_kernel_config& c) {
-  if (uses_wgmma(c)) return best_legal_tile(c, {64, 128, 64, 0, 0}, {64, 64, 64, 0, 0}, tile_problem);
-  return best_legal_tile(c, {std::min(128, c.chunk_size), std::min(64, c.dstate), 32, 0, 0},
-                         {64, std::min(64, c.dstate), 32, 0, 0}, tile_problem);
+  return default_tile_of(c, {std::min(128, c.chunk_size), std::min(64, c.dstate), 32, 0, 0});
 }
 using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
