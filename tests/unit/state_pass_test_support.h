@@ -1,6 +1,7 @@
-// What the fused state passes' unit tests (test_state_pass_bwd.cpp, test_state_pass_wgmma.cpp)
-// share: the nemotronh-56b state-pass config they vary, tiles as "MxNxK" text to compare tile sets,
-// and substring checks on generated source, PTX and ptxas logs.
+// What the fused state passes' unit tests (test_state_pass_bwd.cpp, test_state_pass_wgmma.cpp,
+// test_state_pass_bwd_wgmma.cpp) and db / dc's (test_bc_bwd_wgmma.cpp) share: the nemotronh-56b config
+// of a kernel they vary, tiles as "MxNxK" text to compare tile sets, and substring checks on generated
+// source, PTX and ptxas logs.
 #pragma once
 
 #include <cstddef>
