@@ -188,7 +188,10 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
 // tile (s_body, 1 KiB aligned) is BLOCK_M-row swizzled atoms of 64 n, one per 64 columns of N; the
 // K tile of a stage (s_body + RES_BYTES + buf·STAGE_A) one P-row atom. Each step: this thread's
 // copies done, fence.proxy.async (the copies are generic-proxy writes that wgmma reads), barrier,
-// the next copies, four wgmma, commit, wait for them (the stage read is then free). out: the chain's
+// the next copies, four wgmma, commit, wait for them (the stage read is then free; leaving them in
+// flight across the next barrier, with copies one step less ahead, measured slower: docs/perf.md).
+// The descriptors are formed as 32-bit low words (sm90a_detail::desc_lo_sw128), the same values as
+// smem::desc_k_major_sw128's with ~5 instead of ~22 instructions per wgmma. out: the chain's
 // result in the mma.sync fragments (the same (row, column) per thread: WgAcc's register 4j + q is
 // out[0][j].x[q]); its value on entry is not read (the chain starts from +0 here).
 template <int STAGES, int KA, int P, int BLOCK_M, int STAGE_A, int RES_BYTES, class T, class LoadStage,
@@ -200,7 +203,7 @@ __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned ch
   const block::CpAsyncPipeline<STAGES> ring{KA};
   ring.prologue(load_stage);
   while_copying();
-  const T* rows = reinterpret_cast<const T*>(s_body + (int(threadIdx.x) >> 7) * 64 * 128);  // this warpgroup's rows
+  const int wg_rows = (int(threadIdx.x) >> 7) * 64 * 128;  // this warpgroup's rows in the row tile
   int rd = 0, wr = STAGES - 1;
   int n0 = 0;  // the step's first column of the row tile
   for (int ks = 0; ks < KA; ++ks) {
@@ -209,14 +212,18 @@ __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned ch
     __syncthreads();
     if (ks + STAGES - 1 < KA) load_stage(wr, ks + STAGES - 1);
     ptx::cp_async_commit();
-    const T* kt = reinterpret_cast<const T*>(s_body + RES_BYTES + rd * STAGE_A);
+    // The descriptors' low words (start address >> 4, LBO): this warpgroup's rows (the row tile's
+    // atom of 64 n at n0) and the stage's K tile; a k16 slice is 32 bytes further.
+    const unsigned base = ptx::smem_addr(s_body);
+    const unsigned a_lo = sm90a_detail::desc_lo_sw128(base + unsigned(wg_rows + (n0 >> 6) * BLOCK_M * 128), 16);
+    const unsigned b_lo = sm90a_detail::desc_lo_sw128(base + unsigned(RES_BYTES + rd * STAGE_A), 16);
     rd = rd == STAGES - 1 ? 0 : rd + 1;
     wr = wr == STAGES - 1 ? 0 : wr + 1;
     warpgroup::fence();
 #pragma unroll
     for (int kk = 0; kk < 64; kk += 16)
-      warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_k_major_sw128(rows, BLOCK_M, n0 + kk),
-                                 smem::desc_k_major_sw128(kt, P, kk), true);
+      warpgroup::mma_ss<T, 0, 0>(acc, sm90a_detail::desc_sw128(a_lo + kk * 2 / 16),
+                                 sm90a_detail::desc_sw128(b_lo + kk * 2 / 16), true);
     warpgroup::commit_group();
     warpgroup::wait_group<0>();
     warpgroup::fence_operand(acc);
@@ -865,14 +872,16 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               if (ks + STAGES_B - 1 < nk) load_block((ks + STAGES_B - 1) % STAGES_B, ks + STAGES_B - 1);
               ptx::cp_async_commit();
               const float* scb = sCB(ks % STAGES_B);
-              const T* sdy_tile = sDY(ks % STAGES_B);
+              // The dy tile's descriptor low word (smem::desc_mn_major_sw128's: LBO = the tile's
+              // BLOCK_K rows of 128 bytes); a k16 slice is 16 rows further.
+              const unsigned dy_lo = sm90a_detail::desc_lo_sw128(ptx::smem_addr(sDY(ks % STAGES_B)), BLOCK_K * 128);
 #pragma unroll
               for (int kk = 0; kk < BLOCK_K; kk += 16) {
                 FragA a[MI];
                 form_a(ks, kk, scb, a);
                 warpgroup::fence_operand(wacc);
                 warpgroup::fence();
-                warpgroup::mma_rs<T, 1>(wacc, a[0], smem::desc_mn_major_sw128(sdy_tile, BLOCK_K, kk), true);
+                warpgroup::mma_rs<T, 1>(wacc, a[0], sm90a_detail::desc_sw128(dy_lo + kk * 128 / 16), true);
                 warpgroup::commit_group();
                 warpgroup::fence_operand(wacc);
               }

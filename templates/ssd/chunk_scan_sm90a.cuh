@@ -150,18 +150,9 @@ __device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long
   }
 }
 
-// wgmma descriptors from 32-bit halves (smem::make_desc's bits): the low word holds the start address
-// >> 4 (14 bits, which covers the whole shared window) and the LBO; the high word the SBO (1024 bytes)
-// and the 128-byte swizzle. A start address advanced by `bytes` is the low word + bytes / 16, no 64-bit
-// arithmetic.
-__device__ __forceinline__ unsigned desc_lo_sw128(unsigned smem_address, unsigned lbo_bytes) {
-  return (smem_address >> 4) | ((lbo_bytes >> 4) << 16);
-}
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned lo) {
-  unsigned long long d;
-  asm("mov.b64 %0, {%1, %2};" : "=l"(d) : "r"(lo), "r"((1024u >> 4) | (unsigned(smem::kSwizzle128B) << 30)));
-  return d;
-}
+// The 32-bit descriptor words of 128-byte swizzled tiles (primitives/hopper.cuh).
+using smem::desc_lo_sw128;
+using smem::desc_sw128;
 
 // exp(min(al - as, 0)) as __expf computes it: ex2.approx.f32 of the product with log2(e) rounded to
 // fp32. With kPlain the caller guarantees that product is >= -126 (or NaN): there ex2.approx.f32 is the

@@ -127,11 +127,13 @@ TEST_CASE("chunk_scan_bwd_dx: NVRTC compiles the default tile with the geometry'
         // The sm_80 preset's specialization fits without a spill; with seq_idx on the 48 KiB layout
         // (its s_seq row fills the 48 KiB) ptxas keeps a few bytes of the work loop's counters on
         // the stack (32 before the 3-buffer ring, 4 after, outside the K loops). The sm_90a wgmma
-        // specialization keeps a few per-tile values on the stack (16 + 16 bytes of spill stores and
-        // loads, 28 + 32 with seq_idx, reloaded outside the K loops; before phase B's dy address was
-        // made one register it was 200 bytes, reloaded in every k16 step: docs/perf.md).
+        // specialization keeps some values on the stack: 36 + 104 bytes of spill stores and loads
+        // (48 + 132 with seq_idx) since its wgmma descriptors are 32-bit words (session 17; 16 + 16
+        // before), one reload per n step and per phase-B step and the rest per tile — the kernel is
+        // 7 % faster for it (docs/perf.md). Before phase B's dy address was made one register it was
+        // 200 bytes, reloaded in every k16 step.
         if (!res && !seq) CHECK(cubin->report.spill_bytes == 0);
-        if (res) CHECK(cubin->report.spill_bytes <= 64);
+        if (res) CHECK(cubin->report.spill_bytes <= 192);
       }
     }
 }

@@ -158,14 +158,16 @@ void check_preset_kernels(ssd_arch arch) {
     logs_with_report += k.compile_log.find("registers") != std::string::npos;
     // sm_80 chunk_scan spills a little. The backward's measured-fastest default tiles (dcb, dc)
     // spill a few bytes on sm_90a outside their inner loops; more would be a regression.
-    if (arch == SSD_ARCH_SM90A) CHECK(k.spill_bytes <= (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES ? 64 : 0));
+    if (arch == SSD_ARCH_SM90A && c.kernel != SSD_KERNEL_CHUNK_SCAN_BWD_DX)
+      CHECK(k.spill_bytes <= (c.kernel >= SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES ? 64 : 0));
     // chunk_scan_bwd_dx fits its 128 registers (2 blocks of 256 threads per SM) without a spill
     // on sm_80 (it spilled 40 bytes on sm_90a before its 32-bit shared addresses and per-phase
-    // pointers); on sm_90a its wgmma n loops (128 x . x 64) leave two per-tile values on the
-    // stack (32 bytes of spill stores and loads, reloaded outside the K loops; docs/perf.md,
-    // Backward speed log).
+    // pointers); on sm_90a, since its wgmma descriptors are 32-bit words (session 17, 7 % faster),
+    // it keeps some values on the stack: 36 + 104 bytes of spill stores and loads, one reload per
+    // n step and per phase-B step, the rest per tile (32 bytes before; docs/perf.md, Backward
+    // speed log).
     if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX && k.spill_bytes >= 0)
-      CHECK(k.spill_bytes <= (arch == SSD_ARCH_SM90A ? 32 : 0));
+      CHECK(k.spill_bytes <= (arch == SSD_ARCH_SM90A ? 160 : 0));
     if (cache) CHECK_MESSAGE(cache->load(k.key.hex, k.key.record).has_value(), "not stored in SSD_TEST_WARM_CACHE");
     if (!audited(c)) continue;
     const std::string& text = k.ptx;
