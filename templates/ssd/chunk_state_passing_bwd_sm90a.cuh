@@ -217,7 +217,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
           }
           const unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
           const unsigned char* sx = stage + wg * X_BYTES;
-          const T* sb = reinterpret_cast<const T*>(stage + (NT / WGT) * X_BYTES);
+          const unsigned sb_lo = smem::desc_lo_sw128(ptx::smem_addr(stage + (NT / WGT) * X_BYTES), BLOCK_K * 128);
           const bool lo_pass = X_LO && st >= ksteps;
           const float* w_step = s_w + (walk & 1) * Q + (lo_pass ? st - ksteps : st) * BLOCK_K;
           if (!lo_pass) {
@@ -227,7 +227,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
                 warpgroup::wait_group<kInFlight>();
                 warpgroup::fence_operand(acc);
               }
-              detail::state_pass_k16<T, BLOCK_K, true>(acc, sx, sb, w_step, kk, lt, a_row, a_col);
+              detail::state_pass_k16<T, BLOCK_K, true>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
             }
           } else {
             // dy_lo's pass: the same weights, one term, no group in flight while its A fragment is
@@ -236,7 +236,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               warpgroup::wait_group<0>();
               warpgroup::fence_operand(acc);
-              detail::state_pass_k16<T, BLOCK_K, false>(acc, sx, sb, w_step, kk, lt, a_row, a_col);
+              detail::state_pass_k16<T, BLOCK_K, false>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
             }
           }
           if (++st < PASSES * ksteps) continue;

@@ -106,18 +106,19 @@ __device__ __forceinline__ long long wg_state_offset(int r_lo, int c_lo, int i) 
 // fragment of the swizzled x stage `sx` ([BLOCK_K][64 p] of its warpgroup) by ldmatrix.trans at
 // (kk + a_row, a_col), scaled by the slice's weights (w_step[kk ..]) as the mma.sync kernels scale
 // it (warp::scale_a_cols, or with TWO_TERM the hi and lo terms, hi multiplied first), then one
-// wgmma m64nNk16 per term with B the MN-major stage `sb` ([BLOCK_K][N]), one commit group. The
-// caller waits for earlier groups before calling (the A registers are written here).
+// wgmma m64nNk16 per term with B the MN-major stage ([BLOCK_K][N]; sb_lo: its descriptor's low word,
+// smem::desc_lo_sw128 of its address with LBO BLOCK_K · 128), one commit group. The caller waits for
+// earlier groups before calling (the A registers are written here).
 // chunk_state_passing_fwd_wgmma and chunk_state_passing_bwd_wgmma (its dy · C chain) share it.
 template <class T, int BLOCK_K, bool TWO_TERM, int N>
-__device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned char* sx, const T* sb, const float* w_step,
-                                               int kk, int lt, int a_row, int a_col) {
+__device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned char* sx, unsigned sb_lo,
+                                               const float* w_step, int kk, int lt, int a_row, int a_col) {
   const float* w = w_step + kk + 2 * lt;
   const float2 w01 = *reinterpret_cast<const float2*>(w);
   const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
   FragA a;
   ptx::ldmatrix_x4_trans(a.x, ptx::smem_addr(sx + smem::swizzle128_offset(kk + a_row, a_col)));
-  const unsigned long long desc_b = smem::desc_mn_major_sw128(sb, BLOCK_K, kk);
+  const unsigned long long desc_b = smem::desc_sw128(sb_lo + kk * 128 / 16);  // desc_mn_major_sw128(sb, BLOCK_K, kk)
   // wgmma.fence between the ordinary writes of the A registers and the wgmma reading them.
   if constexpr (TWO_TERM) {
     FragA lo;
@@ -275,7 +276,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
           }
           const unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
           const unsigned char* sx = stage + wg * X_BYTES;
-          const T* sb = reinterpret_cast<const T*>(stage + (NT / WGT) * X_BYTES);
+          const unsigned sb_lo = smem::desc_lo_sw128(ptx::smem_addr(stage + (NT / WGT) * X_BYTES), BLOCK_K * 128);
           const float* w_step = s_w + (c & 1) * Q + ks * BLOCK_K;
 #pragma unroll
           for (int kk = 0; kk < BLOCK_K; kk += 16) {
@@ -285,7 +286,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
               warpgroup::wait_group<kInFlight>();
               warpgroup::fence_operand(acc);
             }
-            detail::state_pass_k16<T, BLOCK_K, TWO_TERM>(acc, sx, sb, w_step, kk, lt, a_row, a_col);
+            detail::state_pass_k16<T, BLOCK_K, TWO_TERM>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
           }
           if (++ks < (c < nchunks - 1 ? KS : steps_last)) continue;
 
