@@ -2,6 +2,7 @@
 // gate-free dy (with z as two T terms, dy and dy_lo), and the chunk partials of dD.
 #include "config/config.h"
 #include "kernels/family.h"
+#include "ssd/kernel_params.cuh"
 
 namespace ssd {
 namespace {
@@ -29,20 +30,21 @@ Status validate(const ssd_kernel_config& c) {
   return Status::Ok();
 }
 
-// No tile: one block per (batch, chunk, head), one thread per headdim element.
+// No tile: a thread owns 8 consecutive headdim elements (16-byte loads), a block of
+// gate_geom::kBlockThreads threads heads_per_block(headdim) adjacent heads of one (batch, chunk).
 ssd_tile gate_default_tile(const ssd_kernel_config&) { return ssd_tile{}; }
 std::vector<ssd_tile> gate_legal_tiles(const ssd_kernel_config&) { return {ssd_tile{}}; }
 
 KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s;
   s.integer("kChunk", c.chunk_size)
-      .integer("kHeaddim", c.headdim, "one thread per headdim element")
+      .integer("kHeaddim", c.headdim, "headdim / 8 threads per head, 8 consecutive p each")
       .element("Element", c.dtype)
       .boolean("kZ", c.flags & SSD_FLAG_Z)
       .boolean("kD", c.flags & SSD_FLAG_D)
       .boolean("kDPerHeaddim", c.flags & SSD_FLAG_D_PER_HEADDIM)
       .boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC);
-  KernelSpec k{s.members(), c.headdim, 0};
+  KernelSpec k{s.members(), ssd_kernels::gate_geom::kBlockThreads, 0};
   if (c.flags & SSD_FLAG_Z) k.params = "GateBwdZParams";  // also writes dy's second term
   return k;
 }

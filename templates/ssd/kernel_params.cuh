@@ -85,6 +85,16 @@ struct GateBwdParams {
   long long batch, seqlen, nheads, nchunks;
 };
 
+// gate_bwd's geometry (no tile): a thread owns 8 consecutive p (one 16-byte row piece), P/8 threads
+// a head, a block of 64 threads heads_per_block(P) adjacent heads of one (b, c). Small blocks: the
+// items are few (b · nchunks · h / heads_per_block, 1024 at b=4 L=2048 h=256 p=64) and each is a
+// long stream, so the finer grain spreads them more evenly over the SMs.
+namespace gate_geom {
+constexpr int kBlockThreads = 64;
+SSD_HOST_DEVICE constexpr int threads_per_head(int headdim) { return headdim / 8; }
+SSD_HOST_DEVICE constexpr int heads_per_block(int headdim) { return kBlockThreads / threads_per_head(headdim); }
+}  // namespace gate_geom
+
 // gate_bwd with z (the launcher always binds this block; a specialization without z reads only its
 // GateBwdParams prefix): dy's rounding residual, the second term of dy where it enters dA's terms
 // (chunk_scan_bwd_dstates, _ddA_intra and _dx with SSD_FLAG_Z).

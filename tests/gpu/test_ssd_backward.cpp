@@ -159,3 +159,99 @@ TEST_CASE("gate_bwd: dy, dz, dD against the float64 oracle; D1 and D4 bitwise" *
     for (int grid : {1, 7, 64}) CHECK(same_bytes(prob.run(rt, SSD_MODE_DETERMINISTIC, grid), det));
   });
 }
+
+namespace {
+
+// A (b, L, h, p) tensor of a gate problem in a layout the 16-byte path refuses: `spread` puts the
+// elements at p-stride 2 (the gaps stay 0xFF from the poison), `shift` moves the base one element
+// (2 bytes) off 16-byte alignment.
+struct GateView {
+  DeviceBuffer buf;
+  size_t elem = 0, count = 0;
+  bool spread = false, shift = false;
+
+  GateView(const GateCase& c, size_t elem_bytes, bool spread_p, bool shift_base)
+      : elem(elem_bytes), count(size_t(c.b * c.L * c.h * c.p)), spread(spread_p), shift(shift_base) {
+    buf = DeviceBuffer((spread ? 2 : 1) * count * elem + 16);
+  }
+  uint8_t* base() const { return static_cast<uint8_t*>(buf.get()) + (shift ? elem : 0); }
+  size_t at(size_t i) const { return (shift ? elem : 0) + (spread ? 2 * i : i) * elem; }  // byte offset in buf
+  ssd_tensor tensor_of(const GateCase& c, ssd_dtype dtype) const {
+    const int64_t s = spread ? 2 : 1;
+    ssd_tensor t = tensor(buf, dtype, {c.b, c.L, c.h, c.p}, {c.L * c.h * c.p * s, c.h * c.p * s, c.p * s, s});
+    t.data = base();
+    return t;
+  }
+  void upload(const std::vector<uint8_t>& contiguous) {
+    std::vector<uint8_t> host(buf.bytes(), 0xFF);
+    for (size_t i = 0; i < count; ++i) std::copy_n(&contiguous[i * elem], elem, &host[at(i)]);
+    buf.upload(host.data(), host.size());
+  }
+  // The elements in contiguous order; `gaps_untouched`: every byte that is not an element still 0xFF.
+  std::vector<uint8_t> download(bool& gaps_untouched) const {
+    const std::vector<uint8_t> host = download_bytes(buf);
+    std::vector<bool> element(host.size(), false);
+    std::vector<uint8_t> out(count * elem);
+    for (size_t i = 0; i < count; ++i) {
+      std::copy_n(&host[at(i)], elem, &out[i * elem]);
+      std::fill_n(element.begin() + std::ptrdiff_t(at(i)), elem, true);
+    }
+    gaps_untouched = true;
+    for (size_t k = 0; k < host.size(); ++k) gaps_untouched = gaps_untouched && (element[k] || host[k] == 0xFF);
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gate_bwd: views without 16-byte rows (p-stride 2; one view 2 bytes off alignment) take the per-element "
+          "path, bit for bit the contiguous result" * doctest::skip(!gpu_available())) {
+  for_each_case(kGateCases, [&](ssd_runtime* rt, const GateCase& c) {
+    GateProblem prob(c);
+    const std::vector<uint8_t> contiguous = prob.run(rt, SSD_MODE_DETERMINISTIC);  // the 16-byte path
+    const size_t elem = dtype_bytes(c.dtype);
+    // spread: every (b, L, h, p) view at p-stride 2. shifted: only one view off alignment (x with
+    // D, else dz), the others contiguous: the launch's one decision must still refuse 16 bytes.
+    for (const bool spread : {true, false}) {
+      CAPTURE(spread);
+      const bool shift_x = !spread && c.D, shift_dz = !spread && !c.D;
+      GateView x(c, elem, spread, shift_x), dout(c, elem, spread, false), z(c, elem, spread, false),
+          out_x(c, elem, spread, false), dy(c, elem, spread, false), dy_lo(c, elem, spread, false),
+          dz(c, elem, spread, shift_dz);
+      x.upload(prob.x.bytes);
+      dout.upload(prob.dout.bytes);
+      z.upload(prob.z.bytes);
+      out_x.upload(prob.out_x.bytes);
+      ssd::GateBwdTensors t = prob.tensors();
+      t.x = x.tensor_of(c, c.dtype);
+      t.dout = dout.tensor_of(c, c.dtype);
+      if (c.z) {
+        t.z = z.tensor_of(c, c.dtype);
+        t.out_x = out_x.tensor_of(c, c.dtype);
+        t.dy = dy.tensor_of(c, c.dtype);
+        t.dy_lo = dy_lo.tensor_of(c, c.dtype);
+        t.dz = dz.tensor_of(c, c.dtype);
+      }
+      for (int grid : {0, 7}) {
+        CAPTURE(grid);
+        poison_all({&dy.buf, &dy_lo.buf, &dz.buf, &prob.d_dD, &prob.d_ws});
+        ssd::Status s = ssd::gate_backward(*rt, t, SSD_MODE_DETERMINISTIC, prob.d_ws.get(), grid, nullptr);
+        REQUIRE_MESSAGE(s.ok(), s.detail);
+        std::vector<uint8_t> r;
+        if (c.z) {
+          for (const GateView* v : {&dy, &dy_lo, &dz}) {
+            bool gaps_untouched = false;
+            const std::vector<uint8_t> part = v->download(gaps_untouched);
+            CHECK(gaps_untouched);
+            r.insert(r.end(), part.begin(), part.end());
+          }
+        }
+        if (c.D) {
+          const std::vector<uint8_t> dD = download_bytes(prob.d_dD);
+          r.insert(r.end(), dD.begin(), dD.end());
+        }
+        CHECK(same_bytes(r, contiguous));
+      }
+    }
+  });
+}
