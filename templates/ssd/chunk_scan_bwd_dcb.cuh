@@ -52,19 +52,6 @@ __device__ __forceinline__ float bwd_decay(float m, float a_l, float a_s) {
 __device__ __forceinline__ float bwd_decay_product(float m, float a_l, float a_s, float dt_s) {
   return __fmul_rn(bwd_decay(m, a_l, a_s), dt_s);
 }
-// The same two values where the caller knows rn(min(a_l − a_s, 0) · log2 e) >= −126 (or NaN): the
-// exp as ex2.approx.ftz of that product, the bits of __expf without its subnormal guard
-// (ptx::ex2_approx_ftz). bwd_exp_bound says whether a set of such exponents is covered.
-constexpr float kBwdLog2e = 1.4426950216293334961f;  // the fp32 constant of __expf: 0x3FB8AA3B
-__device__ __forceinline__ float bwd_decay_plain(float m, float a_l, float a_s) {
-  return __fmul_rn(m, ptx::ex2_approx_ftz(__fmul_rn(fminf(__fsub_rn(a_l, a_s), 0.f), kBwdLog2e)));
-}
-// True when every a_l >= a_l_min and a_s <= a_s_max give exponents rn(min(a_l − a_s, 0) · log2 e) >=
-// −126: rounding is monotonic, so the bound's exponent is a lower bound; NaN values dropped from the
-// bounds (fminf / fmaxf) give min(NaN, 0) = 0 themselves, and a NaN bound fails the test.
-__device__ __forceinline__ bool bwd_exp_bound(float a_l_min, float a_s_max) {
-  return __fmul_rn(fminf(__fsub_rn(a_l_min, a_s_max), 0.f), kBwdLog2e) >= -126.f;
-}
 
 
 // A block's dCB tile (rows m0.., columns n0..) from this thread's fp32 fragments, rounded to T: pairs
@@ -252,49 +239,31 @@ __device__ void chunk_scan_bwd_dcb(const ChunkScanBwdDcbParams& p) {
                 a_s[j] = *reinterpret_cast<const float2*>(sd + BLOCK_M + cl);
                 dt_s[j] = *reinterpret_cast<const float2*>(sd + BLOCK_M + BLOCK_N + cl);
               }
-              // The exp without __expf's subnormal guard where this warp's exponents allow it
-              // (detail::bwd_exp_bound over its rows' A(l) and its columns' A(s)): the same bits.
-              float al_min = sd[wm0 + lg], as_max = a_s[0].x;
 #pragma unroll
-              for (int i = 0; i < MI; ++i)
+              for (int i = 0; i < MI; ++i) {
 #pragma unroll
-                for (int half = 0; half < 2; ++half) al_min = fminf(al_min, sd[wm0 + 16 * i + lg + 8 * half]);
+                for (int half = 0; half < 2; ++half) {
+                  const int rl = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
+                  const int l = m0 + rl;
+                  const float al = sd[rl];
+                  const bool row_ok = l < valid;
+                  const int q = Spec::kSeqIdx ? s_seq[rl] : 0;
 #pragma unroll
-              for (int j = 0; j < NJ; ++j) as_max = fmaxf(as_max, fmaxf(a_s[j].x, a_s[j].y));
-              const bool plain = __all_sync(0xffffffffu, detail::bwd_exp_bound(al_min, as_max));
-              auto epilogue = [&](const bool kPlain) {  // called with a constant (inlined, folded)
+                  for (int j = 0; j < NJ; ++j) {
 #pragma unroll
-                for (int i = 0; i < MI; ++i) {
-#pragma unroll
-                  for (int half = 0; half < 2; ++half) {
-                    const int rl = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
-                    const int l = m0 + rl;
-                    const float al = sd[rl];
-                    const bool row_ok = l < valid;
-                    const int q = Spec::kSeqIdx ? s_seq[rl] : 0;
-#pragma unroll
-                    for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-                      for (int e = 0; e < 2; ++e) {
-                        const int cl = wn0 + 8 * j + 2 * lt + e;  // column inside the tile
-                        bool keep = row_ok && n0 + cl <= l;
-                        if (Spec::kSeqIdx) keep = keep && q == s_seq[BLOCK_M + cl];
-                        float& m = hacc[i][j].x[2 * half + e];
-                        const float a_sv = e ? a_s[j].y : a_s[j].x, dt_sv = e ? dt_s[j].y : dt_s[j].x;
-                        const float d_all = kPlain ? __fmul_rn(detail::bwd_decay_plain(m, al, a_sv), dt_sv)
-                                                   : detail::bwd_decay_product(m, al, a_sv, dt_sv);
-                        const float d = keep ? d_all : 0.f;
-                        gacc[i][j].x[2 * half + e] = __fadd_rn(gacc[i][j].x[2 * half + e], d);
-                        m = 0.f;
-                      }
+                    for (int e = 0; e < 2; ++e) {
+                      const int cl = wn0 + 8 * j + 2 * lt + e;  // column inside the tile
+                      bool keep = row_ok && n0 + cl <= l;
+                      if (Spec::kSeqIdx) keep = keep && q == s_seq[BLOCK_M + cl];
+                      float& m = hacc[i][j].x[2 * half + e];
+                      const float d_all = detail::bwd_decay_product(m, al, e ? a_s[j].y : a_s[j].x,
+                                                                    e ? dt_s[j].y : dt_s[j].x);
+                      const float d = keep ? d_all : 0.f;
+                      gacc[i][j].x[2 * half + e] = __fadd_rn(gacc[i][j].x[2 * half + e], d);
+                      m = 0.f;
                     }
                   }
                 }
-              };
-              if (plain) {
-                epilogue(true);
-              } else {
-                epilogue(false);
               }
             }
           }

@@ -366,57 +366,36 @@ __device__ void chunk_scan_bwd_ddA_intra(const Params& p) {
           // column pairs), the other stays in registers for after the next barrier: U_IN_STAGE: W to
           // s_w, u in uf; otherwise u to s_w, W in place of M in acc.
           FragC uf[MI][NJ];
-          // The exp without __expf's subnormal guard where this warp's exponents allow it
-          // (detail::bwd_exp_bound over its rows' A(l) and its columns' A(s)): the same bits.
-          float al_min = s_A[m0 + wm0 + FragC::row(lane, 0)], as_max = s_A[s0 + wn0 + FragC::col(lane)];
 #pragma unroll
-          for (int i = 0; i < MI; ++i)
+          for (int i = 0; i < MI; ++i) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) al_min = fminf(al_min, s_A[m0 + wm0 + 16 * i + FragC::row(lane, half)]);
+            for (int half = 0; half < 2; ++half) {
+              const int r = wm0 + 16 * i + FragC::row(lane, half);  // row inside the block
+              const int l = m0 + r;
+              const float al = s_A[l];
+              const bool row_ok = l < valid;
 #pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            const float2 as = *reinterpret_cast<const float2*>(s_A + s0 + wn0 + 8 * j + FragC::col(lane));
-            as_max = fmaxf(as_max, fmaxf(as.x, as.y));
-          }
-          const bool plain = __all_sync(0xffffffffu, detail::bwd_exp_bound(al_min, as_max));
-          auto fill = [&](const bool kPlain) {  // called with a constant (inlined, folded)
+              for (int j = 0; j < NJ; ++j) {
+                const int k = wn0 + 8 * j + FragC::col(lane);  // column inside the tile (even)
+                const int s = s0 + k;
+                const float2 as = *reinterpret_cast<const float2*>(s_A + s);
+                const float2 ds = *reinterpret_cast<const float2*>(s_dt + s);
+                float2 to_tile;
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int r = wm0 + 16 * i + FragC::row(lane, half);  // row inside the block
-                const int l = m0 + r;
-                const float al = s_A[l];
-                const bool row_ok = l < valid;
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                  const int k = wn0 + 8 * j + FragC::col(lane);  // column inside the tile (even)
-                  const int s = s0 + k;
-                  const float2 as = *reinterpret_cast<const float2*>(s_A + s);
-                  const float2 ds = *reinterpret_cast<const float2*>(s_dt + s);
-                  float2 to_tile;
-#pragma unroll
-                  for (int e = 0; e < 2; ++e) {
-                    const float m = acc[i][j].x[2 * half + e];
-                    const float cb = e ? cbv[i][half][j].y : cbv[i][half][j].x;
-                    const float a_s = e ? as.y : as.x;
-                    const float base = kPlain ? detail::bwd_decay_plain(m, al, a_s) : detail::bwd_decay(m, al, a_s);
-                    const float u = __fmul_rn(cb, base);
-                    const float w = __fmul_rn(cb, __fmul_rn(base, e ? ds.y : ds.x));  // bwd_decay_product
-                    const float u_sel = (row_ok && s + e <= l) ? u : 0.f;
-                    const float w_sel = (row_ok && s + e < l) ? w : 0.f;
-                    (e ? to_tile.y : to_tile.x) = U_IN_STAGE ? w_sel : u_sel;
-                    (U_IN_STAGE ? uf : acc)[i][j].x[2 * half + e] = U_IN_STAGE ? u_sel : w_sel;
-                  }
-                  *reinterpret_cast<float2*>(s_w + r * LDW + k) = to_tile;
+                for (int e = 0; e < 2; ++e) {
+                  const float m = acc[i][j].x[2 * half + e];
+                  const float cb = e ? cbv[i][half][j].y : cbv[i][half][j].x;
+                  const float a_s = e ? as.y : as.x;
+                  const float u = __fmul_rn(cb, detail::bwd_decay(m, al, a_s));
+                  const float w = __fmul_rn(cb, detail::bwd_decay_product(m, al, a_s, e ? ds.y : ds.x));
+                  const float u_sel = (row_ok && s + e <= l) ? u : 0.f;
+                  const float w_sel = (row_ok && s + e < l) ? w : 0.f;
+                  (e ? to_tile.y : to_tile.x) = U_IN_STAGE ? w_sel : u_sel;
+                  (U_IN_STAGE ? uf : acc)[i][j].x[2 * half + e] = U_IN_STAGE ? u_sel : w_sel;
                 }
+                *reinterpret_cast<float2*>(s_w + r * LDW + k) = to_tile;
               }
             }
-          };
-          if (plain) {
-            fill(true);
-          } else {
-            fill(false);
           }
           detail::intra_tile_sums<NT, Q, BLOCK_M, BLOCK_N, LDW, LDU, U_IN_STAGE, Spec::kDeterministic>(
               acc, uf, s_w, reinterpret_cast<float*>(s_tiles[buf]), [&]() -> float& { return row_carry; }, s0, m0, valid,

@@ -28,6 +28,7 @@
 
 #include "ssd/kernel_params.cuh"
 #include "ssd/primitives/dtype.cuh"
+#include "ssd/primitives/mma.cuh"  // ptx::st_global_v4
 #include "ssd/primitives/spec.cuh"  // vec16_rows, aligned16
 
 namespace ssd_kernels {
@@ -55,15 +56,12 @@ __device__ __forceinline__ void load_row8(const T* ptr, long long sp, float (&v)
 template <bool VEC, class T>
 __device__ __forceinline__ void store_row8(T* ptr, long long sp, const T (&v)[8]) {
   if constexpr (VEC) {
-    // In asm: a uint4 assignment came out of NVVM as four 4-byte stores (the row pointers' 16-byte
-    // alignment lost in the loop's address arithmetic).
-    asm volatile("{\n\t.reg .u64 g;\n\tcvta.to.global.u64 g, %0;\n\tst.global.v4.b32 [g], {%1, %2, %3, %4};\n\t}"
-                 :
-                 : "l"(ptr), "r"(unsigned(v[0].bits) | (unsigned(v[1].bits) << 16)),
-                   "r"(unsigned(v[2].bits) | (unsigned(v[3].bits) << 16)),
-                   "r"(unsigned(v[4].bits) | (unsigned(v[5].bits) << 16)),
-                   "r"(unsigned(v[6].bits) | (unsigned(v[7].bits) << 16))
-                 : "memory");
+    // ptx::st_global_v4: a uint4 assignment came out of NVVM as four 4-byte stores (the row
+    // pointers' 16-byte alignment lost in the loop's address arithmetic).
+    ptx::st_global_v4(ptr, unsigned(v[0].bits) | (unsigned(v[1].bits) << 16),
+                      unsigned(v[2].bits) | (unsigned(v[3].bits) << 16),
+                      unsigned(v[4].bits) | (unsigned(v[5].bits) << 16),
+                      unsigned(v[6].bits) | (unsigned(v[7].bits) << 16));
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) ptr[i * sp] = v[i];

@@ -68,14 +68,13 @@ __device__ __forceinline__ void prefetch_global_l1(const void* ptr) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
 }
 
-// ex2.approx.ftz.f32: 2^x, subnormal inputs and results flushed to zero. For x >= -126 (or NaN) it
-// gives the bits of ex2.approx.f32 (what __expf(v) evaluates on rn(v · log2 e)) without that
-// instruction's subnormal guard (a compare and two predicated multiplies in SASS): the result is
-// normal there, and a subnormal x gives 1 either way.
-__device__ __forceinline__ float ex2_approx_ftz(float x) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x));
-  return e;
+// One 16-byte global store of four 32-bit words (ptr 16-byte aligned, global memory). Where NVVM
+// splits a uint4 assignment into four 4-byte stores (it lost the pointer's alignment in address
+// arithmetic), this keeps it one st.global.v4.
+__device__ __forceinline__ void st_global_v4(void* ptr, unsigned a, unsigned b, unsigned c, unsigned d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(ptr)), "r"(a), "r"(b),
+               "r"(c), "r"(d)
+               : "memory");
 }
 
 // 16-byte asynchronous global -> shared copy, L2 only (.cg). When pred is false nothing is read
