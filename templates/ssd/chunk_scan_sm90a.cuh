@@ -163,9 +163,7 @@ constexpr float kLog2e = 1.4426950216293334961f;  // the fp32 constant of __expf
 template <bool kPlain>
 __device__ __forceinline__ float decay(float al, float as) {
   if constexpr (kPlain) {
-    float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fminf(al - as, 0.f) * kLog2e));
-    return e;
+    return ptx::ex2_approx_ftz(fminf(al - as, 0.f) * kLog2e);
   } else {
     return __expf(fminf(al - as, 0.f));
   }

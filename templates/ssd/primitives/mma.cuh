@@ -77,6 +77,15 @@ __device__ __forceinline__ void st_global_v4(void* ptr, unsigned a, unsigned b, 
                : "memory");
 }
 
+// ex2.approx.ftz.f32: 2^x, subnormal inputs and results flushed to zero. For x >= -126 (or NaN) it
+// gives the bits of ex2.approx.f32 (what __expf(v) evaluates on rn(v · log2 e)) without that
+// instruction's subnormal guard: the result is normal there (chunk_scan_fwd's decay<true>).
+__device__ __forceinline__ float ex2_approx_ftz(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x));
+  return e;
+}
+
 // 16-byte asynchronous global -> shared copy, L2 only (.cg). When pred is false nothing is read
 // (src-size 0) and the 16 destination bytes are zero-filled; src must still be a valid address.
 // dst and src must be 16-byte aligned.
