@@ -26,6 +26,7 @@
 // per-element loads and stores: the same values, the same order per output.
 #pragma once
 
+#include "ssd/chunk_scan.cuh"  // detail::load8
 #include "ssd/kernel_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"  // ptx::st_global_v4
@@ -34,23 +35,6 @@
 namespace ssd_kernels {
 
 namespace gate_detail {
-
-// 8 consecutive p of one row as floats (exact widening): one 16-byte load, or 8 loads at stride sp.
-template <bool VEC, class T>
-__device__ __forceinline__ void load_row8(const T* ptr, long long sp, float (&v)[8]) {
-  if constexpr (VEC) {
-    const uint4 u = *reinterpret_cast<const uint4*>(ptr);
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = to_float(T{static_cast<unsigned short>(w[i] & 0xffffu)});
-      v[2 * i + 1] = to_float(T{static_cast<unsigned short>(w[i] >> 16)});
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = to_float(ptr[i * sp]);
-  }
-}
 
 // 8 consecutive p of one row, already rounded to T: one 16-byte store, or 8 stores at stride sp.
 template <bool VEC, class T>
@@ -100,11 +84,11 @@ struct ChunkRows {
     float g[N][8], xv[N][8], zv[N][8], yv[N][8];  // xv with D, zv and yv with z
 #pragma unroll
     for (int r = 0; r < N; ++r) {
-      load_row8<VEC>(dout.at(l + r), dout.sp, g[r]);
-      if constexpr (Spec::kD) load_row8<VEC>(x.at(l + r), x.sp, xv[r]);
+      detail::load8<T>(dout.at(l + r), 0, dout.sp, VEC, g[r]);
+      if constexpr (Spec::kD) detail::load8<T>(x.at(l + r), 0, x.sp, VEC, xv[r]);
       if constexpr (Spec::kZ) {
-        load_row8<VEC>(z.at(l + r), z.sp, zv[r]);
-        load_row8<VEC>(out_x.at(l + r), out_x.sp, yv[r]);
+        detail::load8<T>(z.at(l + r), 0, z.sp, VEC, zv[r]);
+        detail::load8<T>(out_x.at(l + r), 0, out_x.sp, VEC, yv[r]);
       }
     }
 #pragma unroll
