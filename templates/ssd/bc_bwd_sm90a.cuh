@@ -194,13 +194,13 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
             const unsigned char* sa = smem + (k % STAGES) * STAGE;
             // Descriptor low words (smem::desc_k_major_sw128 / desc_mn_major_sw128's, formed with 32-bit
             // adds): x|dy K-major (a k16 slice 32 bytes further), the state MN-major (16 rows further).
-            const unsigned x_lo = sm90a_detail::desc_lo_sw128(ptx::smem_addr(sa + wg * 64 * 128), 16);
-            const unsigned s_lo = sm90a_detail::desc_lo_sw128(ptx::smem_addr(sa + A_BYTES), KB * 128);
+            const unsigned x_lo = smem::desc_lo_sw128(ptx::smem_addr(sa + wg * 64 * 128), 16);
+            const unsigned s_lo = smem::desc_lo_sw128(ptx::smem_addr(sa + A_BYTES), KB * 128);
             warpgroup::fence();
 #pragma unroll
             for (int kk = 0; kk < KB; kk += 16)
-              warpgroup::mma_ss<T, 0, 1>(chain, sm90a_detail::desc_sw128(x_lo + kk * 2 / 16),
-                                         sm90a_detail::desc_sw128(s_lo + kk * 128 / 16), true);
+              warpgroup::mma_ss<T, 0, 1>(chain, smem::desc_sw128(x_lo + kk * 2 / 16),
+                                         smem::desc_sw128(s_lo + kk * 128 / 16), true);
             warpgroup::commit_group();
             warpgroup::fence_operand(chain);
             if (pk == 0 && hi + 2 < R) {
@@ -229,17 +229,17 @@ __device__ __forceinline__ void bc_bwd_wgmma_tiles(const BcBwdParams& p) {
           // Descriptor low words as in the head phase: dC's dCB operand K-major, dB's MN-major
           // (transposed); the other operand (C | B) MN-major.
           const unsigned d_lo =
-              sm90a_detail::desc_lo_sw128(ptx::smem_addr(sa + wg * 64 * 128), Spec::kIsDC ? 16u : unsigned(KB * 128));
-          const unsigned o_lo = sm90a_detail::desc_lo_sw128(ptx::smem_addr(sa + A_BYTES), KB * 128);
+              smem::desc_lo_sw128(ptx::smem_addr(sa + wg * 64 * 128), Spec::kIsDC ? 16u : unsigned(KB * 128));
+          const unsigned o_lo = smem::desc_lo_sw128(ptx::smem_addr(sa + A_BYTES), KB * 128);
           warpgroup::fence();
 #pragma unroll
           for (int kk = 0; kk < KB; kk += 16) {
             if constexpr (Spec::kIsDC)
-              warpgroup::mma_ss<T, 0, 1>(acc, sm90a_detail::desc_sw128(d_lo + kk * 2 / 16),
-                                         sm90a_detail::desc_sw128(o_lo + kk * 128 / 16), true);
+              warpgroup::mma_ss<T, 0, 1>(acc, smem::desc_sw128(d_lo + kk * 2 / 16),
+                                         smem::desc_sw128(o_lo + kk * 128 / 16), true);
             else
-              warpgroup::mma_ss<T, 1, 1>(acc, sm90a_detail::desc_sw128(d_lo + kk * 128 / 16),
-                                         sm90a_detail::desc_sw128(o_lo + kk * 128 / 16), true);
+              warpgroup::mma_ss<T, 1, 1>(acc, smem::desc_sw128(d_lo + kk * 128 / 16),
+                                         smem::desc_sw128(o_lo + kk * 128 / 16), true);
           }
           warpgroup::commit_group();
           warpgroup::fence_operand(acc);

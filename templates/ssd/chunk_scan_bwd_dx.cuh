@@ -190,7 +190,7 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
 // copies done, fence.proxy.async (the copies are generic-proxy writes that wgmma reads), barrier,
 // the next copies, four wgmma, commit, wait for them (the stage read is then free; leaving them in
 // flight across the next barrier, with copies one step less ahead, measured slower: docs/perf.md).
-// The descriptors are formed as 32-bit low words (sm90a_detail::desc_lo_sw128), the same values as
+// The descriptors are formed as 32-bit low words (smem::desc_lo_sw128), the same values as
 // smem::desc_k_major_sw128's with ~5 instead of ~22 instructions per wgmma. out: the chain's
 // result in the mma.sync fragments (the same (row, column) per thread: WgAcc's register 4j + q is
 // out[0][j].x[q]); its value on entry is not read (the chain starts from +0 here).
@@ -213,17 +213,18 @@ __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned ch
     if (ks + STAGES - 1 < KA) load_stage(wr, ks + STAGES - 1);
     ptx::cp_async_commit();
     // The descriptors' low words (start address >> 4, LBO): this warpgroup's rows (the row tile's
-    // atom of 64 n at n0) and the stage's K tile; a k16 slice is 32 bytes further.
+    // atom of 64 n at n0) and the stage's K tile; a k16 slice is 32 bytes further. Formed here each
+    // step: hoisted out of the loop, the words made ptxas spill more (164 against 140 bytes).
     const unsigned base = ptx::smem_addr(s_body);
-    const unsigned a_lo = sm90a_detail::desc_lo_sw128(base + unsigned(wg_rows + (n0 >> 6) * BLOCK_M * 128), 16);
-    const unsigned b_lo = sm90a_detail::desc_lo_sw128(base + unsigned(RES_BYTES + rd * STAGE_A), 16);
+    const unsigned a_lo = smem::desc_lo_sw128(base + unsigned(wg_rows + (n0 >> 6) * BLOCK_M * 128), 16);
+    const unsigned b_lo = smem::desc_lo_sw128(base + unsigned(RES_BYTES + rd * STAGE_A), 16);
     rd = rd == STAGES - 1 ? 0 : rd + 1;
     wr = wr == STAGES - 1 ? 0 : wr + 1;
     warpgroup::fence();
 #pragma unroll
     for (int kk = 0; kk < 64; kk += 16)
-      warpgroup::mma_ss<T, 0, 0>(acc, sm90a_detail::desc_sw128(a_lo + kk * 2 / 16),
-                                 sm90a_detail::desc_sw128(b_lo + kk * 2 / 16), true);
+      warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_sw128(a_lo + kk * 2 / 16),
+                                 smem::desc_sw128(b_lo + kk * 2 / 16), true);
     warpgroup::commit_group();
     warpgroup::wait_group<0>();
     warpgroup::fence_operand(acc);
@@ -874,14 +875,14 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               const float* scb = sCB(ks % STAGES_B);
               // The dy tile's descriptor low word (smem::desc_mn_major_sw128's: LBO = the tile's
               // BLOCK_K rows of 128 bytes); a k16 slice is 16 rows further.
-              const unsigned dy_lo = sm90a_detail::desc_lo_sw128(ptx::smem_addr(sDY(ks % STAGES_B)), BLOCK_K * 128);
+              const unsigned dy_lo = smem::desc_lo_sw128(ptx::smem_addr(sDY(ks % STAGES_B)), BLOCK_K * 128);
 #pragma unroll
               for (int kk = 0; kk < BLOCK_K; kk += 16) {
                 FragA a[MI];
                 form_a(ks, kk, scb, a);
                 warpgroup::fence_operand(wacc);
                 warpgroup::fence();
-                warpgroup::mma_rs<T, 1>(wacc, a[0], sm90a_detail::desc_sw128(dy_lo + kk * 128 / 16), true);
+                warpgroup::mma_rs<T, 1>(wacc, a[0], smem::desc_sw128(dy_lo + kk * 128 / 16), true);
                 warpgroup::commit_group();
                 warpgroup::fence_operand(wacc);
               }

@@ -150,10 +150,6 @@ __device__ __forceinline__ void load_cb_tile(float* s, const float* g, long long
   }
 }
 
-// The 32-bit descriptor words of 128-byte swizzled tiles (primitives/hopper.cuh).
-using smem::desc_lo_sw128;
-using smem::desc_sw128;
-
 // exp(min(al - as, 0)) as __expf computes it: ex2.approx.f32 of the product with log2(e) rounded to
 // fp32. With kPlain the caller guarantees that product is >= -126 (or NaN): there ex2.approx.f32 is the
 // plain ex2 instruction (the non-ftz form only adds, below -126, a halving of the input and a squaring
@@ -217,7 +213,7 @@ __device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const f
     }
     warpgroup::fence_operand(acc);
     warpgroup::fence();
-    warpgroup::mma_rs<T, 1>(acc, a, desc_sw128(x_lo + kk * 128 / 16), true);  // k16 slices 16 rows apart
+    warpgroup::mma_rs<T, 1>(acc, a, smem::desc_sw128(x_lo + kk * 128 / 16), true);  // k16 slices 16 rows apart
     warpgroup::commit_group();
     warpgroup::fence_operand(acc);
   }
@@ -374,14 +370,14 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             {
               // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further); the k16
               // slices 32 bytes apart.
-              const unsigned a_lo = sm90a_detail::desc_lo_sw128(body_addr + sa * STAGE_A + wg * 64 * 128, 16);
-              const unsigned b_lo = sm90a_detail::desc_lo_sw128(body_addr + sa * STAGE_A + BLOCK_M * 128, 16);
+              const unsigned a_lo = smem::desc_lo_sw128(body_addr + sa * STAGE_A + wg * 64 * 128, 16);
+              const unsigned b_lo = smem::desc_lo_sw128(body_addr + sa * STAGE_A + BLOCK_M * 128, 16);
               warpgroup::fence_operand(acc);
               warpgroup::fence();
 #pragma unroll
               for (int kk = 0; kk < 64; kk += 16)
-                warpgroup::mma_ss<T, 0, 0>(acc, sm90a_detail::desc_sw128(a_lo + kk * 2 / 16),
-                                           sm90a_detail::desc_sw128(b_lo + kk * 2 / 16), true);
+                warpgroup::mma_ss<T, 0, 0>(acc, smem::desc_sw128(a_lo + kk * 2 / 16),
+                                           smem::desc_sw128(b_lo + kk * 2 / 16), true);
               warpgroup::commit_group();
               warpgroup::wait_group<0>();
               warpgroup::fence_operand(acc);
@@ -451,7 +447,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
               ptx::cp_async_commit();
               const float* scb = reinterpret_cast<const float*>(s_body + sb * STAGE + TILE0);
               // x [s][p], MN-major: the k16 slices 16 rows of 128 bytes apart.
-              const unsigned x_lo = sm90a_detail::desc_lo_sw128(body_addr + sb * STAGE, 64 * 128);
+              const unsigned x_lo = smem::desc_lo_sw128(body_addr + sb * STAGE, 64 * 128);
               if (kPlain && kBelow)
                 sm90a_detail::w_step<T, true, true, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
               else if (kPlain)
