@@ -520,6 +520,15 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 // mma.sync kernel (a copy overwrote a buffer still being read: a race found in review and confirmed on
 // the H200, session 15).
 SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int passes) { return passes * q >= 128; }
+// wgmma groups left running while the next A fragment is built (two A fragments live): the forward
+// state pass's choice (fwd_geom::chunk_state_passing_wgmma_in_flight), and 1 also for the default
+// 64 x 64 x 64, whose block ptxas already gives ~250 registers (2 blocks per SM either way): the
+// second fragment fits without a spill (sm_90a, bf16 / fp16, every flag, headdim 64 / 128, dstate
+// 64-256), and the k16 steps stop waiting for each other (0.862 -> 0.832 ms at nemotronh-56b b=4
+// L=2048, docs/perf.md). Other 64-row tiles keep 0 (64 x 128: 4-128 bytes of spill with 1).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, int bn, int bk) {
+  return fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk) == 1 || (bm == 64 && bn == 64 && bk == 64) ? 1 : 0;
+}
 // P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
 // The forward's stages and weights (4: no staged output tile), then P_c's two buffers of BLOCK_M rows.

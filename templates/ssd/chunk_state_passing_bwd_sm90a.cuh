@@ -82,8 +82,9 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
   static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_walk(Q, PASSES),
                 "a chunk's steps must cover the ring's prefetch distance (P_c's two buffers): the family keeps "
                 "mma.sync for shorter chunks");
-  // wgmma groups left running while the next A fragment is built: the forward state pass's choice.
-  constexpr int kInFlight = chunk_state_passing_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
+  // wgmma groups left running while the next A fragment is built (bwd_geom: the forward's choice, and
+  // 1 for 64 x 64 x 64).
+  constexpr int kInFlight = bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
   static_assert(kInFlight >= 0 && kInFlight <= BLOCK_K / 16, "the groups in flight at a stage's top are its predecessor's");
   constexpr int NJ = BLOCK_N / 8;                 // fragments of a warp's 16 rows
   static_assert(NJ % 4 == 0, "ρ's blocks of 32 columns lie in one warp's fragments");

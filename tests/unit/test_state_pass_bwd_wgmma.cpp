@@ -177,6 +177,9 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: the presets' and all-options speci
       CHECK(contains(line, "}, {%r"));  // A from registers
     }
     CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 0;"));
+    // Before each of dy's A fragments, the groups left in flight: one at 64 x 64 x 64 and 128 x 64 x 64.
+    CHECK(ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(c.tile.m, c.tile.n, c.tile.k) == 1);
+    CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1;"));
     CHECK_FALSE(contains(ptx, "mma.sync"));
     CHECK_FALSE(contains(ptx, "atom."));  // deterministic: the ρ slots are plain stores
     CHECK(contains(ptx, "shfl.sync.bfly.b32"));
@@ -195,6 +198,12 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: geometry helpers follow the forwar
         CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, bm, bn, bk) ==
               fwd_geom::chunk_state_passing_wgmma_smem_bytes(256, bm, bn, bk, 4) + 2 * bm * (bn + 8) * 4);
       }
+  // One wgmma group in flight where the forward keeps one, and at 64 x 64 x 64; the other 64-row tiles none.
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(64, 64, 64) == 1);
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(128, 64, 64) == 1);
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(128, 128, 32) == 1);
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(64, 64, 32) == 0);
+  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(64, 128, 64) == 0);
   CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 256, 32, 128, 64, 32) == nullptr);
   CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 256, 3, 128, 64, 32) != nullptr);
 }
