@@ -50,6 +50,7 @@ struct Problem {
 struct ForwardInputs {
   Problem pr;
   DeviceMemory x, dt, A, B, C, D, bias, out, final_states, ws;
+  DeviceMemory z, out_x;  // bench fwd --z only
   ssd_forward_layout layout{};
   // Host copies (exact bf16 values) when the oracle needs them.
   std::vector<double> hx, hdt, hA, hB, hC, hD, hbias;
@@ -133,6 +134,7 @@ struct GpuArgs {
   int iters = 100, warmup = 10;
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
   bool fused_intra = false;  // bench bwd: chunk_scan_bwd_dcb_ddA_intra instead of the pair dcb + ddA_intra
+  bool z = false;       // bench fwd: with the z gate (out = y · silu(z), out_x = y)
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
   int32_t max_blocks = 0;  // --max-blocks: every grid axis of the timed calls capped (grid-stride kernels)
 };
@@ -151,6 +153,7 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
     else if (auto v = cur.value("--tiles")) out.tiles = *v;
     else if (cur.flag("--staged")) out.staged = true;
     else if (cur.flag("--fused-intra")) out.fused_intra = true;
+    else if (cur.flag("--z")) out.z = true;
     else if (auto v = cur.value("--arch")) {
       auto a = ssd::parse_arch(*v);
       if (!a.ok()) return fail(ctx, a.status());
@@ -497,6 +500,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (int rc = parse_gpu_args(ctx, args, true, ga); rc >= 0) return rc;
   if (ga.what != "fwd" && ga.what != "bwd")
     return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward) or 'bwd' (the SSD backward)");
+  if (ga.what == "bwd" && ga.z) return usage_error(ctx, "bench bwd: --z is for bench fwd (the backward bench runs without z)");
   if (ga.what == "bwd") {
     auto tuning = parse_bwd_tiles(ga.tiles);  // no --tiles: the defaults
     if (!tuning.ok()) return fail(ctx, tuning.status());
@@ -519,6 +523,15 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   const Problem& pr = session.in.pr;
   ssd_forward_args a = session.args;
   const ssd_forward_layout* layout = &session.layout;
+  if (ga.z) {
+    // z ~ N(0, 1) in bf16 (its own random values), and out_x, which a call with z must write.
+    const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p);
+    std::mt19937_64 rng(std::random_device{}());
+    if (ssd::Status st = fill_bf16(drv, session.in.z, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
+    if (ssd::Status st = alloc(drv, session.in.out_x, nx * 2); !st.ok()) return fail(ctx, st);
+    a.z = ssd::contiguous_tensor(session.in.z.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+    a.out_x = ssd::contiguous_tensor(session.in.out_x.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  }
   // The staged path keeps P in fp32: a larger states section than ssd_forward_workspace_layout's.
   DeviceMemory staged_ws;
   ssd_forward_layout staged_layout{};
@@ -592,15 +605,15 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   drv.cuCtxGetDevice(&dev);
   drv.cuDeviceGetName(dev_name, sizeof(dev_name), dev);
   if (ctx.json) {
-    nlohmann::json j{{"what", "fwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"iters", ga.iters},
+    nlohmann::json j{{"what", "fwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"iters", ga.iters}, {"z", ga.z},
                      {"device", dev_name}, {"median_ms", median(total)}, {"workspace_bytes", layout->total_bytes},
                      {"host_cpu_us_per_call", host_us}, {"host_wall_us_per_call", host_wall_us}};
     for (int i = 0; i < kStages; ++i)
       if (ran(i)) j["stages_median_ms"][names[i]] = median(stage[i]);
     print_json(j);
   } else {
-    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}{}\n",
-               m.name, pr.b, pr.L, dev_name, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
+    fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus{}; median of {} after {} warm-up){}{}{}\n",
+               m.name, pr.b, pr.L, dev_name, ga.z ? ", z" : "", ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
                ga.staged ? " staged states" : "", arch_note(ga));
     for (int i = 0; i < kStages; ++i)
       if (ran(i)) fmt::print("  {:<23} {:8.3f} ms\n", names[i], median(stage[i]));
