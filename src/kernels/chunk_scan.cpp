@@ -43,16 +43,16 @@ KernelSpec spec(const ssd_kernel_config& c) {
     // Written only here: the mma.sync specializations keep their Spec (and machine code).
     s.boolean("kWgmma", true);
     namespace g = ssd_kernels::fwd_geom;
-    // Registers per thread (the launch bounds' cap): 128 for 64 x 64 with P in x's dtype, headdim 64
-    // and no z (4 blocks per SM, no spill: bf16 / fp16, dstate 64 / 256, every other flag; 0.73 ->
-    // 0.65 ms at nemotronh-56b b=4 L=2048 against 3 blocks at 168, docs/perf.md); 168 for the other
-    // 64 x 64 ones (3 blocks: at 128 ptxas spills 4-16 bytes with z or headdim 128); 232 with 128
+    // Registers per thread (the launch bounds' cap): 128 for 64 x 64 with P in x's dtype and headdim
+    // 64 (4 blocks per SM: no spill without z, 4-16 bytes with z; at nemotronh-56b b=4 L=2048 0.73 ->
+    // 0.65 ms without z, 1.16 -> 1.01 ms with z, against 3 blocks at 168, docs/perf.md); 168 for
+    // headdim 128 (3 blocks: at 128 ptxas spills 4 bytes in some of them, not measured); 232 with 128
     // columns or fp32 P (2 blocks; 168 spills there); 128 for 128 rows (2 blocks of 256 threads; a
     // few bytes of spill, 8-52 by option: the tile is there to measure its traffic saving). Blocks per
     // SM follow from them and shared memory.
     const int regs = c.tile.n == 128 || !(c.flags & SSD_FLAG_STATES_IN_DTYPE) ? 232
                      : c.tile.m == 128                                        ? 128
-                     : c.headdim == 64 && !(c.flags & SSD_FLAG_Z)             ? 128
+                     : c.headdim == 64                                       ? 128
                                                                               : 168;
     KernelSpec k{s.members(), g::chunk_scan_wg_threads(c.tile.m),
                  g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.m, c.tile.n, seq, regs)};

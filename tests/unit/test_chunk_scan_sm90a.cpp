@@ -67,15 +67,14 @@ TEST_CASE("chunk_scan_fwd sm_90a: the preset takes the wgmma kernel, 64x64x64, d
   namespace g = ssd_kernels::fwd_geom;
   CHECK(u.dynamic_shared_bytes == g::chunk_scan_wg_smem_bytes(256, 64, 64, false));
   // Two stages of (C or x 8 KiB | P 8 KiB or CB 18 KiB), A and Δ rows, 1 KiB slack: 4 blocks per SM
-  // by shared memory and by registers (128 each); with z or headdim 128 3 (168 each: ptxas spills at
-  // 128 there).
+  // by shared memory and by registers (128 each, with z too); with headdim 128 3 (168 each).
   CHECK(u.dynamic_shared_bytes == 2 * 26 * 1024 + 2 * 1024 + 1024);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, false, 128) == 4);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, true, 128) == 4);
   CHECK(g::chunk_scan_wg_blocks_per_sm(256, 64, 64, false, 168) == 3);
   ssd_kernel_config with_z = c;
   with_z.flags |= SSD_FLAG_Z;
-  CHECK(contains(unit_of(with_z).source, "__launch_bounds__(128, 3)"));
+  CHECK(contains(unit_of(with_z).source, "__launch_bounds__(128, 4)"));
   // Phase A's ring (C and P only) holds more, smaller stages in the same body.
   CHECK(g::chunk_scan_wg_stages_a(64, 64) == 3);
   CHECK(g::chunk_scan_wg_stages_a(128, 64) == 4);
@@ -207,7 +206,10 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     CHECK_FALSE(contains(cubin->ptx, "mma.sync"));
     // ptxas warns when it serializes wgmma (a fragment or accumulator touched while in flight).
     CHECK_FALSE(contains(cubin->log, "wgmma"));
-    // 128 rows at 2 blocks per SM (128 registers) spill a few bytes; everything else none.
-    if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 64 : 0));
+    // 128 rows at 2 blocks per SM (128 registers) spill a few bytes, and so do 64 rows with z and
+    // headdim 64 at 4 blocks (128 registers: 4-16 bytes, measured faster than 3 blocks without the
+    // spill, docs/perf.md); everything else none.
+    const bool z_at_128 = rows == 64 && k.headdim == 64 && (k.flags & SSD_FLAG_Z) && (k.flags & SSD_FLAG_STATES_IN_DTYPE);
+    if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 64 : z_at_128 ? 16 : 0));
   }
 }
