@@ -234,7 +234,7 @@ TEST_CASE("chunk_cumsum_bwd matches the float64 oracle in both modes" * doctest:
         REQUIRE(all_finite(db));
         e_db = ssd::ref::rel_l2(db.data(), ref_db.data(), nh);
       }
-      MESSAGE("bwd " << (mode ? "fast" : "det ") << " " << describe(c) << ": rel_l2 ddt " << e_ddt << ", dA " << e_dA
+      MESSAGE("bwd " << std::string(mode ? "fast" : "det ") << " " << describe(c) << ": rel_l2 ddt " << e_ddt << ", dA " << e_dA
                      << ", ddt_bias " << e_db);
       CHECK(e_ddt < tolerance_for(c.dtype));
       CHECK(e_dA < 1e-5);

@@ -399,9 +399,9 @@ TEST_CASE("chunk_scan_fwd: sm_90a (wgmma) against sm_90 (mma.sync) on the same i
       r2 += v80 * v80;
     }
     const double rel = r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
-    MESSAGE("chunk_scan_fwd " << (wgmma ? "wgmma" : "mma.sync (shape off the wgmma grid)") << " vs sm_90 mma.sync "
-                              << describe(c) << ": upstream workspace " << (upstream_equal ? "equal" : "DIFFERENT")
-                              << "; out" << (c.z ? "+out_x" : "") << " bitwise equal " << equal << " / " << nout
+    MESSAGE("chunk_scan_fwd " << std::string(wgmma ? "wgmma" : "mma.sync (shape off the wgmma grid)") << " vs sm_90 mma.sync "
+                              << describe(c) << ": upstream workspace " << std::string(upstream_equal ? "equal" : "DIFFERENT")
+                              << "; out" << std::string(c.z ? "+out_x" : "") << " bitwise equal " << equal << " / " << nout
                               << ", max abs diff " << max_abs << ", rel L2 diff " << rel);
     CHECK(rel < (c.dtype == SSD_DTYPE_BF16 ? 3e-3 : 1e-3));
     // The final states come from the state pass alone: the same on both runtimes when upstream is.
@@ -491,7 +491,7 @@ TEST_CASE("chunk_scan_fwd sm_90a: W's variants (no mask, mask, guarded exp) give
         size_t equal = 0;
         for (size_t i = 0; i < nout; ++i) equal += r[i] == r90[i];
         MESSAGE("chunk_scan_fwd " << tile.m << "x" << tile.n << "x" << tile.k << " (wgmma) vs sm_90 mma.sync "
-                                  << describe(c) << ": out" << (c.z ? "+out_x" : "") << " bytes equal " << equal
+                                  << describe(c) << ": out" << std::string(c.z ? "+out_x" : "") << " bytes equal " << equal
                                   << " / " << nout);
         CHECK(equal == nout);
       }
