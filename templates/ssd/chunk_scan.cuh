@@ -13,7 +13,7 @@
 // multiplied), then rounded to T; both contractions accumulate in fp32 on the tensor cores. The
 // e_l row scale multiplies the fp32 state-part accumulator before the intra part is added. exp is
 // __expf (ex2.approx, like tl.exp); sigmoid is 1 / (1 + __expf(-z)) with an IEEE division (its bits,
-// formed eight at a time without a branch per element: primitives/silu_gate.cuh).
+// formed eight at a time without a branch per element: primitives/sigmoid.cuh).
 //
 // Reduction order per output (l, p), one fp32 accumulator starting from 0:
 //   1. K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of K/16 mma.m16n8k16 in
@@ -44,7 +44,7 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
-#include "ssd/primitives/silu_gate.cuh"
+#include "ssd/primitives/sigmoid.cuh"
 #include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {

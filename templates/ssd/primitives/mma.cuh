@@ -87,7 +87,7 @@ __device__ __forceinline__ float ex2_approx_ftz(float x) {
 }
 
 // rcp.approx.ftz.f32: the reciprocal's approximation (MUFU.RCP), the first step of the correctly
-// rounded reciprocal's fast path (primitives/silu_gate.cuh: rcp_rn_fast).
+// rounded reciprocal's fast path (primitives/sigmoid.cuh: rcp_rn_fast).
 __device__ __forceinline__ float rcp_approx_ftz(float x) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
