@@ -135,7 +135,7 @@ constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [-
                         [--arch sm_80|sm_90|sm_90a] [--max-blocks N]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
-                                 dda=M,cumsum=MxN] [--staged] [--fused-intra]   (bwd)
+                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--z]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
@@ -151,7 +151,8 @@ docs/determinism.md D4) to measure persistent grids. The output ends with the ho
 time of one C-API call, kernels loaded (bwd: once, after the deterministic section — a C-API call
 runs the deterministic kernels in either mode — and also that of one replay of the call captured
 into a CUDA graph).
-`bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
+`bench bwd` times ssd_backward the same way (random dout; no initial states; with --z also random
+z and out_x, and dz written: gate_bwd's z path and the dy_lo passes), each stage and
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic
 mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is the state_passing_bwd
