@@ -380,8 +380,14 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   const Problem& pr = session.in.pr;
   const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p), nbc = size_t(pr.b * pr.L * pr.g * pr.n);
   std::mt19937_64 rng(std::random_device{}());
-  DeviceMemory dout, dx, ddt, dA, dB, dC, dD, dbias, ws;
+  DeviceMemory dout, dx, ddt, dA, dB, dC, dD, dbias, ws, z, out_x, dz;
   if (ssd::Status st = fill_bf16(drv, dout, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
+  if (ga.z) {
+    // z ~ N(0, 1) and the forward's y before gating (out_x; random values for timing), both bf16.
+    if (ssd::Status st = fill_bf16(drv, z, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
+    if (ssd::Status st = fill_bf16(drv, out_x, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
+    if (ssd::Status st = alloc(drv, dz, nx * 2); !st.ok()) return fail(ctx, st);
+  }
   for (auto [mem, bytes] : {std::pair<DeviceMemory*, size_t>{&dx, nx * 2}, {&ddt, size_t(pr.b * pr.L * pr.h) * 2},
                             {&dA, size_t(pr.h) * 4}, {&dB, nbc * 2}, {&dC, nbc * 2}, {&dD, size_t(pr.h) * 4},
                             {&dbias, size_t(pr.h) * 4}})
@@ -400,6 +406,11 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   a.dC = ssd::contiguous_tensor(dC.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
   a.dD = ssd::contiguous_tensor(dD.ptr_void(), SSD_DTYPE_FP32, {pr.h});
   a.ddt_bias = ssd::contiguous_tensor(dbias.ptr_void(), SSD_DTYPE_FP32, {pr.h});
+  if (ga.z) {
+    a.z = ssd::contiguous_tensor(z.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+    a.out_x = ssd::contiguous_tensor(out_x.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+    a.dz = ssd::contiguous_tensor(dz.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  }
   // The larger of the two rows' layouts (the fast kernels' has a dP section the fused state pass does
   // not need; --staged's has it in both), and at least the C API's size (the host-path rows).
   size_t ws_bytes = 0;
@@ -426,7 +437,7 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   nlohmann::json out_json{{"what", "bwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L},
-                          {"iters", ga.iters}, {"device", dev_name}, {"staged", tuning.staged_state_pass},
+                          {"iters", ga.iters}, {"z", ga.z}, {"device", dev_name}, {"staged", tuning.staged_state_pass},
                           {"fused_intra", tuning.fused_dcb_intra}};
   for (ssd_mode mode : {SSD_MODE_DETERMINISTIC, SSD_MODE_FAST}) {
     a.mode = mode;
@@ -469,8 +480,8 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       for (int i = 0; i < kStages; ++i) j["stages_median_ms"][ssd::backward_stage_name(i)] = median(stage[i]);
       out_json[mname] = j;
     } else {
-      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus; median of {} after {} warm-up){}{}{}\n",
-                 m.name, pr.b, pr.L, dev_name, mname, ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
+      fmt::print("bench bwd {} b={} L={} on {} ({}, bf16, D, dt_bias, softplus{}; median of {} after {} warm-up){}{}{}\n",
+                 m.name, pr.b, pr.L, dev_name, mname, ga.z ? ", z" : "", ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
                  std::string(tuning.staged_state_pass ? " staged state pass" : "") +
                      (tuning.fused_dcb_intra ? " fused dcb + ddA_intra" : ""),
                  arch_note(ga));
@@ -500,7 +511,6 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (int rc = parse_gpu_args(ctx, args, true, ga); rc >= 0) return rc;
   if (ga.what != "fwd" && ga.what != "bwd")
     return usage_error(ctx, "bench: what to time? 'fwd' (the SSD forward) or 'bwd' (the SSD backward)");
-  if (ga.what == "bwd" && ga.z) return usage_error(ctx, "bench bwd: --z is for bench fwd (the backward bench runs without z)");
   if (ga.what == "bwd") {
     auto tuning = parse_bwd_tiles(ga.tiles);  // no --tiles: the defaults
     if (!tuning.ok()) return fail(ctx, tuning.status());

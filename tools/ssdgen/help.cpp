@@ -135,7 +135,7 @@ constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [-
                         [--arch sm_80|sm_90|sm_90a] [--max-blocks N]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
-                                 dda=M,cumsum=MxN] [--staged] [--fused-intra]   (bwd)
+                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--z]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
@@ -143,15 +143,16 @@ softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides sta
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd. --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
-chunk_scan_fwd specialization with z. --arch builds every kernel for that target instead of the device's (an
-sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g. `--arch sm_90` times
+chunk_scan_fwd specialization with z. --arch builds every kernel for that target instead of the
+device's (an sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g. `--arch sm_90` times
 the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. --max-blocks caps every
 grid axis of the timed calls at N blocks (every kernel walks its work grid-stride: the same bits,
 docs/determinism.md D4) to measure persistent grids. The output ends with the host path: the CPU
 time of one C-API call, kernels loaded (bwd: once, after the deterministic section — a C-API call
 runs the deterministic kernels in either mode — and also that of one replay of the call captured
 into a CUDA graph).
-`bench bwd` times ssd_backward the same way (random dout; no z, no initial states), each stage and
+`bench bwd` times ssd_backward the same way (random dout; no initial states; with --z also random
+z and out_x, and dz written: gate_bwd's z path and the dy_lo passes), each stage and
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic
 mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is the state_passing_bwd
