@@ -129,10 +129,8 @@ Status launch_gate(const ssd_kernel& k, const GateBwdTensors& t, const GateDims&
   p.nheads = d.h;
   p.nchunks = d.nc;
   void* params[] = {&p};
-  // Work items (b, c, head block): heads_per_block(p) adjacent heads, the last block of a (b, c)
-  // predicated past nheads.
-  const int64_t per_block = ssd_kernels::gate_geom::heads_per_block(int(d.p));
-  const int64_t head_blocks = (d.h + per_block - 1) / per_block;
+  // Work items (b, c, head block): heads_per_block(p) adjacent heads each.
+  const int64_t head_blocks = ssd_kernels::gate_geom::head_blocks(d.h, int(d.p));
   return launch_kernel(k, grid_x(d.b * d.nc * head_blocks, max_blocks), 1, 1, params, stream);
 }
 

@@ -148,7 +148,7 @@ __device__ __forceinline__ void gate_bwd_items(const Params& p) {
   using T = typename Spec::Element;
   const int head = threadIdx.x / kHeadThreads;
   const int e0 = (threadIdx.x % kHeadThreads) * 8;  // the thread's first p
-  const long long head_blocks = (p.nheads + kHeads - 1) / kHeads;
+  const long long head_blocks = gate_geom::head_blocks(p.nheads, P);
   const long long work = p.batch * p.nchunks * head_blocks;
   for (long long w = blockIdx.x; w < work; w += gridDim.x) {
     const long long h = (w % head_blocks) * kHeads + head, bc = w / head_blocks;

@@ -93,6 +93,11 @@ namespace gate_geom {
 constexpr int kBlockThreads = 64;
 SSD_HOST_DEVICE constexpr int threads_per_head(int headdim) { return headdim / 8; }
 SSD_HOST_DEVICE constexpr int heads_per_block(int headdim) { return kBlockThreads / threads_per_head(headdim); }
+// Head blocks per (b, c): the work items are (b, c, head block), the last block of a (b, c) predicated
+// past nheads (the launcher's grid and the kernel's item count).
+SSD_HOST_DEVICE constexpr long long head_blocks(long long nheads, int headdim) {
+  return (nheads + heads_per_block(headdim) - 1) / heads_per_block(headdim);
+}
 }  // namespace gate_geom
 
 // gate_bwd with z (the launcher always binds this block; a specialization without z reads only its

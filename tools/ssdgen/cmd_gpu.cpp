@@ -50,7 +50,7 @@ struct Problem {
 struct ForwardInputs {
   Problem pr;
   DeviceMemory x, dt, A, B, C, D, bias, out, final_states, ws;
-  DeviceMemory z, out_x;  // bench fwd --z only
+  DeviceMemory z, out_x;  // bench --z only (add_z_gate)
   ssd_forward_layout layout{};
   // Host copies (exact bf16 values) when the oracle needs them.
   std::vector<double> hx, hdt, hA, hB, hC, hD, hbias;
@@ -134,7 +134,7 @@ struct GpuArgs {
   int iters = 100, warmup = 10;
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
   bool fused_intra = false;  // bench bwd: chunk_scan_bwd_dcb_ddA_intra instead of the pair dcb + ddA_intra
-  bool z = false;       // bench fwd: with the z gate (out = y · silu(z), out_x = y)
+  bool z = false;       // bench: with the z gate (out = y · silu(z), out_x = y): add_z_gate
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
   int32_t max_blocks = 0;  // --max-blocks: every grid axis of the timed calls capped (grid-stride kernels)
 };
@@ -277,6 +277,20 @@ ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
   return ssd::Status::Ok();
 }
 
+// bench --z: random bf16 z, and out_x (y before gating: the forward writes it, the backward reads it;
+// random values are enough for timing), bound to the session's forward args, which both benches
+// start from.
+ssd::Status add_z_gate(GpuSession& s) {
+  const Problem& pr = s.in.pr;
+  const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p);
+  std::mt19937_64 rng(std::random_device{}());
+  SSD_RETURN_IF_ERROR(fill_bf16(*s.drv, s.in.z, nx, 0, 0, true, rng, nullptr));
+  SSD_RETURN_IF_ERROR(fill_bf16(*s.drv, s.in.out_x, nx, 0, 0, true, rng, nullptr));
+  s.args.z = ssd::contiguous_tensor(s.in.z.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  s.args.out_x = ssd::contiguous_tensor(s.in.out_x.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  return ssd::Status::Ok();
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -380,12 +394,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   const Problem& pr = session.in.pr;
   const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p), nbc = size_t(pr.b * pr.L * pr.g * pr.n);
   std::mt19937_64 rng(std::random_device{}());
-  DeviceMemory dout, dx, ddt, dA, dB, dC, dD, dbias, ws, z, out_x, dz;
+  DeviceMemory dout, dx, ddt, dA, dB, dC, dD, dbias, ws, dz;
   if (ssd::Status st = fill_bf16(drv, dout, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
   if (ga.z) {
-    // z ~ N(0, 1) and the forward's y before gating (out_x; random values for timing), both bf16.
-    if (ssd::Status st = fill_bf16(drv, z, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
-    if (ssd::Status st = fill_bf16(drv, out_x, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
     if (ssd::Status st = alloc(drv, dz, nx * 2); !st.ok()) return fail(ctx, st);
   }
   for (auto [mem, bytes] : {std::pair<DeviceMemory*, size_t>{&dx, nx * 2}, {&ddt, size_t(pr.b * pr.L * pr.h) * 2},
@@ -406,9 +417,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
   a.dC = ssd::contiguous_tensor(dC.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.g, pr.n});
   a.dD = ssd::contiguous_tensor(dD.ptr_void(), SSD_DTYPE_FP32, {pr.h});
   a.ddt_bias = ssd::contiguous_tensor(dbias.ptr_void(), SSD_DTYPE_FP32, {pr.h});
-  if (ga.z) {
-    a.z = ssd::contiguous_tensor(z.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
-    a.out_x = ssd::contiguous_tensor(out_x.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
+  if (ga.z) {  // z and out_x from add_z_gate
+    a.z = f.z;
+    a.out_x = f.out_x;
     a.dz = ssd::contiguous_tensor(dz.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
   }
   // The larger of the two rows' layouts (the fast kernels' has a dP section the fused state pass does
@@ -520,6 +531,9 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     tuning->max_blocks = ga.max_blocks;         // 0: one block per work item
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
+    if (ga.z) {
+      if (ssd::Status st = add_z_gate(session); !st.ok()) return fail(ctx, st);
+    }
     return bench_backward(ctx, ga, session, tuning.value());
   }
   auto parsed_tiles = parse_tiles(ga.tiles);
@@ -528,20 +542,14 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   tiles.staged_states = ga.staged;
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
+  if (ga.z) {
+    if (ssd::Status st = add_z_gate(session); !st.ok()) return fail(ctx, st);
+  }
   const Driver& drv = *session.drv;
   const ModelPreset& m = session.preset;
   const Problem& pr = session.in.pr;
   ssd_forward_args a = session.args;
   const ssd_forward_layout* layout = &session.layout;
-  if (ga.z) {
-    // z ~ N(0, 1) in bf16 (its own random values), and out_x, which a call with z must write.
-    const size_t nx = size_t(pr.b * pr.L * pr.h * pr.p);
-    std::mt19937_64 rng(std::random_device{}());
-    if (ssd::Status st = fill_bf16(drv, session.in.z, nx, 0, 0, true, rng, nullptr); !st.ok()) return fail(ctx, st);
-    if (ssd::Status st = alloc(drv, session.in.out_x, nx * 2); !st.ok()) return fail(ctx, st);
-    a.z = ssd::contiguous_tensor(session.in.z.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
-    a.out_x = ssd::contiguous_tensor(session.in.out_x.ptr_void(), SSD_DTYPE_BF16, {pr.b, pr.L, pr.h, pr.p});
-  }
   // The staged path keeps P in fp32: a larger states section than ssd_forward_workspace_layout's.
   DeviceMemory staged_ws;
   ssd_forward_layout staged_layout{};

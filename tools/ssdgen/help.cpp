@@ -144,8 +144,8 @@ measuring candidates; the library's defaults do not change). --staged runs the s
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd. --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
 chunk_scan_fwd specialization with z. --arch builds every kernel for that target instead of the
-device's (an sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g. `--arch sm_90` times
-the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. --max-blocks caps every
+device's (an sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g.
+`--arch sm_90` times the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. --max-blocks caps every
 grid axis of the timed calls at N blocks (every kernel walks its work grid-stride: the same bits,
 docs/determinism.md D4) to measure persistent grids. The output ends with the host path: the CPU
 time of one C-API call, kernels loaded (bwd: once, after the deterministic section — a C-API call
