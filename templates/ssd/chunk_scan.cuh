@@ -12,7 +12,8 @@
 // the state type S: fp32 or T); W(l, s) is formed in fp32, selected (masked entries are 0, never
 // multiplied), then rounded to T; both contractions accumulate in fp32 on the tensor cores. The
 // e_l row scale multiplies the fp32 state-part accumulator before the intra part is added. exp is
-// __expf (ex2.approx, like tl.exp); sigmoid is 1 / (1 + __expf(-z)) with an IEEE division.
+// __expf (ex2.approx, like tl.exp); sigmoid is 1 / (1 + __expf(-z)) with an IEEE division (its bits,
+// formed eight at a time without a branch per element: primitives/sigmoid.cuh).
 //
 // Reduction order per output (l, p), one fp32 accumulator starting from 0:
 //   1. K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of K/16 mma.m16n8k16 in
@@ -43,6 +44,7 @@
 #include "ssd/forward_params.cuh"
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/sigmoid.cuh"
 #include "ssd/primitives/spec.cuh"
 
 namespace ssd_kernels {
@@ -408,8 +410,7 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
               detail::load8<T>(static_cast<const T*>(p.z.data),
                                p.z.offset(b, t, h, pp), p.z.stride[3],
                                vec.z, zv);
-#pragma unroll
-              for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
+              silu_gate<8>(y, zv);  // y · (z · (1 / (1 + __expf(−z)))), the IEEE division's bits
             }
             detail::store8<T>(static_cast<T*>(p.out.data),
                               p.out.offset(b, t, h, pp),

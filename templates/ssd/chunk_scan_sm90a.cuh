@@ -524,8 +524,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
                                 y);
               float zv[8];
               detail::load8<T>(static_cast<const T*>(p.z.data), p.z.offset(b, t, h, pp), p.z.stride[3], vec.z, zv);
-#pragma unroll
-              for (int v = 0; v < 8; ++v) y[v] = y[v] * (zv[v] * (1.f / (1.f + __expf(-zv[v]))));
+              silu_gate<8>(y, zv);  // y · (z · (1 / (1 + __expf(−z)))), the IEEE division's bits
             }
             detail::store8<T>(static_cast<T*>(p.out.data), p.out.offset(b, t, h, pp), p.out.stride[3], vec.out, y);
           }

@@ -201,6 +201,8 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     // W's exp: unguarded (ex2.approx.ftz) in the first two loops, __expf (ex2.approx.f32, which ptxas
     // guards against subnormal results) in the third; 8 elements per k16 step each.
     CHECK(count(cubin->ptx, "ex2.approx.ftz.f32") == 2 * 4 * 8);
+    // With z, the gate's eight reciprocals on its branch-free fast path (primitives/sigmoid.cuh).
+    CHECK(count(cubin->ptx, "rcp.approx.ftz.f32") == ((k.flags & SSD_FLAG_Z) ? 8u : 0u));
     CHECK(contains(cubin->ptx, "cp.async.cg.shared.global"));
     CHECK(contains(cubin->ptx, "fence.proxy.async.shared::cta"));
     CHECK_FALSE(contains(cubin->ptx, "mma.sync"));

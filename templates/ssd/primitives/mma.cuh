@@ -86,6 +86,14 @@ __device__ __forceinline__ float ex2_approx_ftz(float x) {
   return e;
 }
 
+// rcp.approx.ftz.f32: the reciprocal's approximation (MUFU.RCP), the first step of the correctly
+// rounded reciprocal's fast path (primitives/sigmoid.cuh: rcp_rn_fast).
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // 16-byte asynchronous global -> shared copy, L2 only (.cg). When pred is false nothing is read
 // (src-size 0) and the 16 destination bytes are zero-filled; src must still be a valid address.
 // dst and src must be 16-byte aligned.
