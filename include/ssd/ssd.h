@@ -179,6 +179,10 @@ typedef struct ssd_runtime_options {
   int32_t arch;            /* 0: from the device of the current context; else an ssd_arch value */
   const char* cache_dir;   /* NULL: $SSD_CACHE_DIR, else $XDG_CACHE_HOME/ssdgen, else ~/.cache/ssdgen */
   int32_t cache_mode;      /* -1: from $SSD_CACHE_MODE; 0 readwrite, 1 readonly, 2 require-cached, 3 off */
+  /* ssd_forward / ssd_backward launch their kernels through a graph the runtime caches per launch
+   * sequence (one cuGraphLaunch instead of up to 15 cuLaunchKernel; same bits; docs/api.md "Launch
+   * graphs"). -1 (default): on unless $SSD_LAUNCH_GRAPHS is "0"; 0 off; 1 on. */
+  int32_t launch_graphs;
 } ssd_runtime_options;
 
 SSD_API void ssd_runtime_options_init(ssd_runtime_options* options);

@@ -56,7 +56,7 @@ def tensor_view(data, dtype, shape, strides):
 
 class RuntimeOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("mode", c_enum), ("arch", ctypes.c_int32),
-                ("cache_dir", ctypes.c_char_p), ("cache_mode", ctypes.c_int32)]
+                ("cache_dir", ctypes.c_char_p), ("cache_mode", ctypes.c_int32), ("launch_graphs", ctypes.c_int32)]
 
 
 class LaunchOptions(ctypes.Structure):
@@ -178,7 +178,8 @@ def check_layout(lib):
                 problems.append(f"{struct_type.__name__}.{field}: the library's default is {got!r}, expected {want!r} "
                                 f"at the declared offset")
 
-    check("ssd_runtime_options_init", RuntimeOptions, {"mode": MODE_DETERMINISTIC, "arch": 0, "cache_mode": -1})
+    check("ssd_runtime_options_init", RuntimeOptions, {"mode": MODE_DETERMINISTIC, "arch": 0, "cache_mode": -1,
+                                                        "launch_graphs": -1})
     check("ssd_launch_options_init", LaunchOptions, {"max_blocks": 0, "mode": -1})
     check("ssd_forward_args_init", ForwardArgs,
           {"chunk_size": 256, "dt_softplus": 0, "dt_limit_lo": 0.0, "dt_limit_hi": math.inf, "workspace": None,

@@ -24,6 +24,22 @@ static CUresult s_getfn(CUfunction* f, CUmodule, const char*) { *f = reinterpret
 static CUresult s_errname(CUresult, const char** s) { *s = "STUB"; return CUDA_SUCCESS; }
 static CUresult s_alloc(CUdeviceptr* p, size_t, CUstream) { *p = 0x10000000; return CUDA_SUCCESS; }
 static CUresult s_version(int* v) { *v = 13000; return CUDA_SUCCESS; }
+static CUresult s_graph(CUgraph* g, unsigned) { *g = reinterpret_cast<CUgraph>(0x4); return CUDA_SUCCESS; }
+static CUresult s_node(CUgraphNode* n, CUgraph, const CUgraphNode*, size_t, const void*) {
+  *n = reinterpret_cast<CUgraphNode>(0x5);
+  return CUDA_SUCCESS;
+}
+static CUresult s_inst(CUgraphExec* e, CUgraph, unsigned long long) {
+  *e = reinterpret_cast<CUgraphExec>(0x6);
+  return CUDA_SUCCESS;
+}
+// One 128-byte parameter (no larger than any parameter block), so the launch graphs record.
+static CUresult s_paraminfo(CUfunction, size_t i, size_t* off, size_t* size) {
+  if (i > 0) return CUDA_ERROR_INVALID_VALUE;
+  *off = 0;
+  *size = 128;
+  return CUDA_SUCCESS;
+}
 CUresult cuGetProcAddress_v2(const char* sym, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* q) {
   if (q) *q = CU_GET_PROC_ADDRESS_SUCCESS;
   struct { const char* n; void* f; } t[] = {
@@ -31,7 +47,9 @@ CUresult cuGetProcAddress_v2(const char* sym, void** pfn, int, cuuint64_t, CUdri
       {"cuDevicePrimaryCtxRetain", (void*)s_retain}, {"cuCtxGetDevice", (void*)s_ctxdev},
       {"cuDeviceGetAttribute", (void*)s_attr}, {"cuModuleLoadData", (void*)s_modload},
       {"cuModuleGetFunction", (void*)s_getfn}, {"cuGetErrorName", (void*)s_errname}, {"cuGetErrorString", (void*)s_errname},
-      {"cuMemAllocAsync", (void*)s_alloc}, {"cuDriverGetVersion", (void*)s_version}};
+      {"cuMemAllocAsync", (void*)s_alloc}, {"cuDriverGetVersion", (void*)s_version},
+      {"cuFuncGetParamInfo", (void*)s_paraminfo}, {"cuGraphCreate", (void*)s_graph},
+      {"cuGraphAddKernelNode", (void*)s_node}, {"cuGraphInstantiateWithFlags", (void*)s_inst}};
   for (auto& e : t)
     if (!std::strcmp(sym, e.n)) { *pfn = e.f; return CUDA_SUCCESS; }
   *pfn = (void*)ok_any;

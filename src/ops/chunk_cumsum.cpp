@@ -198,6 +198,7 @@ Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::Chun
 }
 
 Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& p, CUstream stream) {
+  SSD_RETURN_IF_ERROR(flush_recorded_launches());  // a memset: what was recorded goes first, eagerly
   const cuda::Driver& drv = *cuda::driver().value();
   Status s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA.data),
                                                 size_t(std::max<long long>(p.dA.stride[0], 1)) * 4, 0, 1,

@@ -105,6 +105,7 @@ Status zero_dD(const GateBwdTensors& t, const GateDims& d, CUstream stream) {
   const bool per_p = t.D.ndim == 2;
   const size_t count = per_p ? size_t(d.h * d.p) : size_t(d.h);
   const size_t pitch = per_p ? 4 : size_t(std::max<int64_t>(t.dD.strides[0], 1)) * 4;
+  SSD_RETURN_IF_ERROR(flush_recorded_launches());  // a memset: what was recorded goes first, eagerly
   const cuda::Driver& drv = *cuda::driver().value();
   return cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(t.dD.data), pitch, 0, 1, count, stream),
                      "cuMemsetD2D32Async(dD)");
@@ -334,6 +335,7 @@ ssd_kernel_config with_tile(ssd_kernel_config c, const ssd_tile& t) {
 }
 
 Status memset_zero(void* p, size_t floats, CUstream stream) {
+  SSD_RETURN_IF_ERROR(flush_recorded_launches());  // a memset: what was recorded goes first, eagerly
   const cuda::Driver& drv = *cuda::driver().value();
   return cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p), floats * 4, 0, floats, 1, stream),
                      "cuMemsetD2D32Async");
@@ -765,11 +767,14 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   char* base = ws.base();
   auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
   recompute.buf = ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)};
+  // The recompute's launches and the backward's, recorded and launched as one cached graph
+  // (runtime/launch_graph.h) unless the caller times the stages.
+  CallRecording recording(rt, stream, !after_stage);
   Status s = launch_forward_plan(recompute, recompute_kernels, stream);
   if (s.ok()) stage_done(kBwdRecompute);
   if (s.ok())
     s = launch_plan(BackwardCall{a, d, mode, arch.value(), tn, L, base}, backward_plan(), kernels, stream, after_stage);
-  return ws.release(s);
+  return ws.release(recording.finish(s));
 }
 
 }  // namespace ssd

@@ -379,7 +379,9 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   call.buf = ForwardBuffers{reinterpret_cast<float*>(base + layout.dt_out_offset),
                             reinterpret_cast<float*>(base + layout.dA_cumsum_offset),
                             reinterpret_cast<float*>(base + layout.CB_offset), base + layout.states_offset};
-  return ws.release(launch_forward_plan(call, kernels, stream, after_stage));
+  // Recorded and launched as one cached graph (runtime/launch_graph.h) unless the caller times the stages.
+  CallRecording recording(rt, stream, !after_stage);
+  return ws.release(recording.finish(launch_forward_plan(call, kernels, stream, after_stage)));
 }
 
 Status launch_state_pass(const ssd_kernel& k, int64_t batch, int64_t nheads, int64_t headdim, int64_t dstate,

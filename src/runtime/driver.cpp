@@ -48,6 +48,12 @@ Loaded load() {
   }
 #include "runtime/driver_functions.inc"
 #undef SSD_DRIVER_FN
+  {
+    CUdriverProcAddressQueryResult q;
+    if (get_proc("cuFuncGetParamInfo", reinterpret_cast<void**>(&d.cuFuncGetParamInfo), 12040,
+                 CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS)
+      d.cuFuncGetParamInfo = nullptr;
+  }
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* name = nullptr;

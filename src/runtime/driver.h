@@ -12,6 +12,8 @@ struct Driver {
 #define SSD_DRIVER_FN(name) decltype(&::name) name = nullptr;
 #include "runtime/driver_functions.inc"
 #undef SSD_DRIVER_FN
+  // Optional (CUDA 12.4+; null before): the parameter layout the launch graphs copy.
+  decltype(&::cuFuncGetParamInfo) cuFuncGetParamInfo = nullptr;
 };
 
 // Loads and initializes (cuInit) once per process. SSD_ERROR_NO_DRIVER when libcuda is absent,

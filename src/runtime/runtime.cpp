@@ -7,6 +7,7 @@
 #include "config/config.h"
 
 ssd_runtime::~ssd_runtime() {
+  graphs.reset();  // their nodes name this runtime's functions: before the modules go
   // A runtime that never loaded a module (e.g. one that only prepared kernels) must not load or
   // initialize the driver now: a host process may fork workers after it and before using CUDA.
   if (kernels.empty()) return;
@@ -40,7 +41,13 @@ Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& o
                                     "2 require-cached, 3 off)", options.cache_mode));
     co.mode = modes[options.cache_mode];
   }
+  if (options.launch_graphs < -1 || options.launch_graphs > 1)
+    return make_error(SSD_ERROR_INVALID_ARGUMENT,
+                      fmt::format("options.launch_graphs: {} (legal: -1 from $SSD_LAUNCH_GRAPHS, 0 off, 1 on)",
+                                  options.launch_graphs));
   auto rt = std::make_unique<ssd_runtime>();
+  rt->graphs = std::make_unique<LaunchGraphs>(options.launch_graphs == -1 ? launch_graphs_from_env()
+                                                                          : options.launch_graphs == 1);
   rt->mode = options.mode;
   rt->arch = options.arch;
   rt->cache = std::make_unique<cache::DiskCache>(co);
@@ -109,6 +116,22 @@ Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_conf
     d.cuModuleUnload(kernel->module);
     return s;
   }
+  if (d.cuFuncGetParamInfo) {
+    // Every parameter's offset and size, until the index past the last one is refused.
+    size_t end = 0;
+    for (size_t i = 0; i < 64; ++i) {
+      size_t offset = 0, size = 0;
+      if (d.cuFuncGetParamInfo(kernel->function, i, &offset, &size) != CUDA_SUCCESS) {
+        kernel->param_layout_known = true;
+        break;
+      }
+      kernel->param_offsets.push_back(offset);
+      kernel->param_sizes.push_back(size);
+      end = std::max(end, offset + size);
+    }
+    kernel->param_bytes = end;
+    if (!kernel->param_layout_known) kernel->param_offsets.clear(), kernel->param_sizes.clear();
+  }
   const ssd_kernel* raw = kernel.get();
   runtime.kernels.emplace(where, std::move(kernel));
   runtime.loaded_by_config[std::make_pair(ctx, spelled)] = raw;
@@ -120,6 +143,8 @@ Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y,
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   if (grid_x == 0 || grid_y == 0 || grid_z == 0) return Status::Ok();  // empty problem: nothing to do
+  Status recorded;
+  if (CallRecording::record(kernel, grid_x, grid_y, grid_z, params, stream, &recorded)) return recorded;
   const GeneratedUnit& u = kernel.built->unit;
   return cuda::check(d->cuLaunchKernel(kernel.function, grid_x, grid_y, grid_z, unsigned(u.block_threads), 1,
                                                1, unsigned(u.dynamic_shared_bytes), stream, params, nullptr),

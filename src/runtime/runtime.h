@@ -9,10 +9,12 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cache/disk_cache.h"
 #include "compile/kernel_builder.h"
 #include "runtime/driver.h"
+#include "runtime/launch_graph.h"
 
 namespace ssd {
 // A config as the caller spelled it, packed: every field config_record writes (not struct_size), as
@@ -28,6 +30,10 @@ struct ssd_kernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   std::shared_ptr<const ssd::BuiltKernel> built;
+  // The parameter layout (cuFuncGetParamInfo), for recording launches (runtime/launch_graph.h).
+  bool param_layout_known = false;
+  std::vector<size_t> param_offsets, param_sizes;
+  size_t param_bytes = 0;
 };
 
 struct ssd_runtime {
@@ -40,6 +46,7 @@ struct ssd_runtime {
   std::mutex mutex;
   std::map<std::pair<CUcontext, std::string>, std::unique_ptr<ssd_kernel>> kernels;  // by key
   std::map<std::pair<CUcontext, ssd::ConfigKey>, const ssd_kernel*> loaded_by_config;  // by config_key
+  std::unique_ptr<ssd::LaunchGraphs> graphs;  // ssd_forward / ssd_backward's launches (runtime/launch_graph.h)
 
   ~ssd_runtime();
 };

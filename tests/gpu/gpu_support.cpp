@@ -33,10 +33,11 @@ bool gpu_available() { return probe().ok; }
 const std::string& gpu_unavailable_reason() { return probe().reason; }
 const ssd::cuda::Driver& drv() { return *ssd::cuda::driver().value(); }
 
-RuntimeHolder::RuntimeHolder(int arch) {
+RuntimeHolder::RuntimeHolder(int arch, int launch_graphs) {
   ssd_runtime_options o;
   ssd_runtime_options_init(&o);
   o.arch = arch;
+  o.launch_graphs = launch_graphs;
   ssd_status s = ssd_runtime_create(&o, &rt);
   if (s != SSD_OK) FAIL("ssd_runtime_create: " << ssd_last_error_detail());
 }

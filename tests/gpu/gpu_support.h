@@ -33,10 +33,11 @@ const ssd::cuda::Driver& drv();
     REQUIRE(s_ == SSD_OK);                                                       \
   } while (0)
 
-// An ssd_runtime for one test (arch 0 = from the device); fails the test if creation fails.
+// An ssd_runtime for one test (arch 0 = from the device; launch_graphs as ssd_runtime_options'); fails
+// the test if creation fails.
 struct RuntimeHolder {
   ssd_runtime* rt = nullptr;
-  explicit RuntimeHolder(int arch = 0);
+  explicit RuntimeHolder(int arch = 0, int launch_graphs = -1);
   ~RuntimeHolder() { ssd_runtime_destroy(rt); }
   RuntimeHolder(const RuntimeHolder&) = delete;
   RuntimeHolder& operator=(const RuntimeHolder&) = delete;

@@ -7,6 +7,9 @@
 // one free node, and the replays give the same bits too. A runtime's first call, whose modules load
 // during the capture, works on drivers from CUDA 12.3. A call refused by validation during a
 // capture returns its status and leaves the capture intact.
+// The library's own launch graphs (runtime/launch_graph.h): a runtime's repeated calls replay its
+// cached graph, with the parameters of new tensors set into it, and give the bits of a runtime that
+// launches eagerly on the same tensors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -450,5 +453,54 @@ TEST_CASE("graph capture: a runtime's first call loads its kernels inside the ca
     MESSAGE("driver " << version << ": first call captured -> " << ssd_status_string(r.status) << ": " << r.detail);
     CHECK(r.status != SSD_OK);
     CHECK_FALSE(r.detail.empty());
+  }
+}
+
+TEST_CASE("launch graphs: repeated calls replay a cached graph with the eager launches' bits, on new tensors too" *
+          doctest::skip(!gpu_available())) {
+  // Two problems of one shape (their own tensors and workspaces: every pointer differs) and one of
+  // another shape. The eager runtime (launch_graphs = 0) gives each call's reference bits; the graph
+  // runtime (1) sees A (recorded, launched eagerly: the first sighting), A again (instantiated and
+  // replayed), A (replayed as is), B (the nodes' parameters replaced), A (back), then the other shape
+  // (a second sequence, eager) twice (its own graph); each into poisoned outputs and workspaces.
+  RuntimeHolder probe;
+  auto arch = ssd::runtime_arch(*probe.rt);
+  REQUIRE(arch.ok());
+  RuntimeHolder eager_rt(arch.value(), 0), graph_rt(arch.value(), 1);
+  REQUIRE(graph_rt.rt->graphs->enabled());
+  REQUIRE_FALSE(eager_rt.rt->graphs->enabled());
+  GraphProblem a(kGraphCases[1]), b(kGraphCases[1]), other(kGraphCases[0]);
+  Stream stream;
+  for (bool backward : {false, true}) {
+    CAPTURE(backward);
+    const Launch launch = backward ? launch_backward : launch_forward;
+    auto outputs_of = [&](GraphProblem& pr) { return backward ? pr.bwd_outputs() : pr.fwd_outputs(); };
+    auto run = [&](ssd_runtime* rt, GraphProblem& pr) {
+      const std::vector<Output> outputs = outputs_of(pr);
+      poison(pr, outputs);
+      const ssd_status s = launch(rt, pr, true, SSD_MODE_DETERMINISTIC, stream.s);
+      INFO(ssd_status_string(s) << ": " << ssd_last_error_detail());
+      REQUIRE(s == SSD_OK);
+      return read_outputs(stream.s, outputs);
+    };
+    const auto eager_a = run(eager_rt.rt, a), eager_b = run(eager_rt.rt, b), eager_other = run(eager_rt.rt, other);
+    const ssd::LaunchGraphs::Counters before = graph_rt.rt->graphs->counters();
+    GraphProblem* order[] = {&a, &a, &a, &b, &a, &other, &other};
+    for (GraphProblem* pr : order) {
+      const std::string problem = pr == &a ? "A" : pr == &b ? "B" : "other shape";
+      CAPTURE(problem);
+      const auto got = run(graph_rt.rt, *pr);
+      check_replay(outputs_of(*pr), pr == &a ? eager_a : pr == &b ? eager_b : eager_other, got, false);
+    }
+    const ssd::LaunchGraphs::Counters after = graph_rt.rt->graphs->counters();
+    CHECK(after.eager - before.eager == 2);         // the first sighting of each sequence
+    CHECK(after.instantiated - before.instantiated == 2);
+    CHECK(after.replays - before.replays == 5);
+    // B's call replaces at least each node's tensors (A's call after it again).
+    CHECK(after.nodes_updated - before.nodes_updated >= planned_kernels(graph_rt.rt, a, backward, SSD_MODE_DETERMINISTIC));
+    MESSAGE((backward ? "bwd" : "fwd") << ": eager " << after.eager - before.eager << ", instantiated "
+                                       << after.instantiated - before.instantiated << ", replays "
+                                       << after.replays - before.replays << ", nodes updated "
+                                       << after.nodes_updated - before.nodes_updated << ", all bitwise equal");
   }
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -57,6 +58,40 @@ TEST_CASE("create_runtime: options.mode and options.arch are range-checked as in
   CHECK(contains(r.status().detail, "options.arch: 12345 (legal: 0 from the device, 80, 90, 901)"));
   o.arch = SSD_ARCH_SM90A;
   CHECK(create_runtime(o).ok());
+}
+
+TEST_CASE("create_runtime: options.launch_graphs is -1 (from $SSD_LAUNCH_GRAPHS), 0 or 1") {
+  ssd_runtime_options o;
+  ssd_runtime_options_init(&o);
+  CHECK(o.launch_graphs == -1);
+  o.arch = SSD_ARCH_SM90A;
+  o.cache_mode = 3;
+  for (int32_t bad : {2, -2, 1000}) {
+    o.launch_graphs = bad;
+    auto r = create_runtime(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code == SSD_ERROR_INVALID_ARGUMENT);
+    CHECK(r.status().detail == "options.launch_graphs: " + std::to_string(bad) +
+                                   " (legal: -1 from $SSD_LAUNCH_GRAPHS, 0 off, 1 on)");
+  }
+  auto enabled = [&](int32_t value) {
+    o.launch_graphs = value;
+    auto r = create_runtime(o);
+    REQUIRE(r.ok());
+    return r.value()->graphs->enabled();
+  };
+  CHECK(enabled(1));
+  CHECK_FALSE(enabled(0));
+  const char* saved = std::getenv("SSD_LAUNCH_GRAPHS");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("SSD_LAUNCH_GRAPHS");
+  CHECK(enabled(-1));
+  setenv("SSD_LAUNCH_GRAPHS", "0", 1);
+  CHECK_FALSE(enabled(-1));
+  CHECK(enabled(1));  // the option wins over the environment
+  setenv("SSD_LAUNCH_GRAPHS", "1", 1);
+  CHECK(enabled(-1));
+  if (saved) setenv("SSD_LAUNCH_GRAPHS", saved_value.c_str(), 1); else unsetenv("SSD_LAUNCH_GRAPHS");
 }
 
 namespace {
