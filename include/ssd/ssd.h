@@ -181,7 +181,9 @@ typedef struct ssd_runtime_options {
   int32_t cache_mode;      /* -1: from $SSD_CACHE_MODE; 0 readwrite, 1 readonly, 2 require-cached, 3 off */
   /* ssd_forward / ssd_backward launch their kernels through a graph the runtime caches per launch
    * sequence (one cuGraphLaunch instead of up to 15 cuLaunchKernel; same bits; docs/api.md "Launch
-   * graphs"). -1 (default): on unless $SSD_LAUNCH_GRAPHS is "0"; 0 off; 1 on. */
+   * graphs"). 0 (default): on unless $SSD_LAUNCH_GRAPHS is "0"; 1 on; 2 off. It occupies what was
+   * cache_mode's tail padding (sizeof unchanged, so an older caller's ssd_runtime_options_init
+   * buffer still fits), and 0, a zero-filled struct's value, is the default. */
   int32_t launch_graphs;
 } ssd_runtime_options;
 

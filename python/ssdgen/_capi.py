@@ -179,7 +179,7 @@ def check_layout(lib):
                                 f"at the declared offset")
 
     check("ssd_runtime_options_init", RuntimeOptions, {"mode": MODE_DETERMINISTIC, "arch": 0, "cache_mode": -1,
-                                                        "launch_graphs": -1})
+                                                        "launch_graphs": 0})
     check("ssd_launch_options_init", LaunchOptions, {"max_blocks": 0, "mode": -1})
     check("ssd_forward_args_init", ForwardArgs,
           {"chunk_size": 256, "dt_softplus": 0, "dt_limit_lo": 0.0, "dt_limit_hi": math.inf, "workspace": None,

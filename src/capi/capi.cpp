@@ -54,7 +54,7 @@ ssd_runtime_options default_runtime_options() {
   o.arch = 0;
   o.cache_dir = nullptr;
   o.cache_mode = -1;
-  o.launch_graphs = -1;
+  o.launch_graphs = 0;  // on unless $SSD_LAUNCH_GRAPHS=0
   return o;
 }
 

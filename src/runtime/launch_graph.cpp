@@ -39,12 +39,24 @@ CUDA_KERNEL_NODE_PARAMS node_params(const RecordedLaunch& l, void** ptrs) {
 }  // namespace
 
 struct LaunchGraphs::Entry {
-  uint64_t last_use = 0;
-  bool failed = false;  // instantiation or an update failed once: eager launches from then on
+  // Calls of a sequence that failed to instantiate or update go eagerly for this many sightings,
+  // then try again (an out-of-memory or a refused call need not last).
+  static constexpr int kRetryAfter = 256;
+
+  std::mutex mutex;        // the graph, its nodes and bytes: held from update to launch
+  uint64_t last_use = 0;   // LaunchGraphs::clock_ (under the map's lock)
+  int eager_left = 1;      // sightings still launched eagerly: 1 at first (instantiate on the second)
+  bool warned = false;     // a failure was logged for this sequence
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   std::vector<CUgraphNode> nodes;                 // in launch order
   std::vector<std::vector<unsigned char>> bytes;  // each node's parameters as last set
+
+  ~Entry() {
+    if (!graph && !exec) return;
+    auto d = cuda::driver();
+    if (d.ok()) destroy(*d.value());
+  }
 
   void destroy(const cuda::Driver& d) {
     if (exec) d.cuGraphExecDestroy(exec);  // a replay in flight completes first (CUDA's guarantee)
@@ -88,12 +100,7 @@ struct LaunchGraphs::Entry {
 
 LaunchGraphs::LaunchGraphs(bool enabled) : enabled_(enabled) {}
 
-LaunchGraphs::~LaunchGraphs() {
-  if (entries_.empty()) return;
-  auto d = cuda::driver();
-  if (!d.ok()) return;
-  for (auto& [key, e] : entries_) e->destroy(*d.value());
-}
+LaunchGraphs::~LaunchGraphs() = default;  // each Entry destroys its graph
 
 LaunchGraphs::Counters LaunchGraphs::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -119,7 +126,8 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   Key key;
-  key.reserve(1 + 6 * launches.size());
+  key.reserve(2 + 6 * launches.size());
+  key.push_back(reinterpret_cast<uintptr_t>(stream));
   key.push_back(reinterpret_cast<uintptr_t>(launches[0].kernel->context));
   for (const RecordedLaunch& l : launches) {
     key.push_back(reinterpret_cast<uintptr_t>(l.kernel->function));
@@ -130,47 +138,79 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     key.push_back(uint64_t(l.kernel->built->unit.dynamic_shared_bytes));
   }
 
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) {
-    // First sighting: eager. A sequence that never repeats (a new shape each call) never pays for
-    // an instantiation.
-    if (entries_.size() >= kMaxSequences) {
-      auto oldest = entries_.begin();
-      for (auto e = entries_.begin(); e != entries_.end(); ++e)
-        if (e->second->last_use < oldest->second->last_use) oldest = e;
-      oldest->second->destroy(*d);
-      entries_.erase(oldest);
+  std::shared_ptr<Entry> entry;
+  {
+    std::lock_guard<std::mutex> map_lock(mutex_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      if (entries_.size() >= kMaxSequences) {
+        auto oldest = entries_.begin();
+        for (auto e = entries_.begin(); e != entries_.end(); ++e)
+          if (e->second->last_use < oldest->second->last_use) oldest = e;
+        entries_.erase(oldest);  // its graph goes with the last call holding it
+      }
+      it = entries_.emplace(std::move(key), std::make_shared<Entry>()).first;
     }
-    auto e = std::make_unique<Entry>();
-    e->last_use = ++clock_;
-    entries_.emplace(std::move(key), std::move(e));
-    ++counters_.eager;
+    entry = it->second;
+    entry->last_use = ++clock_;
+  }
+
+  Entry& e = *entry;
+  std::unique_lock<std::mutex> lock(e.mutex);
+  if (e.eager_left > 0) {
+    // First sighting (or a failed sequence's pause): eager. A sequence that never repeats (a new
+    // shape each call) never pays for an instantiation.
+    --e.eager_left;
     lock.unlock();
+    {
+      std::lock_guard<std::mutex> map_lock(mutex_);
+      ++counters_.eager;
+    }
     return launch_eagerly(launches, stream);
   }
-  Entry& e = *it->second;
-  e.last_use = ++clock_;
-  if (!e.failed) {
-    const bool fresh = !e.exec;  // second sighting: instantiate now
-    Status s = fresh ? e.instantiate(*d, launches) : e.update(*d, launches, counters_.nodes_updated);
-    if (s.ok()) {
-      if (fresh) ++counters_.instantiated;
-      // Under the lock: the parameters just set are the ones this replay runs with.
-      ++counters_.replays;
-      return cuda::check(d->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");
-    }
-    log_warning(fmt::format("launch graphs: {}; launching this call sequence eagerly from now on", s.detail));
-    e.destroy(*d);
-    e.failed = true;
+  const bool fresh = !e.exec;  // instantiated on the second sighting
+  uint64_t updated = 0;
+  Status s;
+  {
+    // The graph calls in the relaxed capture mode: another thread's capture in the global mode
+    // must neither refuse them nor be invalidated by them (they touch no captured stream).
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool exchanged = d->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+    s = fresh ? e.instantiate(*d, launches) : e.update(*d, launches, updated);
+    if (exchanged) d->cuThreadExchangeStreamCaptureMode(&mode);
   }
-  ++counters_.eager;
+  if (s.ok()) {
+    // Under the sequence's lock: the parameters just set are the ones this replay runs with.
+    s = cuda::check(d->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");
+    lock.unlock();
+    std::lock_guard<std::mutex> map_lock(mutex_);
+    counters_.instantiated += fresh ? 1 : 0;
+    counters_.nodes_updated += updated;
+    ++counters_.replays;
+    return s;
+  }
+  if (!e.warned) {
+    log_warning(fmt::format("launch graphs: {}; launching this call sequence eagerly for its next {} calls",
+                            s.detail, Entry::kRetryAfter));
+    e.warned = true;
+  }
+  e.destroy(*d);
+  e.eager_left = Entry::kRetryAfter;
   lock.unlock();
+  {
+    std::lock_guard<std::mutex> map_lock(mutex_);
+    ++counters_.eager;
+  }
   return launch_eagerly(launches, stream);
 }
 
 CallRecording::CallRecording(ssd_runtime& rt, CUstream stream, bool record) {
-  if (!record || !rt.graphs || !rt.graphs->enabled() || t_recording) return;
+  if (t_recording) {
+    // A call inside a call: the outer one's launches go first, eagerly, and neither records.
+    outer_flush_ = t_recording->flush();
+    return;
+  }
+  if (!record || !rt.graphs || !rt.graphs->enabled()) return;
   auto d = cuda::driver();
   if (!d.ok()) return;
   // A stream under capture: the caller's graph takes the launches as they come.
@@ -188,6 +228,7 @@ CallRecording::~CallRecording() {
 }
 
 Status CallRecording::finish(Status s) {
+  if (!outer_flush_.ok() && s.ok()) s = outer_flush_;
   if (!active_) return s;
   active_ = false;
   if (t_recording == this) t_recording = nullptr;

@@ -1,14 +1,16 @@
 // A call's kernel launches through a cached CUDA graph. On the H200 host one cuLaunchKernel costs
 // ~3.6 us of CPU, so the backward's 15 launches cost ~55 us; one cuGraphLaunch costs ~1.3 us and
-// updating a node's parameters ~0.3-0.6 us (docs/perf.md, "The host path: launches through a
-// cached graph"). So while a call runs, its launches are recorded (kernel, grid, parameter bytes)
-// instead of enqueued, and at its end:
+// updating a node's parameters ~0.2-1 us by their bytes (docs/perf.md, "Launch graphs: the host
+// path at one graph launch per call"). So while a call runs, its launches are recorded (kernel,
+// grid, parameter bytes) instead of enqueued, and at its end:
 //   - a launch sequence seen for the first time is launched eagerly, in order, as recorded;
 //   - seen before, it is instantiated once as a graph of kernel nodes in the same order (each node
 //     depending on the previous one: the stream order), and replayed: the nodes whose parameter
 //     bytes changed since the last replay are updated (cuGraphExecKernelNodeSetParams), then one
 //     cuGraphLaunch on the call's stream.
 // The same kernels, grids and parameters in the same stream order: the same bits as eager launches.
+// A sequence is per stream (the key holds it): launches of one graph are serialized by CUDA across
+// streams, so sharing one between streams would order calls that eager launches leave independent.
 // Not recorded (eager, as before): calls on a stream that is being captured (the caller's graph
 // takes the launches), calls whose caller times their stages (events between launches), and a
 // call in which anything else is enqueued on the stream (a memset): flush_recorded_launches()
@@ -38,9 +40,12 @@ struct RecordedLaunch {
   std::vector<unsigned char> bytes;  // the parameters at the kernel's offsets (ssd_kernel::param_offsets)
 };
 
-// The graphs of one runtime, by launch sequence (context, then per launch: function, grid, block,
-// shared memory). Bounded: past kMaxSequences the least recently used sequence is dropped (its
-// graph destroyed; a replay still in flight finishes first, as cuGraphExecDestroy guarantees).
+// The graphs of one runtime, by launch sequence (stream, context, then per launch: function, grid,
+// block, shared memory). Bounded: past kMaxSequences the least recently used sequence is dropped (its
+// graph destroyed once no call uses it; a replay still in flight finishes first, as
+// cuGraphExecDestroy guarantees). The map's lock covers lookup, insertion and eviction; each
+// sequence's own lock covers its instantiation, updates and launch, so calls of other sequences
+// (other streams, shapes) do not wait for them.
 class LaunchGraphs {
  public:
   static constexpr size_t kMaxSequences = 64;
@@ -61,8 +66,8 @@ class LaunchGraphs {
   struct Entry;
   using Key = std::vector<uint64_t>;
   bool enabled_;
-  mutable std::mutex mutex_;
-  std::map<Key, std::unique_ptr<Entry>> entries_;
+  mutable std::mutex mutex_;  // entries_, clock_, counters_
+  std::map<Key, std::shared_ptr<Entry>> entries_;
   uint64_t clock_ = 0;
   Counters counters_;
 };
@@ -72,7 +77,9 @@ Status launch_eagerly(const std::vector<RecordedLaunch>& launches, CUstream stre
 
 // The launches of one call on `stream`, recorded on this thread while the object lives (when the
 // runtime's graphs are on, record is true and the stream is not capturing). finish() launches them
-// (LaunchGraphs::launch); without finish() nothing recorded is launched.
+// (LaunchGraphs::launch); without finish() nothing recorded is launched. One recording per thread:
+// a recording made while another is active (a call inside a call) first launches the outer one's
+// launches eagerly and ends it, and records nothing itself.
 class CallRecording {
  public:
   CallRecording(ssd_runtime& rt, CUstream stream, bool record);
@@ -93,6 +100,7 @@ class CallRecording {
   LaunchGraphs* graphs_ = nullptr;
   CUstream stream_ = nullptr;
   bool active_ = false;
+  Status outer_flush_;  // a nested recording's flush of the outer one
   std::vector<RecordedLaunch> launches_;
 };
 

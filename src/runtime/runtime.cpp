@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/log.h"
@@ -41,13 +43,13 @@ Result<std::unique_ptr<ssd_runtime>> create_runtime(const ssd_runtime_options& o
                                     "2 require-cached, 3 off)", options.cache_mode));
     co.mode = modes[options.cache_mode];
   }
-  if (options.launch_graphs < -1 || options.launch_graphs > 1)
+  if (options.launch_graphs < 0 || options.launch_graphs > 2)
     return make_error(SSD_ERROR_INVALID_ARGUMENT,
-                      fmt::format("options.launch_graphs: {} (legal: -1 from $SSD_LAUNCH_GRAPHS, 0 off, 1 on)",
+                      fmt::format("options.launch_graphs: {} (legal: 0 on unless $SSD_LAUNCH_GRAPHS is 0, 1 on, 2 off)",
                                   options.launch_graphs));
   auto rt = std::make_unique<ssd_runtime>();
-  rt->graphs = std::make_unique<LaunchGraphs>(options.launch_graphs == -1 ? launch_graphs_from_env()
-                                                                          : options.launch_graphs == 1);
+  rt->graphs = std::make_unique<LaunchGraphs>(options.launch_graphs == 0 ? launch_graphs_from_env()
+                                                                         : options.launch_graphs == 1);
   rt->mode = options.mode;
   rt->arch = options.arch;
   rt->cache = std::make_unique<cache::DiskCache>(co);
@@ -116,26 +118,37 @@ Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_conf
     d.cuModuleUnload(kernel->module);
     return s;
   }
-  if (d.cuFuncGetParamInfo) {
-    // Every parameter's offset and size, until the index past the last one is refused.
-    size_t end = 0;
-    for (size_t i = 0; i < 64; ++i) {
-      size_t offset = 0, size = 0;
-      if (d.cuFuncGetParamInfo(kernel->function, i, &offset, &size) != CUDA_SUCCESS) {
-        kernel->param_layout_known = true;
-        break;
-      }
-      kernel->param_offsets.push_back(offset);
-      kernel->param_sizes.push_back(size);
-      end = std::max(end, offset + size);
-    }
-    kernel->param_bytes = end;
-    if (!kernel->param_layout_known) kernel->param_offsets.clear(), kernel->param_sizes.clear();
-  }
+  query_param_layout(d, *kernel);
   const ssd_kernel* raw = kernel.get();
   runtime.kernels.emplace(where, std::move(kernel));
   runtime.loaded_by_config[std::make_pair(ctx, spelled)] = raw;
   return raw;
+}
+
+void query_param_layout(const cuda::Driver& d, ssd_kernel& kernel) {
+  kernel.param_layout_known = false;
+  kernel.param_offsets.clear();
+  kernel.param_sizes.clear();
+  kernel.param_bytes = 0;
+  if (!d.cuFuncGetParamInfo) return;
+  // Every parameter's offset and size, until the index past the last one is refused with
+  // CUDA_ERROR_INVALID_VALUE; any other error leaves the layout unknown (eager launches).
+  size_t end = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    size_t offset = 0, size = 0;
+    const CUresult r = d.cuFuncGetParamInfo(kernel.function, i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE && i > 0) {
+      kernel.param_layout_known = true;
+      kernel.param_bytes = end;
+      return;
+    }
+    if (r != CUDA_SUCCESS) break;
+    kernel.param_offsets.push_back(offset);
+    kernel.param_sizes.push_back(size);
+    end = std::max(end, offset + size);
+  }
+  kernel.param_offsets.clear();
+  kernel.param_sizes.clear();
 }
 
 Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,

@@ -37,7 +37,7 @@ const ssd::cuda::Driver& drv();
 // the test if creation fails.
 struct RuntimeHolder {
   ssd_runtime* rt = nullptr;
-  explicit RuntimeHolder(int arch = 0, int launch_graphs = -1);
+  explicit RuntimeHolder(int arch = 0, int launch_graphs = 0);
   ~RuntimeHolder() { ssd_runtime_destroy(rt); }
   RuntimeHolder(const RuntimeHolder&) = delete;
   RuntimeHolder& operator=(const RuntimeHolder&) = delete;

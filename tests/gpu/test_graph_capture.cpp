@@ -14,8 +14,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -459,48 +462,127 @@ TEST_CASE("graph capture: a runtime's first call loads its kernels inside the ca
 TEST_CASE("launch graphs: repeated calls replay a cached graph with the eager launches' bits, on new tensors too" *
           doctest::skip(!gpu_available())) {
   // Two problems of one shape (their own tensors and workspaces: every pointer differs) and one of
-  // another shape. The eager runtime (launch_graphs = 0) gives each call's reference bits; the graph
-  // runtime (1) sees A (recorded, launched eagerly: the first sighting), A again (instantiated and
-  // replayed), A (replayed as is), B (the nodes' parameters replaced), A (back), then the other shape
-  // (a second sequence, eager) twice (its own graph); each into poisoned outputs and workspaces.
+  // another shape. The eager runtime (launch_graphs = 2, off) gives each call's reference bits; the
+  // graph runtime (1, on) sees A (recorded, launched eagerly: the first sighting), A again
+  // (instantiated and replayed), A (replayed as is), B (every node's parameters replaced), A (back),
+  // then the other shape (a second sequence, eager) twice (its own graph); each into poisoned
+  // outputs and workspaces. Then without a workspace (an allocation per call around the launches),
+  // on a second stream (its own sequence: graphs are per stream), and while another thread holds a
+  // capture in the global mode (which neither the graph calls nor the replays may disturb).
+  if (!drv().cuFuncGetParamInfo) {
+    MESSAGE("driver without cuFuncGetParamInfo (before CUDA 12.4): calls launch eagerly; nothing to check");
+    return;
+  }
   RuntimeHolder probe;
   auto arch = ssd::runtime_arch(*probe.rt);
   REQUIRE(arch.ok());
-  RuntimeHolder eager_rt(arch.value(), 0), graph_rt(arch.value(), 1);
+  RuntimeHolder eager_rt(arch.value(), 2), graph_rt(arch.value(), 1);
   REQUIRE(graph_rt.rt->graphs->enabled());
   REQUIRE_FALSE(eager_rt.rt->graphs->enabled());
   GraphProblem a(kGraphCases[1]), b(kGraphCases[1]), other(kGraphCases[0]);
-  Stream stream;
+  Stream stream, stream2;
+  CUcontext ctx = nullptr;
+  GPU_CHECK_CU(drv().cuCtxGetCurrent(&ctx));
   for (bool backward : {false, true}) {
     CAPTURE(backward);
     const Launch launch = backward ? launch_backward : launch_forward;
     auto outputs_of = [&](GraphProblem& pr) { return backward ? pr.bwd_outputs() : pr.fwd_outputs(); };
-    auto run = [&](ssd_runtime* rt, GraphProblem& pr) {
+    auto call = [&](ssd_runtime* rt, GraphProblem& pr, CUstream s, bool with_workspace = true) {
+      const ssd_status st = launch(rt, pr, with_workspace, SSD_MODE_DETERMINISTIC, s);
+      INFO(ssd_status_string(st) << ": " << ssd_last_error_detail());
+      REQUIRE(st == SSD_OK);
+    };
+    auto run = [&](ssd_runtime* rt, GraphProblem& pr, CUstream s, bool with_workspace = true) {
       const std::vector<Output> outputs = outputs_of(pr);
       poison(pr, outputs);
-      const ssd_status s = launch(rt, pr, true, SSD_MODE_DETERMINISTIC, stream.s);
-      INFO(ssd_status_string(s) << ": " << ssd_last_error_detail());
-      REQUIRE(s == SSD_OK);
-      return read_outputs(stream.s, outputs);
+      call(rt, pr, s, with_workspace);
+      return read_outputs(s, outputs);
     };
-    const auto eager_a = run(eager_rt.rt, a), eager_b = run(eager_rt.rt, b), eager_other = run(eager_rt.rt, other);
-    const ssd::LaunchGraphs::Counters before = graph_rt.rt->graphs->counters();
+    const auto eager_a = run(eager_rt.rt, a, stream.s), eager_b = run(eager_rt.rt, b, stream.s),
+               eager_other = run(eager_rt.rt, other, stream.s);
+    auto expected = [&](GraphProblem* pr) { return pr == &a ? eager_a : pr == &b ? eager_b : eager_other; };
+    const size_t planned = planned_kernels(graph_rt.rt, a, backward, SSD_MODE_DETERMINISTIC);
+    ssd::LaunchGraphs::Counters before = graph_rt.rt->graphs->counters();
     GraphProblem* order[] = {&a, &a, &a, &b, &a, &other, &other};
     for (GraphProblem* pr : order) {
       const std::string problem = pr == &a ? "A" : pr == &b ? "B" : "other shape";
       CAPTURE(problem);
-      const auto got = run(graph_rt.rt, *pr);
-      check_replay(outputs_of(*pr), pr == &a ? eager_a : pr == &b ? eager_b : eager_other, got, false);
+      check_replay(outputs_of(*pr), expected(pr), run(graph_rt.rt, *pr, stream.s), false);
     }
-    const ssd::LaunchGraphs::Counters after = graph_rt.rt->graphs->counters();
-    CHECK(after.eager - before.eager == 2);         // the first sighting of each sequence
+    ssd::LaunchGraphs::Counters after = graph_rt.rt->graphs->counters();
+    CHECK(after.eager - before.eager == 2);  // the first sighting of each sequence
     CHECK(after.instantiated - before.instantiated == 2);
     CHECK(after.replays - before.replays == 5);
-    // B's call replaces at least each node's tensors (A's call after it again).
-    CHECK(after.nodes_updated - before.nodes_updated >= planned_kernels(graph_rt.rt, a, backward, SSD_MODE_DETERMINISTIC));
+    // B's call replaces every node's parameters, A's after it again; repeated A calls none.
+    CHECK(after.nodes_updated - before.nodes_updated == 2 * planned);
     MESSAGE((backward ? "bwd" : "fwd") << ": eager " << after.eager - before.eager << ", instantiated "
                                        << after.instantiated - before.instantiated << ", replays "
                                        << after.replays - before.replays << ", nodes updated "
-                                       << after.nodes_updated - before.nodes_updated << ", all bitwise equal");
+                                       << after.nodes_updated - before.nodes_updated << " (" << planned
+                                       << " kernels), all bitwise equal");
+
+    // Without a workspace: the stream-ordered allocation before the replay, the free after it.
+    for (int i = 0; i < 3; ++i) check_replay(outputs_of(a), eager_a, run(graph_rt.rt, a, stream.s, false), false);
+    // A second stream: a sequence of its own (eager, then instantiated).
+    before = graph_rt.rt->graphs->counters();
+    for (int i = 0; i < 2; ++i) check_replay(outputs_of(a), eager_a, run(graph_rt.rt, a, stream2.s), false);
+    after = graph_rt.rt->graphs->counters();
+    CHECK(after.eager - before.eager == 1);
+    CHECK(after.instantiated - before.instantiated == 1);
+
+    // Another thread captures in the global mode (any thread's unsafe call would invalidate it)
+    // while this one runs a fresh sequence (a third stream) through its first sighting,
+    // instantiation, replay and update; nothing is synchronized inside that window.
+    Stream stream3;
+    poison(a, outputs_of(a));
+    poison(b, outputs_of(b));
+    std::mutex m;
+    std::condition_variable cv;
+    int phase = 0;  // 1: capture begun; 2: calls done
+    CUresult begin = CUDA_SUCCESS, end = CUDA_SUCCESS;
+    CUstreamCaptureStatus during = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph captured = nullptr;
+    std::thread capturer([&] {
+      drv().cuCtxSetCurrent(ctx);
+      CUstream s = nullptr;
+      drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+      begin = drv().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      {
+        std::lock_guard<std::mutex> lock(m);
+        phase = 1;
+      }
+      cv.notify_all();
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return phase == 2; });
+      drv().cuStreamIsCapturing(s, &during);
+      end = drv().cuStreamEndCapture(s, &captured);
+      if (captured) drv().cuGraphDestroy(captured);
+      drv().cuStreamDestroy(s);
+    });
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return phase == 1; });
+    }
+    before = graph_rt.rt->graphs->counters();
+    // No REQUIRE inside the window (a failure must not leave the other thread waiting).
+    std::vector<ssd_status> statuses;
+    for (GraphProblem* pr : {&a, &a, &a, &b})
+      statuses.push_back(launch(graph_rt.rt, *pr, true, SSD_MODE_DETERMINISTIC, stream3.s));
+    after = graph_rt.rt->graphs->counters();
+    {
+      std::lock_guard<std::mutex> lock(m);
+      phase = 2;
+    }
+    cv.notify_all();
+    capturer.join();
+    for (ssd_status st : statuses) CHECK(st == SSD_OK);
+    GPU_CHECK_CU(begin);
+    CHECK(during == CU_STREAM_CAPTURE_STATUS_ACTIVE);  // the other thread's capture survived
+    GPU_CHECK_CU(end);
+    CHECK(after.eager - before.eager == 1);
+    CHECK(after.instantiated - before.instantiated == 1);
+    CHECK(after.replays - before.replays == 3);
+    check_replay(outputs_of(a), eager_a, read_outputs(stream3.s, outputs_of(a)), false);
+    check_replay(outputs_of(b), eager_b, read_outputs(stream3.s, outputs_of(b)), false);
   }
 }

@@ -2,6 +2,7 @@
 // the workspace-size functions (src/ops, src/runtime).
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -60,19 +61,20 @@ TEST_CASE("create_runtime: options.mode and options.arch are range-checked as in
   CHECK(create_runtime(o).ok());
 }
 
-TEST_CASE("create_runtime: options.launch_graphs is -1 (from $SSD_LAUNCH_GRAPHS), 0 or 1") {
+TEST_CASE("create_runtime: options.launch_graphs is 0 (on unless $SSD_LAUNCH_GRAPHS=0), 1 (on) or 2 (off)") {
   ssd_runtime_options o;
   ssd_runtime_options_init(&o);
-  CHECK(o.launch_graphs == -1);
+  CHECK(o.launch_graphs == 0);
+  CHECK(sizeof(ssd_runtime_options) == offsetof(ssd_runtime_options, launch_graphs) + sizeof(int32_t));
   o.arch = SSD_ARCH_SM90A;
   o.cache_mode = 3;
-  for (int32_t bad : {2, -2, 1000}) {
+  for (int32_t bad : {3, -1, 1000}) {
     o.launch_graphs = bad;
     auto r = create_runtime(o);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code == SSD_ERROR_INVALID_ARGUMENT);
     CHECK(r.status().detail == "options.launch_graphs: " + std::to_string(bad) +
-                                   " (legal: -1 from $SSD_LAUNCH_GRAPHS, 0 off, 1 on)");
+                                   " (legal: 0 on unless $SSD_LAUNCH_GRAPHS is 0, 1 on, 2 off)");
   }
   auto enabled = [&](int32_t value) {
     o.launch_graphs = value;
@@ -81,16 +83,16 @@ TEST_CASE("create_runtime: options.launch_graphs is -1 (from $SSD_LAUNCH_GRAPHS)
     return r.value()->graphs->enabled();
   };
   CHECK(enabled(1));
-  CHECK_FALSE(enabled(0));
+  CHECK_FALSE(enabled(2));
   const char* saved = std::getenv("SSD_LAUNCH_GRAPHS");
   const std::string saved_value = saved ? saved : "";
   unsetenv("SSD_LAUNCH_GRAPHS");
-  CHECK(enabled(-1));
+  CHECK(enabled(0));
   setenv("SSD_LAUNCH_GRAPHS", "0", 1);
-  CHECK_FALSE(enabled(-1));
+  CHECK_FALSE(enabled(0));
   CHECK(enabled(1));  // the option wins over the environment
   setenv("SSD_LAUNCH_GRAPHS", "1", 1);
-  CHECK(enabled(-1));
+  CHECK(enabled(0));
   if (saved) setenv("SSD_LAUNCH_GRAPHS", saved_value.c_str(), 1); else unsetenv("SSD_LAUNCH_GRAPHS");
 }
 

@@ -265,7 +265,7 @@ ssd::Status open_session(const GpuArgs& ga, bool keep_host, GpuSession& s) {
   ro.struct_size = sizeof(ro);
   ro.mode = SSD_MODE_DETERMINISTIC;
   ro.cache_mode = -1;
-  ro.launch_graphs = -1;  // as the C API's default: the host path measures what a caller gets
+  ro.launch_graphs = 0;  // the C API's default: the host path measures what a caller gets
   ro.arch = ga.arch;
   SSD_ASSIGN_OR_RETURN(s.rt, ssd::create_runtime(ro));
   const ModelPreset& m = s.preset;

@@ -1,0 +1,115 @@
+// A fake CUDA driver (built as libcuda.so.1 into the build tree, found through LD_LIBRARY_PATH only
+// by the launch-graph test) that records what the library asks of it, so the launch graphs' state
+// machine runs on machines without a GPU: which launches went eagerly, which graphs were built,
+// which nodes were updated, and in which order, with the parameter bytes each launch carried.
+// Every other entry point succeeds and does nothing. fake_cuda_state() hands the test the record
+// and the switches (a stream reported as capturing, graph calls made to fail).
+#include "fake_driver.h"
+
+#include <cstring>
+
+namespace {
+FakeCudaState g_state;
+
+void record(FakeCudaState::Op op, CUstream stream, CUfunction f, void** params) {
+  FakeCudaState::Event e;
+  e.op = op;
+  e.stream = stream;
+  e.function = f;
+  if (params) std::memcpy(&e.param, params[0], sizeof e.param);
+  g_state.events.push_back(e);
+}
+}  // namespace
+
+extern "C" {
+FakeCudaState* fake_cuda_state() { return &g_state; }
+
+static CUresult ok_any() { return CUDA_SUCCESS; }
+static CUresult s_ctx(CUcontext* c) { *c = reinterpret_cast<CUcontext>(0x1); return CUDA_SUCCESS; }
+static CUresult s_count(int* n) { *n = 1; return CUDA_SUCCESS; }
+static CUresult s_errname(CUresult, const char** s) { *s = "FAKE"; return CUDA_SUCCESS; }
+// Every kernel takes one 8-byte parameter (the tests pass a uint64_t).
+static CUresult s_paraminfo(CUfunction, size_t i, size_t* off, size_t* size) {
+  if (i > 0) return CUDA_ERROR_INVALID_VALUE;
+  *off = 0;
+  *size = sizeof(uint64_t);
+  return g_state.param_info_fails ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+}
+static CUresult s_launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         CUstream s, void** params, void**) {
+  record(FakeCudaState::Op::Launch, s, f, params);
+  return CUDA_SUCCESS;
+}
+static CUresult s_is_capturing(CUstream s, CUstreamCaptureStatus* st) {
+  *st = s == g_state.capturing_stream && s ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+static CUresult s_graph_create(CUgraph* g, unsigned) {
+  *g = reinterpret_cast<CUgraph>(uintptr_t(++g_state.graphs_created));
+  return CUDA_SUCCESS;
+}
+static CUresult s_add_node(CUgraphNode* n, CUgraph, const CUgraphNode* deps, size_t ndeps,
+                           const CUDA_KERNEL_NODE_PARAMS* p) {
+  g_state.node_dependencies.push_back(ndeps ? uintptr_t(deps[0]) : 0);
+  *n = reinterpret_cast<CUgraphNode>(uintptr_t(g_state.node_dependencies.size()));
+  record(FakeCudaState::Op::AddNode, nullptr, p->func, p->kernelParams);
+  return CUDA_SUCCESS;
+}
+static CUresult s_instantiate(CUgraphExec* e, CUgraph g, unsigned long long) {
+  if (g_state.instantiate_fails) return CUDA_ERROR_OUT_OF_MEMORY;
+  ++g_state.instantiated;
+  *e = reinterpret_cast<CUgraphExec>(uintptr_t(g) + 0x1000);
+  return CUDA_SUCCESS;
+}
+static CUresult s_set_params(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS* p) {
+  record(FakeCudaState::Op::SetParams, nullptr, p->func, p->kernelParams);
+  return CUDA_SUCCESS;
+}
+static CUresult s_graph_launch(CUgraphExec, CUstream s) {
+  record(FakeCudaState::Op::GraphLaunch, s, nullptr, nullptr);
+  return CUDA_SUCCESS;
+}
+static CUresult s_exec_destroy(CUgraphExec) {
+  ++g_state.execs_destroyed;
+  return CUDA_SUCCESS;
+}
+static CUresult s_exchange_mode(CUstreamCaptureMode* m) {
+  ++g_state.mode_exchanges;
+  g_state.relaxed = *m == CU_STREAM_CAPTURE_MODE_RELAXED;
+  *m = g_state.relaxed ? CU_STREAM_CAPTURE_MODE_GLOBAL : CU_STREAM_CAPTURE_MODE_RELAXED;
+  return CUDA_SUCCESS;
+}
+static CUresult s_memset(CUdeviceptr, size_t, unsigned, size_t, size_t, CUstream s) {
+  record(FakeCudaState::Op::Memset, s, nullptr, nullptr);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetProcAddress_v2(const char* sym, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* q) {
+  if (q) *q = CU_GET_PROC_ADDRESS_SUCCESS;
+  struct {
+    const char* n;
+    void* f;
+  } t[] = {{"cuCtxGetCurrent", (void*)s_ctx},
+           {"cuDeviceGetCount", (void*)s_count},
+           {"cuGetErrorName", (void*)s_errname},
+           {"cuGetErrorString", (void*)s_errname},
+           {"cuFuncGetParamInfo", (void*)s_paraminfo},
+           {"cuLaunchKernel", (void*)s_launch},
+           {"cuStreamIsCapturing", (void*)s_is_capturing},
+           {"cuGraphCreate", (void*)s_graph_create},
+           {"cuGraphAddKernelNode", (void*)s_add_node},
+           {"cuGraphInstantiateWithFlags", (void*)s_instantiate},
+           {"cuGraphExecKernelNodeSetParams", (void*)s_set_params},
+           {"cuGraphLaunch", (void*)s_graph_launch},
+           {"cuGraphExecDestroy", (void*)s_exec_destroy},
+           {"cuThreadExchangeStreamCaptureMode", (void*)s_exchange_mode},
+           {"cuMemsetD2D32Async", (void*)s_memset}};
+  for (auto& e : t)
+    if (!std::strcmp(sym, e.n)) {
+      *pfn = e.f;
+      return CUDA_SUCCESS;
+    }
+  *pfn = (void*)ok_any;
+  return CUDA_SUCCESS;
+}
+}

@@ -1,0 +1,276 @@
+// The launch graphs' state machine (src/runtime/launch_graph.h) against a fake driver
+// (fake_libcuda.cpp, loaded through LD_LIBRARY_PATH as libcuda.so.1): what is launched eagerly and
+// what through a graph, in which order, with which parameters; the graph's chain of nodes; per
+// stream sequences; capture, flushes, nested calls, failed calls; instantiation failures and their
+// retry; eviction; the parameter-layout query. No GPU and no kernel compile: the kernels are
+// fabricated ssd_kernel objects with one 8-byte parameter, launched through ssd::launch_kernel as
+// the library's stages launch theirs. The GPU test "launch graphs: …" checks the bits on a device.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <dlfcn.h>
+
+#include <memory>
+#include <vector>
+
+#include "fake_driver.h"
+#include "runtime/launch_graph.h"
+#include "runtime/runtime.h"
+
+namespace {
+
+using Op = FakeCudaState::Op;
+
+FakeCudaState& fake() {
+  static FakeCudaState* state = [] {
+    REQUIRE(ssd::cuda::driver().ok());  // the library loads the fake (LD_LIBRARY_PATH), then so do we
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(lib != nullptr);
+    auto get = reinterpret_cast<FakeCudaState* (*)()>(dlsym(lib, "fake_cuda_state"));
+    REQUIRE_MESSAGE(reinterpret_cast<void*>(get) != nullptr, "libcuda.so.1 is not the fake driver (LD_LIBRARY_PATH)");
+    return get();
+  }();
+  return *state;
+}
+
+const ssd::cuda::Driver& drv() { return *ssd::cuda::driver().value(); }
+
+CUstream stream_handle(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+
+// n fabricated kernels (functions 0x100 + i), one 8-byte parameter each (the layout queried from the fake).
+std::vector<std::unique_ptr<ssd_kernel>> make_kernels(int n) {
+  std::vector<std::unique_ptr<ssd_kernel>> out;
+  for (int i = 0; i < n; ++i) {
+    auto k = std::make_unique<ssd_kernel>();
+    k->context = reinterpret_cast<CUcontext>(0x1);
+    k->function = reinterpret_cast<CUfunction>(uintptr_t(0x100 + i));
+    auto built = std::make_shared<ssd::BuiltKernel>();
+    built->unit.block_threads = 128;
+    built->unit.dynamic_shared_bytes = 1024 * i;
+    k->built = built;
+    ssd::query_param_layout(drv(), *k);
+    REQUIRE(k->param_layout_known);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::unique_ptr<ssd_runtime> make_runtime(int launch_graphs = 1) {
+  ssd_runtime_options o{};
+  o.struct_size = sizeof(o);
+  o.arch = SSD_ARCH_SM90A;
+  o.cache_mode = 3;
+  o.launch_graphs = launch_graphs;
+  auto rt = ssd::create_runtime(o);
+  REQUIRE(rt.ok());
+  return std::move(rt).value();
+}
+
+// One "call": kernel i launched with parameter params[i] (grid grid_x), recorded and finished.
+ssd::Status call(ssd_runtime& rt, const std::vector<std::unique_ptr<ssd_kernel>>& ks, std::vector<uint64_t> params,
+                 CUstream s, unsigned grid_x = 4, ssd::Status end = ssd::Status::Ok()) {
+  ssd::CallRecording rec(rt, s, true);
+  for (size_t i = 0; i < ks.size(); ++i) {
+    void* p[] = {&params[i]};
+    ssd::Status st = ssd::launch_kernel(*ks[i], grid_x, 1, 1, p, s);
+    if (!st.ok()) return st;
+  }
+  return rec.finish(end);
+}
+
+// The events since `from`, as (op, param) pairs.
+std::vector<std::pair<Op, uint64_t>> since(size_t from) {
+  std::vector<std::pair<Op, uint64_t>> out;
+  for (size_t i = from; i < fake().events.size(); ++i) out.emplace_back(fake().events[i].op, fake().events[i].param);
+  return out;
+}
+using Ev = std::vector<std::pair<Op, uint64_t>>;
+
+}  // namespace
+
+TEST_CASE("launch graphs: eager on the first sighting, a chained graph on the second, updates only where parameters changed") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(3);
+  const CUstream s = stream_handle(0x51);
+  size_t mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {11, 12, 13}, s).ok());
+  CHECK(since(mark) == Ev{{Op::Launch, 11}, {Op::Launch, 12}, {Op::Launch, 13}});
+  CHECK(fake().events.back().stream == s);
+
+  mark = fake().events.size();
+  const size_t nodes_before = fake().node_dependencies.size();
+  const int inst_before = fake().instantiated;
+  REQUIRE(call(*rt, ks, {21, 22, 23}, s).ok());
+  CHECK(since(mark) == Ev{{Op::AddNode, 21}, {Op::AddNode, 22}, {Op::AddNode, 23}, {Op::GraphLaunch, 0}});
+  CHECK(fake().events.back().stream == s);
+  CHECK(fake().instantiated == inst_before + 1);
+  // Each node depends on the one before it (the stream's order), the first on none.
+  REQUIRE(fake().node_dependencies.size() == nodes_before + 3);
+  CHECK(fake().node_dependencies[nodes_before] == 0);
+  CHECK(fake().node_dependencies[nodes_before + 1] == nodes_before + 1);
+  CHECK(fake().node_dependencies[nodes_before + 2] == nodes_before + 2);
+  CHECK_FALSE(fake().relaxed);  // the capture mode was restored after the graph calls
+
+  mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {21, 22, 23}, s).ok());  // the same parameters: a replay as is
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {21, 99, 23}, s).ok());  // one node's parameter changed
+  CHECK(since(mark) == Ev{{Op::SetParams, 99}, {Op::GraphLaunch, 0}});
+
+  const ssd::LaunchGraphs::Counters c = rt->graphs->counters();
+  CHECK(c.eager == 1);
+  CHECK(c.instantiated == 1);
+  CHECK(c.replays == 3);
+  CHECK(c.nodes_updated == 1);
+}
+
+TEST_CASE("launch graphs: a sequence per stream and per grid; eager on a capturing stream, with graphs off, on failure") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(2);
+  const CUstream s1 = stream_handle(0x61), s2 = stream_handle(0x62);
+  REQUIRE(call(*rt, ks, {1, 2}, s1).ok());
+  REQUIRE(call(*rt, ks, {1, 2}, s1).ok());  // instantiated on s1
+  size_t mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {1, 2}, s2).ok());  // another stream: its own first sighting
+  CHECK(since(mark) == Ev{{Op::Launch, 1}, {Op::Launch, 2}});
+  mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {1, 2}, s1, 8).ok());  // another grid: a new sequence
+  CHECK(since(mark) == Ev{{Op::Launch, 1}, {Op::Launch, 2}});
+
+  // A stream under capture: launched as they come (the caller's capture takes them), every time.
+  fake().capturing_stream = s1;
+  for (int i = 0; i < 3; ++i) {
+    mark = fake().events.size();
+    REQUIRE(call(*rt, ks, {5, 6}, s1).ok());
+    CHECK(since(mark) == Ev{{Op::Launch, 5}, {Op::Launch, 6}});
+  }
+  fake().capturing_stream = nullptr;
+
+  // Graphs off: always eager.
+  auto off = make_runtime(2);
+  for (int i = 0; i < 3; ++i) {
+    mark = fake().events.size();
+    REQUIRE(call(*off, ks, {7, 8}, s1).ok());
+    CHECK(since(mark) == Ev{{Op::Launch, 7}, {Op::Launch, 8}});
+  }
+
+  // A call that failed after recording launches nothing and returns its status.
+  mark = fake().events.size();
+  const ssd::Status failed = call(*rt, ks, {9, 9}, s1, 4, ssd::make_error(SSD_ERROR_CUDA, "a stage failed"));
+  CHECK(failed.code == SSD_ERROR_CUDA);
+  CHECK(since(mark).empty());
+}
+
+TEST_CASE("launch graphs: a flush (before a memset) and a nested call launch what was recorded first, in order") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(3);
+  const CUstream s = stream_handle(0x71);
+  size_t mark = fake().events.size();
+  {
+    ssd::CallRecording rec(*rt, s, true);
+    uint64_t v[3] = {31, 32, 33};
+    void* p0[] = {&v[0]};
+    void* p1[] = {&v[1]};
+    void* p2[] = {&v[2]};
+    REQUIRE(ssd::launch_kernel(*ks[0], 1, 1, 1, p0, s).ok());
+    REQUIRE(ssd::launch_kernel(*ks[1], 1, 1, 1, p1, s).ok());
+    CHECK(since(mark).empty());  // recorded, not launched
+    REQUIRE(ssd::flush_recorded_launches().ok());
+    CHECK(since(mark) == Ev{{Op::Launch, 31}, {Op::Launch, 32}});
+    REQUIRE(ssd::launch_kernel(*ks[2], 1, 1, 1, p2, s).ok());  // the rest of the call: eager
+    CHECK(since(mark) == Ev{{Op::Launch, 31}, {Op::Launch, 32}, {Op::Launch, 33}});
+    REQUIRE(rec.finish(ssd::Status::Ok()).ok());
+  }
+  CHECK(since(mark).size() == 3);
+
+  mark = fake().events.size();
+  {
+    ssd::CallRecording outer(*rt, s, true);
+    uint64_t a = 41, b = 42;
+    void* pa[] = {&a};
+    void* pb[] = {&b};
+    REQUIRE(ssd::launch_kernel(*ks[0], 1, 1, 1, pa, s).ok());
+    {
+      ssd::CallRecording inner(*rt, s, true);  // the outer call's launch goes first
+      CHECK(since(mark) == Ev{{Op::Launch, 41}});
+      REQUIRE(ssd::launch_kernel(*ks[1], 1, 1, 1, pb, s).ok());
+      CHECK(since(mark) == Ev{{Op::Launch, 41}, {Op::Launch, 42}});
+      REQUIRE(inner.finish(ssd::Status::Ok()).ok());
+    }
+    REQUIRE(outer.finish(ssd::Status::Ok()).ok());
+  }
+  CHECK(since(mark) == Ev{{Op::Launch, 41}, {Op::Launch, 42}});
+
+  // A kernel whose parameter layout is unknown: what was recorded goes first, then it, eagerly.
+  auto unknown = make_kernels(1);
+  unknown[0]->param_layout_known = false;
+  mark = fake().events.size();
+  {
+    ssd::CallRecording rec(*rt, s, true);
+    uint64_t a = 51, b = 52;
+    void* pa[] = {&a};
+    void* pb[] = {&b};
+    REQUIRE(ssd::launch_kernel(*ks[0], 1, 1, 1, pa, s).ok());
+    REQUIRE(ssd::launch_kernel(*unknown[0], 1, 1, 1, pb, s).ok());
+    REQUIRE(rec.finish(ssd::Status::Ok()).ok());
+  }
+  CHECK(since(mark) == Ev{{Op::Launch, 51}, {Op::Launch, 52}});
+}
+
+TEST_CASE("launch graphs: a failed instantiation launches eagerly, pauses the sequence, then retries") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(2);
+  const CUstream s = stream_handle(0x81);
+  REQUIRE(call(*rt, ks, {1, 2}, s).ok());  // first sighting
+  fake().instantiate_fails = true;
+  size_t mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {3, 4}, s).ok());  // instantiation refused: the same launches, eagerly
+  Ev got = since(mark);
+  CHECK(got == Ev{{Op::AddNode, 3}, {Op::AddNode, 4}, {Op::Launch, 3}, {Op::Launch, 4}});
+  fake().instantiate_fails = false;
+  for (int i = 0; i < 256; ++i) {  // the pause
+    mark = fake().events.size();
+    REQUIRE(call(*rt, ks, {5, 6}, s).ok());
+    REQUIRE(since(mark) == Ev{{Op::Launch, 5}, {Op::Launch, 6}});
+  }
+  mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {7, 8}, s).ok());  // retried
+  CHECK(since(mark) == Ev{{Op::AddNode, 7}, {Op::AddNode, 8}, {Op::GraphLaunch, 0}});
+}
+
+TEST_CASE("launch graphs: past 64 sequences the least recently used one's graph is destroyed") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(1);
+  const CUstream s = stream_handle(0x91);
+  const int destroyed = fake().execs_destroyed;
+  for (unsigned g = 1; g <= ssd::LaunchGraphs::kMaxSequences; ++g) {
+    REQUIRE(call(*rt, ks, {g}, s, g).ok());
+    REQUIRE(call(*rt, ks, {g}, s, g).ok());  // each instantiated
+  }
+  CHECK(fake().execs_destroyed == destroyed);
+  REQUIRE(call(*rt, ks, {1}, s, 1).ok());  // grid 1 used again: grid 2's is now the oldest
+  REQUIRE(call(*rt, ks, {0}, s, 1000).ok());  // a 65th sequence
+  CHECK(fake().execs_destroyed == destroyed + 1);
+  size_t mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {1}, s, 1).ok());  // still cached
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {2}, s, 2).ok());  // evicted: a first sighting again, which evicts grid 3's
+  CHECK(since(mark) == Ev{{Op::Launch, 2}});
+  CHECK(fake().execs_destroyed == destroyed + 2);
+  rt.reset();  // the runtime's graphs go with it: grids 1 and 4..64 (1000 and 2 have none yet)
+  CHECK(fake().execs_destroyed == destroyed + 2 + 62);
+}
+
+TEST_CASE("launch graphs: the parameter layout is known only from a successful query") {
+  auto ks = make_kernels(1);
+  CHECK(ks[0]->param_offsets == std::vector<size_t>{0});
+  CHECK(ks[0]->param_sizes == std::vector<size_t>{8});
+  CHECK(ks[0]->param_bytes == 8);
+  fake().param_info_fails = true;
+  ssd::query_param_layout(drv(), *ks[0]);
+  fake().param_info_fails = false;
+  CHECK_FALSE(ks[0]->param_layout_known);
+  CHECK(ks[0]->param_offsets.empty());
+}
