@@ -130,25 +130,24 @@ void query_param_layout(const cuda::Driver& d, ssd_kernel& kernel) {
   kernel.param_offsets.clear();
   kernel.param_sizes.clear();
   kernel.param_bytes = 0;
-  if (!d.cuFuncGetParamInfo) return;
-  // Every parameter's offset and size, until the index past the last one is refused with
-  // CUDA_ERROR_INVALID_VALUE; any other error leaves the layout unknown (eager launches).
+  if (!d.cuFuncGetParamInfo || !kernel.built) return;
+  // The unit's parameters by index (codegen knows how many: probing past the last one would be
+  // refused with CUDA_ERROR_INVALID_VALUE, an error compute-sanitizer reports); any error leaves
+  // the layout unknown (eager launches).
   size_t end = 0;
-  for (size_t i = 0; i < 64; ++i) {
+  for (int32_t i = 0; i < kernel.built->unit.param_count; ++i) {
     size_t offset = 0, size = 0;
-    const CUresult r = d.cuFuncGetParamInfo(kernel.function, i, &offset, &size);
-    if (r == CUDA_ERROR_INVALID_VALUE && i > 0) {
-      kernel.param_layout_known = true;
-      kernel.param_bytes = end;
+    if (d.cuFuncGetParamInfo(kernel.function, size_t(i), &offset, &size) != CUDA_SUCCESS || size == 0) {
+      kernel.param_offsets.clear();
+      kernel.param_sizes.clear();
       return;
     }
-    if (r != CUDA_SUCCESS) break;
     kernel.param_offsets.push_back(offset);
     kernel.param_sizes.push_back(size);
     end = std::max(end, offset + size);
   }
-  kernel.param_offsets.clear();
-  kernel.param_sizes.clear();
+  kernel.param_bytes = end;
+  kernel.param_layout_known = true;
 }
 
 Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,

@@ -62,8 +62,9 @@ Result<ssd_arch> runtime_arch(ssd_runtime& runtime);
 // Builds (memory / disk / NVRTC) and loads the kernel into the current context.
 Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_config& config);
 
-// The kernel's parameter offsets and sizes from cuFuncGetParamInfo (CUDA 12.4+), for recording its
-// launches (runtime/launch_graph.h); param_layout_known stays false without it or on any error.
+// The kernel's parameter offsets and sizes (its unit's param_count of them) from cuFuncGetParamInfo
+// (CUDA 12.4+), for recording its launches (runtime/launch_graph.h); param_layout_known stays false
+// without it or on any error.
 void query_param_layout(const cuda::Driver& d, ssd_kernel& kernel);
 
 Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,
