@@ -110,14 +110,26 @@ __device__ __forceinline__ long long wg_state_offset(int r_lo, int c_lo, int i) 
 // smem::desc_lo_sw128 of its address with LBO BLOCK_K · 128), one commit group. The caller waits for
 // earlier groups before calling (the A registers are written here).
 // chunk_state_passing_fwd_wgmma and chunk_state_passing_bwd_wgmma (its dy · C chain) share it.
-template <class T, int BLOCK_K, bool TWO_TERM, int N>
-__device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned char* sx, unsigned sb_lo,
-                                               const float* w_step, int kk, int lt, int a_row, int a_col) {
-  const float* w = w_step + kk + 2 * lt;
-  const float2 w01 = *reinterpret_cast<const float2*>(w);
-  const float2 w89 = *reinterpret_cast<const float2*>(w + 8);
+// Split in two for a caller that issues the loads early (state_pass_k16 is the two back to back):
+// state_pass_a_load reads the slice's raw A fragment and weights, state_pass_a_mma scales them and
+// issues the wgmma.
+struct StatePassA {
   FragA a;
-  ptx::ldmatrix_x4_trans(a.x, ptx::smem_addr(sx + smem::swizzle128_offset(kk + a_row, a_col)));
+  float2 w01, w89;
+};
+__device__ __forceinline__ StatePassA state_pass_a_load(const unsigned char* sx, const float* w_step, int kk, int lt,
+                                                        int a_row, int a_col) {
+  const float* w = w_step + kk + 2 * lt;
+  StatePassA f;
+  f.w01 = *reinterpret_cast<const float2*>(w);
+  f.w89 = *reinterpret_cast<const float2*>(w + 8);
+  ptx::ldmatrix_x4_trans(f.a.x, ptx::smem_addr(sx + smem::swizzle128_offset(kk + a_row, a_col)));
+  return f;
+}
+template <class T, int BLOCK_K, bool TWO_TERM, int N>
+__device__ __forceinline__ void state_pass_a_mma(WgAcc<N>& acc, StatePassA f, unsigned sb_lo, int kk) {
+  FragA& a = f.a;
+  const float2 w01 = f.w01, w89 = f.w89;
   const unsigned long long desc_b = smem::desc_sw128(sb_lo + kk * 128 / 16);  // desc_mn_major_sw128(sb, BLOCK_K, kk)
   // wgmma.fence between the ordinary writes of the A registers and the wgmma reading them.
   if constexpr (TWO_TERM) {
@@ -133,6 +145,11 @@ __device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned cha
   }
   warpgroup::commit_group();
   warpgroup::fence_operand(acc);
+}
+template <class T, int BLOCK_K, bool TWO_TERM, int N>
+__device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned char* sx, unsigned sb_lo,
+                                               const float* w_step, int kk, int lt, int a_row, int a_col) {
+  state_pass_a_mma<T, BLOCK_K, TWO_TERM>(acc, state_pass_a_load(sx, w_step, kk, lt, a_row, a_col), sb_lo, kk);
 }
 
 }  // namespace detail
@@ -269,15 +286,18 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
           warpgroup::wait_group<kInFlight>();
           warpgroup::fence_operand(acc);
           __syncthreads();
+          const unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
+          const unsigned char* sx = stage + wg * X_BYTES;
+          const unsigned sb_lo = smem::desc_lo_sw128(ptx::smem_addr(stage + (NT / WGT) * X_BYTES), BLOCK_K * 128);
+          const float* w_step = s_w + (c & 1) * Q + ks * BLOCK_K;
+          // The step's first A fragment read before the next stage's copies are issued, so its
+          // ldmatrix latency passes under them (the same fragment, no more of them live).
+          const detail::StatePassA first = detail::state_pass_a_load(sx, w_step, 0, lt, a_row, a_col);
           {
             const int ahead = s + STAGES - 2;
             if (ahead < steps) load_stage(ahead % STAGES, ahead);
             ptx::cp_async_commit();
           }
-          const unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
-          const unsigned char* sx = stage + wg * X_BYTES;
-          const unsigned sb_lo = smem::desc_lo_sw128(ptx::smem_addr(stage + (NT / WGT) * X_BYTES), BLOCK_K * 128);
-          const float* w_step = s_w + (c & 1) * Q + ks * BLOCK_K;
 #pragma unroll
           for (int kk = 0; kk < BLOCK_K; kk += 16) {
             // One commit group per 16 positions; while this step's A is built at most kInFlight groups
@@ -285,8 +305,10 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
             if (kk > 0) {
               warpgroup::wait_group<kInFlight>();
               warpgroup::fence_operand(acc);
+              detail::state_pass_k16<T, BLOCK_K, TWO_TERM>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
+            } else {
+              detail::state_pass_a_mma<T, BLOCK_K, TWO_TERM>(acc, first, sb_lo, 0);
             }
-            detail::state_pass_k16<T, BLOCK_K, TWO_TERM>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
           }
           if (++ks < (c < nchunks - 1 ? KS : steps_last)) continue;
 
