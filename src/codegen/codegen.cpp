@@ -35,6 +35,7 @@ GeneratedUnit family_unit(const KernelFamily& f, const ssd_kernel_config& c) {
   u.file_name = std::string(f.name) + ".cu";
   u.block_threads = spec.block_threads;
   u.dynamic_shared_bytes = spec.dynamic_shared_bytes;
+  u.param_count = 1;  // the signature below: one parameter block
   const std::string bounds = spec.min_blocks_per_sm ? fmt::format("{}, {}", spec.block_threads, spec.min_blocks_per_sm)
                                                     : std::to_string(spec.block_threads);
   u.source = preamble(c) + fmt::format(

@@ -18,7 +18,7 @@ struct GeneratedUnit {
   std::vector<std::string> headers;  // template headers it includes, transitively, sorted
   int32_t block_threads = 0;
   int32_t dynamic_shared_bytes = 0;
-  int32_t param_count = 1;  // the entry point's parameters: one block, `params`, in every unit
+  int32_t param_count = 1;  // the entry point's parameters (family_unit: one block, `params`)
 };
 
 // `config` must be normalized (normalize_config).

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -21,6 +23,26 @@ std::vector<void*> param_pointers(const RecordedLaunch& l) {
   for (size_t i = 0; i < ptrs.size(); ++i) ptrs[i] = base + l.kernel->param_offsets[i];
   return ptrs;
 }
+
+// The library's graph calls (create, instantiate, update, destroy) in the relaxed capture mode:
+// another thread's capture in the global mode must neither refuse them nor be invalidated by them
+// (they touch no captured stream).
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(const cuda::Driver& d) : d_(d) {
+    exchanged_ = d_.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCaptureMode() {
+    if (exchanged_) d_.cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  const cuda::Driver& d_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool exchanged_ = false;
+};
 
 CUDA_KERNEL_NODE_PARAMS node_params(const RecordedLaunch& l, void** ptrs) {
   CUDA_KERNEL_NODE_PARAMS p{};
@@ -59,6 +81,8 @@ struct LaunchGraphs::Entry {
   }
 
   void destroy(const cuda::Driver& d) {
+    if (!exec && !graph) return;
+    RelaxedCaptureMode relaxed(d);
     if (exec) d.cuGraphExecDestroy(exec);  // a replay in flight completes first (CUDA's guarantee)
     if (graph) d.cuGraphDestroy(graph);
     exec = nullptr;
@@ -81,6 +105,12 @@ struct LaunchGraphs::Entry {
     bytes.clear();
     for (const RecordedLaunch& l : launches) bytes.push_back(l.bytes);
     return Status::Ok();
+  }
+
+  bool differs(const std::vector<RecordedLaunch>& launches) const {
+    for (size_t i = 0; i < launches.size(); ++i)
+      if (bytes[i] != launches[i].bytes) return true;
+    return false;
   }
 
   // The nodes whose parameters differ from the last replay's; counts them into `updated`.
@@ -126,8 +156,10 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   Key key;
-  key.reserve(2 + 6 * launches.size());
+  key.reserve(3 + 6 * launches.size());
   key.push_back(reinterpret_cast<uintptr_t>(stream));
+  // CU_STREAM_PER_THREAD names another stream on each thread: the thread is part of the key.
+  key.push_back(stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0);
   key.push_back(reinterpret_cast<uintptr_t>(launches[0].kernel->context));
   for (const RecordedLaunch& l : launches) {
     key.push_back(reinterpret_cast<uintptr_t>(l.kernel->function));
@@ -171,13 +203,9 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   const bool fresh = !e.exec;  // instantiated on the second sighting
   uint64_t updated = 0;
   Status s;
-  {
-    // The graph calls in the relaxed capture mode: another thread's capture in the global mode
-    // must neither refuse them nor be invalidated by them (they touch no captured stream).
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    const bool exchanged = d->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+  if (fresh || e.differs(launches)) {
+    RelaxedCaptureMode relaxed(*d);
     s = fresh ? e.instantiate(*d, launches) : e.update(*d, launches, updated);
-    if (exchanged) d->cuThreadExchangeStreamCaptureMode(&mode);
   }
   if (s.ok()) {
     // Under the sequence's lock: the parameters just set are the ones this replay runs with.

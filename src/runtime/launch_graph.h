@@ -15,8 +15,8 @@
 // takes the launches), calls whose caller times their stages (events between launches), and a
 // call in which anything else is enqueued on the stream (a memset): flush_recorded_launches()
 // launches what was recorded and the rest of the call goes eagerly. Off with
-// ssd_runtime_options.launch_graphs = 0 or SSD_LAUNCH_GRAPHS=0, and where the driver lacks
-// cuFuncGetParamInfo (before CUDA 12.4: the parameter sizes are unknown).
+// ssd_runtime_options.launch_graphs = 2, or with the default 0 and SSD_LAUNCH_GRAPHS=0, and where
+// the driver lacks cuFuncGetParamInfo (before CUDA 12.4: the parameter sizes are unknown).
 #pragma once
 
 #include <cstdint>

@@ -12,12 +12,15 @@ struct FakeCudaState {
     Op op;
     CUstream stream = nullptr;
     CUfunction function = nullptr;
+    uintptr_t node = 0;  // AddNode: the node made; SetParams: the node set
     uint64_t param = 0;  // the launch's (or node's) one 8-byte parameter
   };
   std::vector<Event> events;
   std::vector<uintptr_t> node_dependencies;  // per node added: the node it depends on (0: none)
   int graphs_created = 0, instantiated = 0, execs_destroyed = 0, mode_exchanges = 0;
-  bool relaxed = false;  // the thread's capture mode as last exchanged
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;  // the (one) thread mode, as exchanged
+  int graph_calls_not_relaxed = 0;  // create / add / instantiate / set / destroy outside the relaxed mode
+  size_t max_param_index = 0;       // the highest index cuFuncGetParamInfo was asked for
   // Switches.
   CUstream capturing_stream = nullptr;  // cuStreamIsCapturing reports this stream as capturing
   bool instantiate_fails = false;

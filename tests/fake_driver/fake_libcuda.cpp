@@ -7,17 +7,23 @@
 #include "fake_driver.h"
 
 #include <cstring>
+#include <mutex>
 
 namespace {
 FakeCudaState g_state;
+std::recursive_mutex g_mutex;  // the record, from several threads (the test's two-thread case)
 
-void record(FakeCudaState::Op op, CUstream stream, CUfunction f, void** params) {
+void record(FakeCudaState::Op op, CUstream stream, CUfunction f, void** params, uintptr_t node = 0) {
   FakeCudaState::Event e;
   e.op = op;
   e.stream = stream;
   e.function = f;
+  e.node = node;
   if (params) std::memcpy(&e.param, params[0], sizeof e.param);
   g_state.events.push_back(e);
+}
+void graph_call() {
+  if (g_state.mode != CU_STREAM_CAPTURE_MODE_RELAXED) ++g_state.graph_calls_not_relaxed;
 }
 }  // namespace
 
@@ -30,6 +36,8 @@ static CUresult s_count(int* n) { *n = 1; return CUDA_SUCCESS; }
 static CUresult s_errname(CUresult, const char** s) { *s = "FAKE"; return CUDA_SUCCESS; }
 // Every kernel takes one 8-byte parameter (the tests pass a uint64_t).
 static CUresult s_paraminfo(CUfunction, size_t i, size_t* off, size_t* size) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (i > g_state.max_param_index) g_state.max_param_index = i;
   if (i > 0) return CUDA_ERROR_INVALID_VALUE;
   *off = 0;
   *size = sizeof(uint64_t);
@@ -37,6 +45,7 @@ static CUresult s_paraminfo(CUfunction, size_t i, size_t* off, size_t* size) {
 }
 static CUresult s_launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          CUstream s, void** params, void**) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
   record(FakeCudaState::Op::Launch, s, f, params);
   return CUDA_SUCCESS;
 }
@@ -45,41 +54,57 @@ static CUresult s_is_capturing(CUstream s, CUstreamCaptureStatus* st) {
   return CUDA_SUCCESS;
 }
 static CUresult s_graph_create(CUgraph* g, unsigned) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  graph_call();
   *g = reinterpret_cast<CUgraph>(uintptr_t(++g_state.graphs_created));
   return CUDA_SUCCESS;
 }
 static CUresult s_add_node(CUgraphNode* n, CUgraph, const CUgraphNode* deps, size_t ndeps,
                            const CUDA_KERNEL_NODE_PARAMS* p) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  graph_call();
   g_state.node_dependencies.push_back(ndeps ? uintptr_t(deps[0]) : 0);
   *n = reinterpret_cast<CUgraphNode>(uintptr_t(g_state.node_dependencies.size()));
-  record(FakeCudaState::Op::AddNode, nullptr, p->func, p->kernelParams);
+  record(FakeCudaState::Op::AddNode, nullptr, p->func, p->kernelParams, uintptr_t(*n));
   return CUDA_SUCCESS;
 }
 static CUresult s_instantiate(CUgraphExec* e, CUgraph g, unsigned long long) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  graph_call();
   if (g_state.instantiate_fails) return CUDA_ERROR_OUT_OF_MEMORY;
   ++g_state.instantiated;
   *e = reinterpret_cast<CUgraphExec>(uintptr_t(g) + 0x1000);
   return CUDA_SUCCESS;
 }
-static CUresult s_set_params(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS* p) {
-  record(FakeCudaState::Op::SetParams, nullptr, p->func, p->kernelParams);
+static CUresult s_set_params(CUgraphExec, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS* p) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  graph_call();
+  record(FakeCudaState::Op::SetParams, nullptr, p->func, p->kernelParams, uintptr_t(n));
   return CUDA_SUCCESS;
 }
 static CUresult s_graph_launch(CUgraphExec, CUstream s) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
   record(FakeCudaState::Op::GraphLaunch, s, nullptr, nullptr);
   return CUDA_SUCCESS;
 }
 static CUresult s_exec_destroy(CUgraphExec) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  graph_call();
   ++g_state.execs_destroyed;
   return CUDA_SUCCESS;
 }
+// One mode for all threads (the test's graph calls in the two-thread case hold the library's
+// per-sequence lock, so they do not interleave).
 static CUresult s_exchange_mode(CUstreamCaptureMode* m) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
   ++g_state.mode_exchanges;
-  g_state.relaxed = *m == CU_STREAM_CAPTURE_MODE_RELAXED;
-  *m = g_state.relaxed ? CU_STREAM_CAPTURE_MODE_GLOBAL : CU_STREAM_CAPTURE_MODE_RELAXED;
+  const CUstreamCaptureMode previous = g_state.mode;
+  g_state.mode = *m;
+  *m = previous;
   return CUDA_SUCCESS;
 }
 static CUresult s_memset(CUdeviceptr, size_t, unsigned, size_t, size_t, CUstream s) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
   record(FakeCudaState::Op::Memset, s, nullptr, nullptr);
   return CUDA_SUCCESS;
 }

@@ -10,7 +10,11 @@
 
 #include <dlfcn.h>
 
+#include <condition_variable>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "fake_driver.h"
@@ -109,14 +113,20 @@ TEST_CASE("launch graphs: eager on the first sighting, a chained graph on the se
   CHECK(fake().node_dependencies[nodes_before] == 0);
   CHECK(fake().node_dependencies[nodes_before + 1] == nodes_before + 1);
   CHECK(fake().node_dependencies[nodes_before + 2] == nodes_before + 2);
-  CHECK_FALSE(fake().relaxed);  // the capture mode was restored after the graph calls
+  // The graph calls ran in the relaxed capture mode, and the thread's mode was restored after them.
+  CHECK(fake().graph_calls_not_relaxed == 0);
+  CHECK(fake().mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
 
   mark = fake().events.size();
+  const int exchanges = fake().mode_exchanges;
   REQUIRE(call(*rt, ks, {21, 22, 23}, s).ok());  // the same parameters: a replay as is
   CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  CHECK(fake().mode_exchanges == exchanges);  // nothing to update: no graph call but the launch
   mark = fake().events.size();
   REQUIRE(call(*rt, ks, {21, 99, 23}, s).ok());  // one node's parameter changed
   CHECK(since(mark) == Ev{{Op::SetParams, 99}, {Op::GraphLaunch, 0}});
+  CHECK(fake().graph_calls_not_relaxed == 0);
+  CHECK(fake().mode == CU_STREAM_CAPTURE_MODE_GLOBAL);
 
   const ssd::LaunchGraphs::Counters c = rt->graphs->counters();
   CHECK(c.eager == 1);
@@ -261,10 +271,12 @@ TEST_CASE("launch graphs: past 64 sequences the least recently used one's graph 
   CHECK(fake().execs_destroyed == destroyed + 2);
   rt.reset();  // the runtime's graphs go with it: grids 1 and 4..64 (1000 and 2 have none yet)
   CHECK(fake().execs_destroyed == destroyed + 2 + 62);
+  CHECK(fake().graph_calls_not_relaxed == 0);  // the destroys too
 }
 
 TEST_CASE("launch graphs: the parameter layout is known only from a successful query") {
   auto ks = make_kernels(1);
+  CHECK(fake().max_param_index == 0);  // the unit's one parameter, no probe past it
   CHECK(ks[0]->param_offsets == std::vector<size_t>{0});
   CHECK(ks[0]->param_sizes == std::vector<size_t>{8});
   CHECK(ks[0]->param_bytes == 8);
@@ -273,4 +285,71 @@ TEST_CASE("launch graphs: the parameter layout is known only from a successful q
   fake().param_info_fails = false;
   CHECK_FALSE(ks[0]->param_layout_known);
   CHECK(ks[0]->param_offsets.empty());
+}
+
+TEST_CASE("launch graphs: two threads on one sequence: each replay runs with one call's parameters") {
+  // The same stream, kernels and grid from two threads: one graph. Each call's parameters carry its
+  // thread and call number; the per-sequence lock keeps a call's updates and its launch together,
+  // so at every graph launch all nodes hold the parameters of one call.
+  auto rt = make_runtime();
+  auto ks = make_kernels(2);
+  const CUstream s = stream_handle(0xa1);
+  constexpr int kCalls = 1000;
+  const size_t mark = fake().events.size();
+  std::vector<ssd::Status> status(2);
+  auto worker = [&](int t) {
+    for (int i = 0; i < kCalls && status[t].ok(); ++i) {
+      const uint64_t tag = (uint64_t(t + 1) << 32) | (uint64_t(i) << 8);
+      status[t] = call(*rt, ks, {tag | 0, tag | 1}, s);
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  REQUIRE(status[0].ok());
+  REQUIRE(status[1].ok());
+  std::map<uintptr_t, uint64_t> node_value;
+  int launches = 0, eager = 0;
+  for (size_t i = mark; i < fake().events.size(); ++i) {
+    const FakeCudaState::Event& e = fake().events[i];
+    if (e.op == Op::AddNode || e.op == Op::SetParams) node_value[e.node] = e.param;
+    if (e.op == Op::Launch) ++eager;
+    if (e.op != Op::GraphLaunch) continue;
+    ++launches;
+    REQUIRE(node_value.size() == 2);
+    const uint64_t first = node_value.begin()->second, second = node_value.rbegin()->second;
+    CHECK((first >> 8) == (second >> 8));  // the same thread and call
+    CHECK((first & 0xff) == 0);            // in kernel order
+    CHECK((second & 0xff) == 1);
+  }
+  CHECK(launches + eager / 2 == 2 * kCalls);
+  CHECK(eager == 2);  // the first sighting only
+}
+
+TEST_CASE("launch graphs: CU_STREAM_PER_THREAD is another stream on each thread: a sequence per thread") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(1);
+  const ssd::LaunchGraphs::Counters before = rt->graphs->counters();
+  // Both threads alive at once (a finished thread's id may be reused by the next one: then its
+  // graph is, which is harmless, since a graph is not bound to a stream).
+  std::mutex m;
+  std::condition_variable cv;
+  int done = 0;
+  std::vector<ssd::Status> status(2);
+  auto worker = [&](int t) {
+    for (uint64_t i = 0; i < 3 && status[t].ok(); ++i) status[t] = call(*rt, ks, {i}, CU_STREAM_PER_THREAD);
+    std::unique_lock<std::mutex> lock(m);
+    ++done;
+    cv.notify_all();
+    cv.wait(lock, [&] { return done == 2; });
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  REQUIRE(status[0].ok());
+  REQUIRE(status[1].ok());
+  const ssd::LaunchGraphs::Counters after = rt->graphs->counters();
+  CHECK(after.eager - before.eager == 2);  // each thread's first call
+  CHECK(after.instantiated - before.instantiated == 2);
+  CHECK(after.replays - before.replays == 4);
 }
