@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -43,6 +44,16 @@ class RelaxedCaptureMode {
   CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
   bool exchanged_ = false;
 };
+
+// Recorded launches enqueued one by one, in order, through launch_kernel (no recording is active
+// on this thread when they are: finish() and flush() end it first).
+Status launch_eagerly(const std::vector<RecordedLaunch>& launches, CUstream stream) {
+  for (const RecordedLaunch& l : launches) {
+    std::vector<void*> ptrs = param_pointers(l);
+    SSD_RETURN_IF_ERROR(launch_kernel(*l.kernel, l.grid[0], l.grid[1], l.grid[2], ptrs.data(), stream));
+  }
+  return Status::Ok();
+}
 
 CUDA_KERNEL_NODE_PARAMS node_params(const RecordedLaunch& l, void** ptrs) {
   CUDA_KERNEL_NODE_PARAMS p{};
@@ -93,6 +104,7 @@ struct LaunchGraphs::Entry {
 
   // One kernel node per launch, each depending on the previous one (the stream's order).
   Status instantiate(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches) {
+    RelaxedCaptureMode relaxed(d);
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphCreate(&graph, 0), "cuGraphCreate"));
     nodes.assign(launches.size(), nullptr);
     for (size_t i = 0; i < launches.size(); ++i) {
@@ -107,16 +119,13 @@ struct LaunchGraphs::Entry {
     return Status::Ok();
   }
 
-  bool differs(const std::vector<RecordedLaunch>& launches) const {
-    for (size_t i = 0; i < launches.size(); ++i)
-      if (bytes[i] != launches[i].bytes) return true;
-    return false;
-  }
-
-  // The nodes whose parameters differ from the last replay's; counts them into `updated`.
+  // The nodes whose parameters differ from the last replay's; counts them into `updated`. The
+  // capture mode is exchanged only if some node differs (a replay as is makes no graph call).
   Status update(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches, uint64_t& updated) {
+    std::optional<RelaxedCaptureMode> relaxed;
     for (size_t i = 0; i < launches.size(); ++i) {
       if (bytes[i] == launches[i].bytes) continue;
+      if (!relaxed) relaxed.emplace(d);
       std::vector<void*> ptrs = param_pointers(launches[i]);
       const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
       SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphExecKernelNodeSetParams(exec, nodes[i], &p),
@@ -135,20 +144,6 @@ LaunchGraphs::~LaunchGraphs() = default;  // each Entry destroys its graph
 LaunchGraphs::Counters LaunchGraphs::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counters_;
-}
-
-Status launch_eagerly(const std::vector<RecordedLaunch>& launches, CUstream stream) {
-  const cuda::Driver* d = nullptr;
-  SSD_ASSIGN_OR_RETURN(d, cuda::driver());
-  for (const RecordedLaunch& l : launches) {
-    std::vector<void*> ptrs = param_pointers(l);
-    const GeneratedUnit& u = l.kernel->built->unit;
-    SSD_RETURN_IF_ERROR(cuda::check(d->cuLaunchKernel(l.kernel->function, l.grid[0], l.grid[1], l.grid[2],
-                                                      unsigned(u.block_threads), 1, 1, unsigned(u.dynamic_shared_bytes),
-                                                      stream, ptrs.data(), nullptr),
-                                    "cuLaunchKernel"));
-  }
-  return Status::Ok();
 }
 
 Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstream stream) {
@@ -202,11 +197,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   }
   const bool fresh = !e.exec;  // instantiated on the second sighting
   uint64_t updated = 0;
-  Status s;
-  if (fresh || e.differs(launches)) {
-    RelaxedCaptureMode relaxed(*d);
-    s = fresh ? e.instantiate(*d, launches) : e.update(*d, launches, updated);
-  }
+  Status s = fresh ? e.instantiate(*d, launches) : e.update(*d, launches, updated);
   if (s.ok()) {
     // Under the sequence's lock: the parameters just set are the ones this replay runs with.
     s = cuda::check(d->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");

@@ -72,9 +72,6 @@ class LaunchGraphs {
   Counters counters_;
 };
 
-// Eager launches of recorded launches, in order.
-Status launch_eagerly(const std::vector<RecordedLaunch>& launches, CUstream stream);
-
 // The launches of one call on `stream`, recorded on this thread while the object lives (when the
 // runtime's graphs are on, record is true and the stream is not capturing). finish() launches them
 // (LaunchGraphs::launch); without finish() nothing recorded is launched. One recording per thread:
