@@ -198,17 +198,11 @@ Status launch_chunk_cumsum_bwd(const ssd_kernel& kernel, const ssd_kernels::Chun
 }
 
 Status zero_head_sums(const ssd_kernels::ChunkCumsumBwdParams& p, CUstream stream) {
-  SSD_RETURN_IF_ERROR(flush_recorded_launches());  // a memset: what was recorded goes first, eagerly
-  const cuda::Driver& drv = *cuda::driver().value();
-  Status s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.dA.data),
-                                                size_t(std::max<long long>(p.dA.stride[0], 1)) * 4, 0, 1,
-                                                size_t(p.nheads), stream),
-                         "cuMemsetD2D32Async(dA)");
+  Status s = memset_zero_d32(p.dA.data, size_t(std::max<long long>(p.dA.stride[0], 1)) * 4, 1, size_t(p.nheads),
+                             stream, "cuMemsetD2D32Async(dA)");
   if (s.ok() && p.ddt_bias.data)
-    s = cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p.ddt_bias.data),
-                                           size_t(std::max<long long>(p.ddt_bias.stride[0], 1)) * 4, 0, 1,
-                                           size_t(p.nheads), stream),
-                    "cuMemsetD2D32Async(ddt_bias)");
+    s = memset_zero_d32(p.ddt_bias.data, size_t(std::max<long long>(p.ddt_bias.stride[0], 1)) * 4, 1,
+                        size_t(p.nheads), stream, "cuMemsetD2D32Async(ddt_bias)");
   return s;
 }
 

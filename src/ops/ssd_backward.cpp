@@ -105,10 +105,7 @@ Status zero_dD(const GateBwdTensors& t, const GateDims& d, CUstream stream) {
   const bool per_p = t.D.ndim == 2;
   const size_t count = per_p ? size_t(d.h * d.p) : size_t(d.h);
   const size_t pitch = per_p ? 4 : size_t(std::max<int64_t>(t.dD.strides[0], 1)) * 4;
-  SSD_RETURN_IF_ERROR(flush_recorded_launches());  // a memset: what was recorded goes first, eagerly
-  const cuda::Driver& drv = *cuda::driver().value();
-  return cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(t.dD.data), pitch, 0, 1, count, stream),
-                     "cuMemsetD2D32Async(dD)");
+  return memset_zero_d32(t.dD.data, pitch, 1, count, stream, "cuMemsetD2D32Async(dD)");
 }
 
 Status launch_gate(const ssd_kernel& k, const GateBwdTensors& t, const GateDims& d, void* partials, int32_t max_blocks,
@@ -335,10 +332,7 @@ ssd_kernel_config with_tile(ssd_kernel_config c, const ssd_tile& t) {
 }
 
 Status memset_zero(void* p, size_t floats, CUstream stream) {
-  SSD_RETURN_IF_ERROR(flush_recorded_launches());  // a memset: what was recorded goes first, eagerly
-  const cuda::Driver& drv = *cuda::driver().value();
-  return cuda::check(drv.cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(p), floats * 4, 0, floats, 1, stream),
-                     "cuMemsetD2D32Async");
+  return memset_zero_d32(p, floats * 4, floats, 1, stream, "cuMemsetD2D32Async");
 }
 
 // ---- The backward's plan (after the recompute, the forward's plan without chunk_scan): gate_bwd

@@ -150,6 +150,14 @@ void query_param_layout(const cuda::Driver& d, ssd_kernel& kernel) {
   kernel.param_layout_known = true;
 }
 
+Status memset_zero_d32(void* dst, size_t pitch_bytes, size_t width, size_t height, CUstream stream, const char* what) {
+  const cuda::Driver* d = nullptr;
+  SSD_ASSIGN_OR_RETURN(d, cuda::driver());
+  SSD_RETURN_IF_ERROR(flush_recorded_launches());
+  return cuda::check(d->cuMemsetD2D32Async(reinterpret_cast<CUdeviceptr>(dst), pitch_bytes, 0, width, height, stream),
+                     what);
+}
+
 Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,
                      CUstream stream) {
   const cuda::Driver* d = nullptr;

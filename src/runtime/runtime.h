@@ -67,6 +67,11 @@ Result<const ssd_kernel*> get_kernel(ssd_runtime& runtime, const ssd_kernel_conf
 // without it or on any error.
 void query_param_layout(const cuda::Driver& d, ssd_kernel& kernel);
 
+// Zeroes `height` rows of `width` 32-bit words, `pitch_bytes` apart, on `stream`
+// (cuMemsetD2D32Async; errors name `what`). What this thread has recorded of the call so far is
+// launched first (flush_recorded_launches), so a memset inside a recorded call keeps its order.
+Status memset_zero_d32(void* dst, size_t pitch_bytes, size_t width, size_t height, CUstream stream, const char* what);
+
 Status launch_kernel(const ssd_kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned grid_z, void** params,
                      CUstream stream);
 

@@ -70,15 +70,17 @@ std::unique_ptr<ssd_runtime> make_runtime(int launch_graphs = 1) {
   return std::move(rt).value();
 }
 
+// One launch of `k` with the 8-byte parameter `value` (grid grid_x), as a stage launches its kernel.
+ssd::Status launch_with(const ssd_kernel& k, uint64_t value, CUstream s, unsigned grid_x = 1) {
+  void* p[] = {&value};
+  return ssd::launch_kernel(k, grid_x, 1, 1, p, s);
+}
+
 // One "call": kernel i launched with parameter params[i] (grid grid_x), recorded and finished.
 ssd::Status call(ssd_runtime& rt, const std::vector<std::unique_ptr<ssd_kernel>>& ks, std::vector<uint64_t> params,
                  CUstream s, unsigned grid_x = 4, ssd::Status end = ssd::Status::Ok()) {
   ssd::CallRecording rec(rt, s, true);
-  for (size_t i = 0; i < ks.size(); ++i) {
-    void* p[] = {&params[i]};
-    ssd::Status st = ssd::launch_kernel(*ks[i], grid_x, 1, 1, p, s);
-    if (!st.ok()) return st;
-  }
+  for (size_t i = 0; i < ks.size(); ++i) SSD_RETURN_IF_ERROR(launch_with(*ks[i], params[i], s, grid_x));
   return rec.finish(end);
 }
 
@@ -179,17 +181,26 @@ TEST_CASE("launch graphs: a flush (before a memset) and a nested call launch wha
   size_t mark = fake().events.size();
   {
     ssd::CallRecording rec(*rt, s, true);
-    uint64_t v[3] = {31, 32, 33};
-    void* p0[] = {&v[0]};
-    void* p1[] = {&v[1]};
-    void* p2[] = {&v[2]};
-    REQUIRE(ssd::launch_kernel(*ks[0], 1, 1, 1, p0, s).ok());
-    REQUIRE(ssd::launch_kernel(*ks[1], 1, 1, 1, p1, s).ok());
+    REQUIRE(launch_with(*ks[0], 31, s).ok());
+    REQUIRE(launch_with(*ks[1], 32, s).ok());
     CHECK(since(mark).empty());  // recorded, not launched
     REQUIRE(ssd::flush_recorded_launches().ok());
     CHECK(since(mark) == Ev{{Op::Launch, 31}, {Op::Launch, 32}});
-    REQUIRE(ssd::launch_kernel(*ks[2], 1, 1, 1, p2, s).ok());  // the rest of the call: eager
+    REQUIRE(launch_with(*ks[2], 33, s).ok());  // the rest of the call: eager
     CHECK(since(mark) == Ev{{Op::Launch, 31}, {Op::Launch, 32}, {Op::Launch, 33}});
+    REQUIRE(rec.finish(ssd::Status::Ok()).ok());
+  }
+  CHECK(since(mark).size() == 3);
+
+  // The library's memset (fast mode's zeroing) flushes the same way: the recorded launches first.
+  mark = fake().events.size();
+  {
+    ssd::CallRecording rec(*rt, s, true);
+    REQUIRE(launch_with(*ks[0], 35, s).ok());
+    REQUIRE(launch_with(*ks[1], 36, s).ok());
+    float word = 1.f;
+    REQUIRE(ssd::memset_zero_d32(&word, 4, 1, 1, s, "test memset").ok());
+    CHECK(since(mark) == Ev{{Op::Launch, 35}, {Op::Launch, 36}, {Op::Memset, 0}});
     REQUIRE(rec.finish(ssd::Status::Ok()).ok());
   }
   CHECK(since(mark).size() == 3);
@@ -197,14 +208,11 @@ TEST_CASE("launch graphs: a flush (before a memset) and a nested call launch wha
   mark = fake().events.size();
   {
     ssd::CallRecording outer(*rt, s, true);
-    uint64_t a = 41, b = 42;
-    void* pa[] = {&a};
-    void* pb[] = {&b};
-    REQUIRE(ssd::launch_kernel(*ks[0], 1, 1, 1, pa, s).ok());
+    REQUIRE(launch_with(*ks[0], 41, s).ok());
     {
       ssd::CallRecording inner(*rt, s, true);  // the outer call's launch goes first
       CHECK(since(mark) == Ev{{Op::Launch, 41}});
-      REQUIRE(ssd::launch_kernel(*ks[1], 1, 1, 1, pb, s).ok());
+      REQUIRE(launch_with(*ks[1], 42, s).ok());
       CHECK(since(mark) == Ev{{Op::Launch, 41}, {Op::Launch, 42}});
       REQUIRE(inner.finish(ssd::Status::Ok()).ok());
     }
@@ -218,11 +226,8 @@ TEST_CASE("launch graphs: a flush (before a memset) and a nested call launch wha
   mark = fake().events.size();
   {
     ssd::CallRecording rec(*rt, s, true);
-    uint64_t a = 51, b = 52;
-    void* pa[] = {&a};
-    void* pb[] = {&b};
-    REQUIRE(ssd::launch_kernel(*ks[0], 1, 1, 1, pa, s).ok());
-    REQUIRE(ssd::launch_kernel(*unknown[0], 1, 1, 1, pb, s).ok());
+    REQUIRE(launch_with(*ks[0], 51, s).ok());
+    REQUIRE(launch_with(*unknown[0], 52, s).ok());
     REQUIRE(rec.finish(ssd::Status::Ok()).ok());
   }
   CHECK(since(mark) == Ev{{Op::Launch, 51}, {Op::Launch, 52}});
