@@ -615,7 +615,6 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     if (hs.ok()) hs = measure_host_path(drv, stream, 1, kHostCalls, alternating_call, alternating);
     if (!hs.ok()) return fail(ctx, hs);
   }
-  const double host_us = host.cpu_us, host_wall_us = host.wall_us;
   for (CUevent& e : ev) drv.cuEventDestroy(e);
   drv.cuStreamDestroy(stream);
 
@@ -637,7 +636,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (ctx.json) {
     nlohmann::json j{{"what", "fwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"iters", ga.iters}, {"z", ga.z},
                      {"device", dev_name}, {"median_ms", median(total)}, {"workspace_bytes", layout->total_bytes},
-                     {"host_cpu_us_per_call", host_us}, {"host_wall_us_per_call", host_wall_us},
+                     {"host_cpu_us_per_call", host.cpu_us}, {"host_wall_us_per_call", host.wall_us},
                      {"host_alternating_cpu_us_per_call", alternating.cpu_us}};
     for (int i = 0; i < kStages; ++i)
       if (ran(i)) j["stages_median_ms"][names[i]] = median(stage[i]);
@@ -650,7 +649,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
       if (ran(i)) fmt::print("  {:<23} {:8.3f} ms\n", names[i], median(stage[i]));
     fmt::print("  {:<23} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));
     fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_forward calls, C API, "
-               "workspace given, kernels loaded)\n", host_us, host_wall_us, kHostCalls);
+               "workspace given, kernels loaded)\n", host.cpu_us, host.wall_us, kHostCalls);
     fmt::print("  host path, two workspaces taking turns: {:.1f} us of CPU per call ({:.1f} us wall)\n",
                alternating.cpu_us, alternating.wall_us);
   }
