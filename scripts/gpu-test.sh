@@ -14,6 +14,13 @@
 #               changes no bits"); LABEL (e.g. the commit) is stored in the record.
 #   --digests-compare=FILE: recompute and compare with FILE (a record in the working tree, path
 #               relative to the repository root); fails on any difference.
+#   --gpu-only: skip the CPU unit tests (CI runs them) to save device time.
+#   --ab=DIR: an A/B against a baseline source tree DIR (relative to the root; e.g. the commit before
+#               a change: `git archive BASE | tar -x -C .base/BASE`, carried with .base): builds it into
+#               build-base, records its output digests and compares this tree's with them (the same
+#               bits?), then alternates `ssdgen bench` of the two builds AB_ROUNDS times (default 2) for
+#               each argument list in AB_BENCH (';'-separated, default the three forward shapes), the
+#               baseline's lines marked "base" in $OUT/ab.txt.
 #   --python[=ARGS]: then the PyTorch package's GPU tests, scripts/python-gpu-test.sh (pip install
 #               ./python, scripts/python_gpu_test.py), ARGS passed on, e.g. --python=--kwargs-budget=120.
 #
@@ -30,6 +37,8 @@ digests=0
 digests_label=
 digests_compare=
 only=
+ab=
+unit=1
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
@@ -41,8 +50,10 @@ for arg in "$@"; do
     --digests=*) digests=1; digests_label=${arg#--digests=} ;;
     --digests-compare=*) digests_compare=${arg#--digests-compare=} ;;
     --only=*) only=${arg#--only=} ;;
+    --ab=*) ab=${arg#--ab=} ;;
+    --gpu-only) unit=0 ;;
     *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests[=LABEL]] [--digests-compare=FILE] [--python[=ARGS]]" \
-            "[--only=GPU_TEST_NAME_PATTERN]" >&2; exit 2 ;;
+            "[--only=GPU_TEST_NAME_PATTERN] [--ab=BASELINE_TREE] [--gpu-only]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -59,9 +70,11 @@ set +e
 
 export SSD_CACHE_DIR=$(mktemp -d)
 status=0
-echo "== unit tests"
-"$root/build-gpu/tests/ssd_unit_tests" >"$out/unit.log" 2>&1 || status=1
-tail -3 "$out/unit.log"
+if [ $unit = 1 ]; then
+  echo "== unit tests"
+  "$root/build-gpu/tests/ssd_unit_tests" >"$out/unit.log" 2>&1 || status=1
+  tail -3 "$out/unit.log"
+fi
 echo "== GPU tests"
 "$root/build-gpu/tests/ssd_gpu_tests" -ni ${only:+-tc="$only"} >"$out/gpu-full.log" 2>&1 || status=1
 grep -E "^GPU tests|MESSAGE:|: ERROR:|test cases:|assertions:|Status:" "$out/gpu-full.log" | sed 's/^.*MESSAGE: //' | tail -80
@@ -98,6 +111,30 @@ if [ -n "$digests_compare" ]; then
     --compare "$digests_compare") >"$out/digests-compare.log" 2>&1 || status=1
   grep -E "^(output_digests|record:|warning|note|FAIL|digests:)|[1-9][0-9]* different$|DIFFERENT|OVER|only in" \
     "$out/digests-compare.log"
+fi
+if [ -n "$ab" ]; then
+  echo "== A/B against the baseline tree $ab"
+  base_build=$root/build-base
+  if cmake -S "$root/$ab" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+       >"$out/cmake-base.log" 2>&1 && cmake --build "$base_build" -j"$(nproc)" --target ssdgen ssdgen_cli >"$out/build-base.log" 2>&1; then
+    (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib "$base_build/libssdgen.so" \
+      --record "$out/digests-base.json" --label "baseline $ab") >"$out/digests-ab.log" 2>&1 &&
+    (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib build-gpu/libssdgen.so \
+      --compare "$out/digests-base.json") >>"$out/digests-ab.log" 2>&1 || status=1
+    grep -E "^(FAIL|digests:)|[1-9][0-9]* different$|DIFFERENT|OVER|only in" "$out/digests-ab.log"
+    IFS=';' read -ra ab_benches <<<"${AB_BENCH:-fwd --batch 4 --seqlen 2048;fwd --batch 4 --seqlen 4096;fwd --batch 1 --seqlen 16384}"
+    for round in $(seq "${AB_ROUNDS:-2}"); do
+      for args in "${ab_benches[@]}"; do
+        # shellcheck disable=SC2086  # the argument list is words
+        { echo "-- base, round $round: bench $args"; "$base_build/ssdgen" bench $args; } >>"$out/ab.txt" 2>&1 || status=1
+        # shellcheck disable=SC2086
+        { echo "-- this tree, round $round: bench $args"; "$root/build-gpu/ssdgen" bench $args; } >>"$out/ab.txt" 2>&1 || status=1
+      done
+    done
+    grep -E "^-- |chunk_scan_fwd|chunk_state_passing|total|host path:" "$out/ab.txt"
+  else
+    tail -20 "$out/build-base.log"; status=1
+  fi
 fi
 if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then
   echo "== benchmarks"

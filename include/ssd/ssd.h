@@ -109,10 +109,14 @@ enum {
   SSD_FLAG_STATES_IN_DTYPE = 1u << 8, /* chunk_state_passing_fwd writes and chunk_scan_fwd reads the
                                         entering states P in x's dtype instead of fp32 (ssd_forward's
                                         choice: chunk_scan_fwd rounds P to that dtype anyway) */
-  SSD_FLAG_TWO_TERM_STATES = 1u << 9 /* chunk_state_fwd, chunk_state_passing_fwd,
+  SSD_FLAG_TWO_TERM_STATES = 1u << 9, /* chunk_state_fwd, chunk_state_passing_fwd,
                                         chunk_scan_bwd_dstates: the weighted operand of the state
                                         product enters the tensor cores as hi + lo in x's dtype (two
                                         mma per step; ssd_backward's choice, for dA's accuracy) */
+  SSD_FLAG_TMA = 1u << 10 /* chunk_scan_fwd on sm_90a (wgmma path, with SSD_FLAG_STATES_IN_DTYPE):
+                             its operand tiles come by the tensor copy engine; the parameter block is
+                             ChunkScanFwdTmaParams (tensor maps). ssd_forward's choice when x and C
+                             fit the maps; the same bits as without */
 };
 
 /* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:

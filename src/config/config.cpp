@@ -27,7 +27,7 @@ constexpr Named kFlags[] = {{SSD_FLAG_DT_BIAS, "dt_bias"},       {SSD_FLAG_DT_SO
                              {SSD_FLAG_D_PER_HEADDIM, "D_per_headdim"}, {SSD_FLAG_Z, "z"},
                              {SSD_FLAG_INITIAL_STATES, "initial_states"}, {SSD_FLAG_DDA_INCREMENTS, "ddA_increments"},
                              {SSD_FLAG_STATES_IN_DTYPE, "states_in_dtype"},
-                             {SSD_FLAG_TWO_TERM_STATES, "two_term_states"}};
+                             {SSD_FLAG_TWO_TERM_STATES, "two_term_states"}, {SSD_FLAG_TMA, "tma"}};
 
 template <size_t N>
 const char* name_of(const Named (&table)[N], int64_t value) {

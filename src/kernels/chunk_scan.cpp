@@ -31,6 +31,18 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
 }
 using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
+// SSD_FLAG_TMA: the wgmma kernel's operand tiles by the tensor copy engine (chunk_scan_sm90a.cuh,
+// Spec::kTma, ChunkScanFwdTmaParams), which reads P in x's dtype only.
+bool uses_tma(const ssd_kernel_config& c) { return uses_wgmma(c) && (c.flags & SSD_FLAG_TMA); }
+Status validate(const ssd_kernel_config& c) {
+  SSD_RETURN_IF_ERROR(Rules::validate(c));
+  if ((c.flags & SSD_FLAG_TMA) && !(uses_wgmma(c) && (c.flags & SSD_FLAG_STATES_IN_DTYPE)))
+    return field_error(c, "flags", "tma",
+                       "tma only with arch sm_90a, chunk_size, headdim and dstate multiples of 64, and "
+                       "states_in_dtype");
+  return Status::Ok();
+}
+
 KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s = tile_spec(c, kUses, "positions", "headdim", nullptr);
   s.element("State", c.flags & SSD_FLAG_STATES_IN_DTYPE ? c.dtype : SSD_DTYPE_FP32)
@@ -42,6 +54,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
   if (uses_wgmma(c)) {
     // Written only here: the mma.sync specializations keep their Spec (and machine code).
     s.boolean("kWgmma", true);
+    const bool tma = uses_tma(c);
+    if (tma) s.boolean("kTma", true);  // only here: the cp.async specializations keep their Spec
     namespace g = ssd_kernels::fwd_geom;
     // Registers per thread (the launch bounds' cap): 128 for 64 x 64 with P in x's dtype and headdim
     // 64 (4 blocks per SM: no spill without z, 4-16 bytes with z; at nemotronh-56b b=4 L=2048 0.73 ->
@@ -55,8 +69,9 @@ KernelSpec spec(const ssd_kernel_config& c) {
                      : c.headdim == 64                                       ? 128
                                                                               : 168;
     KernelSpec k{s.members(), g::chunk_scan_wg_threads(c.tile.m),
-                 g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.m, c.tile.n, seq, regs)};
-    k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, seq);
+                 g::chunk_scan_wg_blocks_per_sm(c.chunk_size, c.tile.m, c.tile.n, seq, regs, tma)};
+    k.dynamic_shared_bytes = g::chunk_scan_wg_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, seq, tma);
+    if (tma) k.params = "ChunkScanFwdTmaParams";
     return k;
   }
   // With P in the element type (no fp32 register staging) the kernel needs 158 registers; capping
@@ -69,7 +84,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanFwdFamily = {
     SSD_KERNEL_CHUNK_SCAN_FWD, "chunk_scan_fwd", "ssd/chunk_scan.cuh", "ChunkScanFwdParams", "chunk_scan_fwd",
-    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_STATES_IN_DTYPE, Rules::defaults,
-    Rules::validate, default_tile, Rules::legal_tiles, spec};
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TMA,
+    Rules::defaults, validate, default_tile, Rules::legal_tiles, spec};
 
 }  // namespace ssd

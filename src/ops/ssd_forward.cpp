@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
 #include "ops/workspace.h"
+#include "runtime/tensor_map.h"
 #include "ssd/forward_params.cuh"
 #include "ssd/kernel_params.cuh"
 
@@ -252,13 +254,85 @@ Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
 
 // F5: the output.
 bool scan_runs(const F& c) { return c.with_output; }
+
+// A (b, L, heads, 16-bit elements) tensor as one of chunk_scan_fwd's 4-D tensor maps (x, C): a
+// 16-byte aligned base, unit innermost stride, the other strides multiples of 16 bytes below 2^40
+// (an axis of extent 1 may have any stride: its coordinate is always 0), every extent and TMA's
+// 32-bit coordinates below 2^31.
+bool fits_tma_map(const ssd_tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 || t.strides[3] != 1) return false;
+  for (int i = 0; i < 4; ++i) {
+    if (t.shape[i] < 1 || t.shape[i] >= (int64_t(1) << 31)) return false;
+    if (i < 3 && t.shape[i] > 1 && (t.strides[i] <= 0 || (t.strides[i] * 2) % 16 || t.strides[i] >= (int64_t(1) << 38)))
+      return false;
+  }
+  return true;
+}
+// The wgmma kernel with TMA operand tiles (SSD_FLAG_TMA) where the maps fit: sm_90a, the wgmma shape,
+// P in x's dtype, x and C as above. Otherwise its cp.async loaders (the same bits).
+bool scan_tma(const F& c) {
+  return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async_scan && states_in_dtype(c) &&
+         ssd_kernels::fwd_geom::chunk_scan_wg_shape(int(c.d.Q), int(c.d.p), int(c.d.n)) && fits_tma_map(c.a.x) &&
+         fits_tma_map(c.a.C);
+}
 ssd_kernel_config scan_config(const F& c) {
   ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_SCAN_FWD, c.tiles.scan);
   if (states_in_dtype(c)) k.flags |= SSD_FLAG_STATES_IN_DTYPE;
+  if (scan_tma(c)) k.flags |= SSD_FLAG_TMA;
   return k;
 }
+// ChunkScanFwdTmaParams' maps (forward_params.cuh) for the kernel's tile: 4-D, innermost first,
+// 128-byte swizzled boxes of 128-byte rows.
+Status encode_scan_maps(const F& c, const ssd_tile& t, ssd_kernels::ChunkScanFwdTmaParams& p) {
+  namespace cu = ssd::cuda;
+  auto put = [](const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out) -> Status {
+    if (!m.ok()) return m.status();
+    static_assert(sizeof(CUtensorMap) == sizeof(ssd_kernels::TensorMap), "TensorMap mirrors CUtensorMap");
+    std::memcpy(&out, &m.value(), sizeof(out));
+    return Status::Ok();
+  };
+  // A (b, L, heads, 64·k) tensor of x's dtype: dims {inner, heads, L, b}, box {64, 1, rows, 1}.
+  auto blhp = [&](const ssd_tensor& v, uint32_t rows) {
+    cu::TensorMapDesc d;
+    d.dtype = v.dtype;
+    d.base = v.data;
+    d.rank = 4;
+    for (int i = 0; i < 4; ++i) d.dims[i] = uint64_t(v.shape[3 - i]);
+    for (int i = 1; i < 4; ++i) d.strides[i] = v.shape[3 - i] > 1 ? uint64_t(v.strides[3 - i]) * 2 : 16;
+    d.box[0] = 64, d.box[1] = 1, d.box[2] = rows, d.box[3] = 1;
+    d.swizzle = cu::TmaSwizzle::k128B;
+    return cu::encode_tensor_map(d);
+  };
+  // A contiguous workspace tensor of `eb`-byte elements with dims {d0, d1, d2, d3} and box {b0, b1, 1, 1}.
+  auto dense = [&](const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0, uint32_t b1) {
+    cu::TensorMapDesc d;
+    d.dtype = dtype;
+    d.base = base;
+    d.rank = 4;
+    uint64_t stride = eb;
+    for (int i = 0; i < 4; ++i) {
+      d.dims[i] = dims[i];
+      if (i > 0) d.strides[i] = stride;
+      stride *= dims[i];
+    }
+    d.box[0] = b0, d.box[1] = b1, d.box[2] = 1, d.box[3] = 1;
+    d.swizzle = cu::TmaSwizzle::k128B;
+    return cu::encode_tensor_map(d);
+  };
+  const uint64_t bc = uint64_t(c.d.b * c.d.nc);
+  SSD_RETURN_IF_ERROR(put(blhp(c.a.C, uint32_t(t.m)), p.map_c));
+  SSD_RETURN_IF_ERROR(put(blhp(c.a.x, 64), p.map_x));
+  SSD_RETURN_IF_ERROR(put(dense(c.buf.states, c.a.x.dtype, 2, {uint64_t(c.d.n), uint64_t(c.d.p), uint64_t(c.d.h), bc}, 64,
+                                uint32_t(t.n)),
+                          p.map_states));
+  SSD_RETURN_IF_ERROR(put(dense(c.buf.CB, SSD_DTYPE_FP32, 4, {uint64_t(c.d.Q), uint64_t(c.d.Q), uint64_t(c.d.g), bc}, 32,
+                                uint32_t(t.m)),
+                          p.map_cb));
+  return Status::Ok();
+}
 Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
-  ssd_kernels::ChunkScanFwdParams p{};
+  // The larger block for every specialization: the cp.async ones read its ChunkScanFwdParams prefix.
+  ssd_kernels::ChunkScanFwdTmaParams p{};
   p.CB = cb_ref<const float, 4>(c);
   p.x = ref<const void, 4>(c.a.x);
   p.dt = chunked<const float, 3>(c, c.buf.dt_out);
@@ -272,6 +346,7 @@ Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   p.out_x = ref<void, 4>(c.a.out_x);
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
   const ssd_tile& t = k.built->config.tile;
+  if (k.built->config.flags & SSD_FLAG_TMA) SSD_RETURN_IF_ERROR(encode_scan_maps(c, t, p));
   void* params[] = {&p};
   return launch_kernel(
       k, grid_x(ssd_kernels::fwd_geom::chunk_scan_tiles(c.d.Q, int(c.d.p), t.m, t.n), c.max_blocks), gy(c),

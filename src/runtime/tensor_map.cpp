@@ -8,7 +8,7 @@ namespace ssd::cuda {
 namespace {
 
 static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) == 128,
-              "hopper.cuh's TensorMap mirrors CUtensorMap: 128 bytes, 128-byte aligned");
+              "tensor_map.cuh's TensorMap mirrors CUtensorMap: 128 bytes, 128-byte aligned");
 
 uint64_t element_bytes(ssd_dtype dtype) { return dtype == SSD_DTYPE_BF16 || dtype == SSD_DTYPE_FP16 ? 2 : 4; }
 

@@ -423,11 +423,11 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
   }
 }
 
-template <class Spec>
-__device__ void chunk_scan_fwd(const ChunkScanFwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkScanFwdTmaParams with Spec::kTma, else ChunkScanFwdParams
+__device__ void chunk_scan_fwd(const Params& p) {
   if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    chunk_scan_fwd_wgmma<Spec>(p);
+    chunk_scan_fwd_wgmma<Spec>(p);  // deduces Params
 #else
     static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma chunk_scan_fwd needs the sm_90a target");
 #endif

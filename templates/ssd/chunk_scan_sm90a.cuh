@@ -172,15 +172,31 @@ __device__ __forceinline__ float keep_if(float w, bool keep) {
   return keep ? w : 0.f;
 }
 
+// This thread's byte offsets, inside a CB row of a TMA-written tile (two 128-byte swizzled boxes of 32
+// floats, BLOCK_M rows of 128 bytes each), of its column pairs 2t, 2t+1 (j = 0) and 2t+8, 2t+9 (j = 1)
+// of a k16 slice starting at column 16a of its box: 16-byte chunk (4a + t/2 + 2j) XOR the row's r % 8
+// (= lane / 4 for every row a thread holds), then 8 bytes for odd t.
+struct CbSwizzle {
+  int off[2][2];
+  __device__ __forceinline__ void init(int lg, int lt) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) off[a][j] = (((4 * a + (lt >> 1) + 2 * j) ^ lg) << 4) | ((lt & 1) << 3);
+  }
+};
+
 // One phase-B step (64 positions from ks * 64) of this thread: per k16 slice its A fragment of W, formed
 // in fp32 (the mma.sync kernel's expression (CB · decay) · Δ, masked to s <= l) and rounded to T, then
 // the wgmma with the x slice (MN-major at descriptor low word x_lo). One slice at a time: its fragment
 // is formed while the previous slice's wgmma runs (forming more at once needs more registers).
 // kBelow: every position of the step is at or before every row of the warpgroup (no mask); kPlain:
-// decay<true> is exact for every element (the caller's bound).
-template <class T, bool kBelow, bool kPlain, int LDCB, int N>
+// decay<true> is exact for every element (the caller's bound). CB's tile: rows LDCB floats apart, or
+// with kSwCB the TMA layout of CbSwizzle (BLOCK_M rows per box).
+template <class T, bool kBelow, bool kPlain, int LDCB, bool kSwCB, int BLOCK_M, int N>
 __device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const float* s_dt, const float* scb,
-                                       const float (&a_row)[2], int ks, int m0, int r_lo, int lt, unsigned x_lo) {
+                                       const float (&a_row)[2], int ks, int m0, int r_lo, int lt, unsigned x_lo,
+                                       const CbSwizzle& sw) {
 #pragma unroll
   for (int kq = 0; kq < 4; ++kq) {
     FragA a;
@@ -195,9 +211,16 @@ __device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const f
       const int r = r_lo + 8 * half;  // row inside the tile
       const int l = m0 + r;
       const float al = a_row[half];
-      const float* cbr = scb + r * LDCB + kk + 2 * lt;
-      const float2 c01 = *reinterpret_cast<const float2*>(cbr);
-      const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
+      float2 c01, c89;
+      if constexpr (kSwCB) {
+        const unsigned char* cbr = reinterpret_cast<const unsigned char*>(scb) + (kk >> 5) * (BLOCK_M * 128) + r * 128;
+        c01 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][0]);
+        c89 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][1]);
+      } else {
+        const float* cbr = scb + r * LDCB + kk + 2 * lt;
+        c01 = *reinterpret_cast<const float2*>(cbr);
+        c89 = *reinterpret_cast<const float2*>(cbr + 8);
+      }
       float w0 = c01.x * decay<kPlain>(al, as01.x) * dt01.x;
       float w1 = c01.y * decay<kPlain>(al, as01.y) * dt01.y;
       float w8 = c89.x * decay<kPlain>(al, as89.x) * dt89.x;
@@ -224,30 +247,34 @@ __host__ __device__ constexpr bool disjoint(int a0, int a1, int b0, int b1) { re
 
 }  // namespace sm90a_detail
 
-template <class Spec>
-__device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkScanFwdTmaParams with kTma, else ChunkScanFwdParams
+__device__ void chunk_scan_fwd_wgmma(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   using S = typename Spec::State;
   using namespace fwd_geom;
   static_assert(chunk_scan_wg_tile_problem(Q, P, N, BLOCK_M, BLOCK_N, BLOCK_K, Spec::kSeqIdx) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
   static_assert(same_type<S, float>::value || same_type<S, T>::value, "state type must be float or the element type");
+  // The operand tiles by the tensor copy engine (SSD_FLAG_TMA; P in x's dtype) instead of cp.async.
+  constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
+  static_assert(!kTma || same_type<S, T>::value, "the TMA path reads P in the element type");
   constexpr int NT = chunk_scan_wg_threads(BLOCK_M);  // BLOCK_M / 64 warpgroups
   constexpr int STAGES = chunk_scan_wg_stages();
-  constexpr int STAGE = chunk_scan_wg_stage_bytes(BLOCK_M, BLOCK_N);
-  constexpr int STAGES_A = chunk_scan_wg_stages_a(BLOCK_M, BLOCK_N);  // phase A's ring: smaller stages
+  constexpr int STAGE = chunk_scan_wg_stage_bytes(BLOCK_M, BLOCK_N, kTma);
+  constexpr int STAGES_A = chunk_scan_wg_stages_a(BLOCK_M, BLOCK_N, kTma);  // phase A's ring: smaller stages
   constexpr int STAGE_A = chunk_scan_wg_stage_a_bytes(BLOCK_M, BLOCK_N);
   static_assert(STAGES_A >= 2 && STAGE_A % 1024 == 0, "phase A ring");
   constexpr int TILE0 = chunk_scan_wg_tile0_bytes(BLOCK_M, BLOCK_N);
-  constexpr int LDCB = chunk_scan_wg_cb_ld();
+  constexpr int LDCB = chunk_scan_wg_cb_ld(kTma);
   constexpr int LDO = BLOCK_N + kPad;  // epilogue tile [l][p], fp32
   constexpr int KA = N / 64;            // phase-A steps (64 n each)
   constexpr int TILES_N = P / BLOCK_N;
   constexpr int TILES_M = Q / BLOCK_M;
   constexpr int TILES = chunk_scan_tiles(Q, P, BLOCK_M, BLOCK_N);
   static_assert(TILE0 % 1024 == 0 && STAGE % 1024 == 0, "swizzled tiles start 1024-byte aligned");
-  static_assert(chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= chunk_scan_wg_body_bytes(BLOCK_M, BLOCK_N),
+  static_assert(chunk_scan_wg_epilogue_bytes(BLOCK_M, BLOCK_N) <= chunk_scan_wg_body_bytes(BLOCK_M, BLOCK_N, kTma),
                 "epilogue tile");
+  static_assert(STAGES_A + STAGES + 1 <= chunk_scan_wg_barriers() && STAGES_A <= 4, "the TMA rings' mbarriers");
   using Acc = WgAcc<BLOCK_N>;
   // Phase B's step 0 goes to a stage whose bytes phase A's last step (its stage (KA - 1) % STAGES_A)
   // does not read, when one exists (kEarlyB): its copies are then issued at that step's barrier, one
@@ -262,14 +289,38 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
   float* s_dA = reinterpret_cast<float*>(s_dyn);
   float* s_dt = s_dA + Q;
   int* s_seq = reinterpret_cast<int*>(s_dt + Q);  // Q entries with seq_idx
-  unsigned char* s_body = smem::align1024(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
+  unsigned char* s_body = smem::align1024(s_dyn + chunk_scan_wg_fixed_bytes(Q, Spec::kSeqIdx, kTma));
   const unsigned body_addr = ptx::smem_addr(s_body);
+  // With kTma: full barriers of phase A's slots (0..3), phase B's (4, 5) and the chunk's A, Δ rows (7),
+  // one arrival each (thread 0's arrive.expect_tx) plus the copies' bytes. Every thread waits once for
+  // every phase of the barriers it reads through, so each keeps the same parity bits (one per barrier).
+  unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
+  constexpr int kBarB = 4, kBarRows = 7;
+  unsigned parity = 0;
+  auto wait_bar = [&](int i) {
+    ptx::mbarrier_wait(s_bar + i, (parity >> i) & 1u);
+    parity ^= 1u << i;
+  };
 
   const int tid = threadIdx.x;
   const int wg = BLOCK_M == 64 ? 0 : tid >> 7;  // warpgroup: tile rows 64 wg .. 64 wg + 63
   const int lane = tid & 31;
   const int lg = lane >> 2, lt = lane & 3;
   const int r_lo = 64 * wg + 16 * ((tid >> 5) & 3) + lg;  // this thread's tile rows: r_lo and r_lo + 8
+  sm90a_detail::CbSwizzle cb_sw;
+  if constexpr (kTma) {
+    cb_sw.init(lg, lt);
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < chunk_scan_wg_barriers(); ++i) ptx::mbarrier_init(s_bar + i, 1);
+      ptx::fence_mbarrier_init();
+      ptx::tma_prefetch_map(&p.map_c);
+      ptx::tma_prefetch_map(&p.map_states);
+      ptx::tma_prefetch_map(&p.map_x);
+      ptx::tma_prefetch_map(&p.map_cb);
+    }
+    __syncthreads();
+  }
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Cg = static_cast<const T*>(p.C.data);
@@ -302,7 +353,14 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         // Per-position fp32 data of the whole chunk (visible after phase A's first barrier). With
         // 16-byte aligned rows by cp.async in phase A's first copy group: a synchronous load here
         // would hold every thread for one memory latency before its first tile copy is issued.
-        if (aligned16(dA) && aligned16(dt)) {
+        const bool rows_bulk = kTma && aligned16(dA) && aligned16(dt);  // one bulk copy each, on s_bar[kBarRows]
+        if (rows_bulk) {
+          if (tid == 0) {
+            ptx::mbarrier_arrive_expect_tx(s_bar + kBarRows, 2 * Q * 4);
+            ptx::bulk_load(s_dA, dA, Q * 4, s_bar + kBarRows);
+            ptx::bulk_load(s_dt, dt, Q * 4, s_bar + kBarRows);
+          }
+        } else if (!kTma && aligned16(dA) && aligned16(dt)) {
           for (int i = tid; i < Q / 2; i += NT) {  // Q / 4 16-byte chunks per row
             const bool second = i >= Q / 4;
             const int j = (second ? i - Q / 4 : i) * 4;
@@ -320,18 +378,32 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
         // Phase B's copies of step st (the CB and x tiles) into stage buf.
         const float* cbt = cb_base + (long long)m0 * p.CB.stride[3];
         const T* xt = safe_x + t0 * p.x.stride[1] + p0 * p.x.stride[3];
+        const int bc_mem = b * int(p.nchunks) + c;  // (b, c) in memory order: the maps' outer coordinate
         auto load_b = [&](int buf, int st) {
           unsigned char* sx = s_body + buf * STAGE;
           const int k0 = st * 64;
-          sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0, p.CB.stride[3],
-                                                        vec.cb, [&](int r, int c0) {
-                                                          return k0 + c0 <= m0 + r && m0 + r < valid;
-                                                        });
+          if constexpr (kTma) {
+            if (tid == 0) {
+              unsigned long long* bar = s_bar + kBarB + buf;
+              ptx::mbarrier_arrive_expect_tx(bar, BLOCK_M * 64 * 4 + 64 * BLOCK_N * 2);
 #pragma unroll
-          for (int j = 0; j < BLOCK_N / 64; ++j)
-            sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
-                                                  p.x.stride[1], p.x.stride[3], vec.x, safe_x,
-                                                  [&](int r, int) { return k0 + r < valid; });
+              for (int j = 0; j < BLOCK_N / 64; ++j)
+                ptx::tma_load_4d(sx + j * 64 * 128, &p.map_x, bar, p0 + 64 * j, h, int(t0) + k0, b);
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+                ptx::tma_load_4d(sx + TILE0 + i * BLOCK_M * 128, &p.map_cb, bar, k0 + 32 * i, m0, g, bc_mem);
+            }
+          } else {
+            sm90a_detail::load_cb_tile<NT, BLOCK_M, LDCB>(reinterpret_cast<float*>(sx + TILE0), cbt + k0,
+                                                          p.CB.stride[3], vec.cb, [&](int r, int c0) {
+                                                            return k0 + c0 <= m0 + r && m0 + r < valid;
+                                                          });
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 64; ++j)
+              sm90a_detail::load_tile_sw128<NT, 64>(sx + j * 64 * 128, xt + k0 * p.x.stride[1] + 64 * j * p.x.stride[3],
+                                                    p.x.stride[1], p.x.stride[3], vec.x, safe_x,
+                                                    [&](int r, int) { return k0 + r < valid; });
+          }
         };
 
         Acc acc;
@@ -344,29 +416,44 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           auto load_a = [&](int buf, int st) {
             unsigned char* sc = s_body + buf * STAGE_A;
             const int k0 = st * 64;
-            sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3], vec.c,
-                                                       safe_c, [&](int r, int) { return m0 + r < valid; });
-            if constexpr (same_type<S, float>::value) {
-              sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], vec.p);
+            if constexpr (kTma) {
+              if (tid == 0) {
+                unsigned long long* bar = s_bar + buf;
+                ptx::mbarrier_arrive_expect_tx(bar, (BLOCK_M + BLOCK_N) * 128);
+                ptx::tma_load_4d(sc, &p.map_c, bar, k0, g, int(t0) + m0, b);
+                ptx::tma_load_4d(sc + BLOCK_M * 128, &p.map_states, bar, k0, p0, h, bc_mem);
+              }
             } else {
-              sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], 1, vec.p, pt,
-                                                         [&](int, int) { return true; });
+              sm90a_detail::load_tile_sw128<NT, BLOCK_M>(sc, ct + k0 * p.C.stride[3], p.C.stride[1], p.C.stride[3],
+                                                         vec.c, safe_c, [&](int r, int) { return m0 + r < valid; });
+              if constexpr (same_type<S, float>::value) {
+                sm90a_detail::load_tile_sw128_f32<NT, BLOCK_N, T>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3],
+                                                                  vec.p);
+              } else {
+                sm90a_detail::load_tile_sw128<NT, BLOCK_N>(sc + BLOCK_M * 128, pt + k0, p.states.stride[3], 1, vec.p,
+                                                           pt, [&](int, int) { return true; });
+              }
             }
           };
 #pragma unroll
           for (int st = 0; st < STAGES_A - 1; ++st) {
             if (st < KA) load_a(st, st);
-            ptx::cp_async_commit();
+            if constexpr (!kTma) ptx::cp_async_commit();
           }
           int sa = 0;  // ks % STAGES_A
 #pragma unroll 1
           for (int ks = 0; ks < KA; ++ks) {
-            ptx::cp_async_wait<STAGES_A - 2>();
-            ptx::fence_proxy_async_shared();  // this thread's copies / stores, before wgmma reads them
-            __syncthreads();                  // step ks visible to all; every wgmma of step ks-1 is complete
+            if constexpr (kTma) {
+              wait_bar(sa);     // step ks's tiles landed (the copy engine writes through the async proxy)
+              __syncthreads();  // every wgmma of step ks-1 is complete: its stage may be refilled
+            } else {
+              ptx::cp_async_wait<STAGES_A - 2>();
+              ptx::fence_proxy_async_shared();  // this thread's copies / stores, before wgmma reads them
+              __syncthreads();                  // step ks visible to all; every wgmma of step ks-1 is complete
+            }
             if (ks + STAGES_A - 1 < KA) load_a(sa == 0 ? STAGES_A - 1 : sa - 1, ks + STAGES_A - 1);
             if (kEarlyB && ks == KA - 1) load_b(B0, 0);  // bytes no wgmma reads any more
-            ptx::cp_async_commit();
+            if constexpr (!kTma) ptx::cp_async_commit();
             {
               // This warpgroup's 64 rows of the C tile (64 rows x 128 bytes each further); the k16
               // slices 32 bytes apart.
@@ -385,12 +472,13 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             sa = sa + 1 == STAGES_A ? 0 : sa + 1;
           }
           if constexpr (!kEarlyB) {
-            ptx::cp_async_wait<0>();
+            if constexpr (!kTma) ptx::cp_async_wait<0>();
             __syncthreads();  // phase-A stages are reused by phase B
           }
           // With kEarlyB phase B's first barrier is the one that frees phase A's last stage.
         }
 
+        if (rows_bulk) wait_bar(kBarRows);  // the chunk's A, Δ rows (long since landed)
         // Row scale e_l, and the rows' A(l) for phase B.
         float a_row[2];
         {
@@ -413,7 +501,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
 #pragma unroll
           for (int st = 0; st < STAGES - 1; ++st) {
             if (st < KB && !(kEarlyB && st == 0)) load_b((st + B0) % STAGES, st);
-            ptx::cp_async_commit();
+            if constexpr (!kTma) ptx::cp_async_commit();
           }
           // Phase B's exponents are t = rn(min(A(l) - A(s), 0) · log2 e) (decay). Over this thread's
           // rows (A(l) >= al_lo) and the positions s < KB · 64 (A(s) <= as_hi) rounding is monotonic,
@@ -430,8 +518,12 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
           const bool plain_here = fminf(al_lo - as_hi, 0.f) * sm90a_detail::kLog2e >= -126.f;
           // Phase B's first barrier (step 0's tiles visible; with kEarlyB phase A's last stage free),
           // reducing the test over the block: the choice is the same for all its warpgroups.
-          ptx::cp_async_wait<STAGES - 2>();
-          ptx::fence_proxy_async_shared();
+          if constexpr (kTma) {
+            wait_bar(kBarB + B0 % STAGES);
+          } else {
+            ptx::cp_async_wait<STAGES - 2>();
+            ptx::fence_proxy_async_shared();
+          }
           const bool plain = __syncthreads_and(plain_here) != 0;
           const int row0 = m0 + 64 * wg;  // this warpgroup's first row
           int sb = B0 % STAGES;  // (ks + B0) % STAGES
@@ -439,21 +531,28 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
 #pragma unroll 1
             for (int ks = ks_begin; ks < ks_end; ++ks) {
               if (ks > 0) {  // step 0's barrier is the one above
-                ptx::cp_async_wait<STAGES - 2>();
-                ptx::fence_proxy_async_shared();
+                if constexpr (kTma) {
+                  wait_bar(kBarB + sb);
+                } else {
+                  ptx::cp_async_wait<STAGES - 2>();
+                  ptx::fence_proxy_async_shared();
+                }
                 __syncthreads();
               }
               if (ks + STAGES - 1 < KB) load_b(sb == 0 ? STAGES - 1 : sb - 1, ks + STAGES - 1);
-              ptx::cp_async_commit();
+              if constexpr (!kTma) ptx::cp_async_commit();
               const float* scb = reinterpret_cast<const float*>(s_body + sb * STAGE + TILE0);
               // x [s][p], MN-major: the k16 slices 16 rows of 128 bytes apart.
               const unsigned x_lo = smem::desc_lo_sw128(body_addr + sb * STAGE, 64 * 128);
               if (kPlain && kBelow)
-                sm90a_detail::w_step<T, true, true, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
+                sm90a_detail::w_step<T, true, true, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
+                                                                        x_lo, cb_sw);
               else if (kPlain)
-                sm90a_detail::w_step<T, false, true, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
+                sm90a_detail::w_step<T, false, true, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
+                                                                         x_lo, cb_sw);
               else
-                sm90a_detail::w_step<T, false, false, LDCB>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt, x_lo);
+                sm90a_detail::w_step<T, false, false, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
+                                                                          x_lo, cb_sw);
               warpgroup::wait_group<0>();
               warpgroup::fence_operand(acc);
               sb = sb + 1 == STAGES ? 0 : sb + 1;
@@ -468,7 +567,7 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             run(false, false, 0, KB);
           }
         }
-        ptx::cp_async_wait<0>();
+        if constexpr (!kTma) ptx::cp_async_wait<0>();
         __syncthreads();  // every thread's wgmma is complete: the stages are reused by the epilogue tile
 
         // ---------------- Epilogue: D, z, 16-byte stores ----------------
@@ -529,6 +628,8 @@ __device__ void chunk_scan_fwd_wgmma(const ChunkScanFwdParams& p) {
             detail::store8<T>(static_cast<T*>(p.out.data), p.out.offset(b, t, h, pp), p.out.stride[3], vec.out, y);
           }
         }
+        // The epilogue tile's ordinary stores, before the copy engine writes the same bytes next tile.
+        if constexpr (kTma) ptx::fence_proxy_async_shared();
         __syncthreads();  // the epilogue tile and the per-position arrays are reused by the next tile
       }
     }

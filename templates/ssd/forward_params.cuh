@@ -21,6 +21,7 @@
 //   * seq_idx (b, L) int32 may be null only when the kernel was specialized without seq_idx.
 #pragma once
 
+#include "ssd/primitives/tensor_map.cuh"
 #include "ssd/primitives/tensor_ref.cuh"  // also defines SSD_HOST_DEVICE
 
 namespace ssd_kernels {
@@ -84,6 +85,22 @@ struct ChunkScanFwdParams {
   TensorRef<void, 4> out;  // (b, L, h, p), element type
   TensorRef<void, 4> out_x;  // y before gating, (b, L, h, p), element type; written only with z (data may be null otherwise)
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
+};
+// The same with the tensor maps of the TMA specializations (SSD_FLAG_TMA: sm_90a wgmma path, P in x's
+// dtype; the others take the block above, so their parameter layout is unchanged). The views above
+// are still filled (the epilogue reads x, z and writes out through them). The maps are 4-D,
+// innermost first, with the 128-byte swizzle, so each copy lands in the layout the cp.async loaders
+// write (CB: two boxes of 32 floats side by side):
+//   map_c      C  (b, L, g, n):              dims {n, g, L, b},         box {64, 1, BLOCK_M, 1}
+//   map_states P  (b, nchunks, h, p, n):     dims {n, p, h, b·nchunks}, box {64, BLOCK_N, 1, 1}
+//   map_x      x  (b, L, h, p):              dims {p, h, L, b},         box {64, 1, 64, 1}
+//   map_cb     CB (b, nchunks, g, Q, Q) fp32: dims {Q, Q, g, b·nchunks}, box {32, BLOCK_M, 1, 1}
+// Positions past seqlen lie outside the maps of C and x: the copy engine fills them with zeros, as
+// the cp.async loaders' predicates do. The host takes this path only when x and C fit the maps
+// (16-byte aligned base, unit innermost stride, the other strides multiples of 16 bytes; seqlen and
+// batch · nchunks below 2^31: TMA coordinates are 32-bit).
+struct ChunkScanFwdTmaParams : ChunkScanFwdParams {
+  TensorMap map_c, map_states, map_x, map_cb;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -275,34 +292,46 @@ SSD_HOST_DEVICE constexpr const char* chunk_scan_tile_problem(int q, int p, int 
 // reuses the stages. Dynamic shared memory: the chunk's A, Δ (and seq_idx) rows, 1 KiB of alignment
 // slack, the stages. The warpgroups of a block share the P and x tiles (BLOCK_M = 128 reads them
 // half as often per row as 64).
+// With `tma` (SSD_FLAG_TMA: the tiles come by the tensor copy engine, ChunkScanFwdTmaParams) CB's
+// tile is two 128-byte swizzled boxes of BLOCK_M rows x 32 fp32 (unpadded: TMA writes dense rows),
+// and the fixed part also holds the rings' mbarriers (chunk_scan_wg_barriers of them).
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_threads(int bm) { return 2 * bm; }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages() { return 2; }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile0_bytes(int bm, int bn) { return imax(bm * 128, bn * 128); }
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_cb_ld() { return 64 + kPad; }  // fp32 CB row stride
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile1_bytes(int bm, int bn) {
-  return imax(bn * 128, bm * chunk_scan_wg_cb_ld() * 4);
-}
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_bytes(int bm, int bn) {
-  return (chunk_scan_wg_tile0_bytes(bm, bn) + chunk_scan_wg_tile1_bytes(bm, bn) + 1023) / 1024 * 1024;
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_cb_ld(bool tma = false) { return tma ? 64 : 64 + kPad; }  // fp32 CB row stride
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_tile1_bytes(int bm, int bn, bool tma = false) {
+  return imax(bn * 128, bm * chunk_scan_wg_cb_ld(tma) * 4);
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_epilogue_bytes(int bm, int bn) { return bm * (bn + kPad) * 4; }
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_body_bytes(int bm, int bn) {
-  return imax(chunk_scan_wg_stages() * chunk_scan_wg_stage_bytes(bm, bn), chunk_scan_wg_epilogue_bytes(bm, bn));
+// With 64 rows the epilogue's fp32 tile takes the stage beside the last x tile (chunk_scan_sm90a.cuh,
+// kXFromTile): a stage holds it too (with the cp.async layout's padded CB it always does).
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_bytes(int bm, int bn, bool tma = false) {
+  return (imax(chunk_scan_wg_tile0_bytes(bm, bn) + chunk_scan_wg_tile1_bytes(bm, bn, tma),
+               bm == 64 ? chunk_scan_wg_epilogue_bytes(bm, bn) : 0) +
+          1023) / 1024 * 1024;
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_body_bytes(int bm, int bn, bool tma = false) {
+  return imax(chunk_scan_wg_stages() * chunk_scan_wg_stage_bytes(bm, bn, tma), chunk_scan_wg_epilogue_bytes(bm, bn));
 }
 // Phase A's stages are smaller (C and P tiles only: [C (BLOCK_M x 64) | P (BLOCK_N x 64)]): as many as
 // the body holds, up to 4 (3 at 64 x 64), for a deeper prefetch over dstate.
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_stage_a_bytes(int bm, int bn) { return (bm + bn) * 128; }
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages_a(int bm, int bn) {
-  return imin(4, chunk_scan_wg_body_bytes(bm, bn) / chunk_scan_wg_stage_a_bytes(bm, bn));
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages_a(int bm, int bn, bool tma = false) {
+  return imin(4, chunk_scan_wg_body_bytes(bm, bn, tma) / chunk_scan_wg_stage_a_bytes(bm, bn));
 }
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq) {
-  return two_phase_fixed_bytes(q, seq) + 1024 + chunk_scan_wg_body_bytes(bm, bn);
+// The TMA rings' mbarriers: phase A's slots (at most 4), phase B's (2), the chunk's A and Δ rows.
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_barriers() { return 8; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, bool seq, bool tma = false) {
+  return two_phase_fixed_bytes(q, seq) + (tma ? chunk_scan_wg_barriers() * 8 : 0);
+}
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq, bool tma = false) {
+  return chunk_scan_wg_fixed_bytes(q, seq, tma) + 1024 + chunk_scan_wg_body_bytes(bm, bn, tma);
 }
 // Resident blocks per SM (__launch_bounds__'s second argument, so also the register cap): shared
 // memory (228 KiB per SM, 1 KiB reserved per block) and the 64 K registers per SM at `regs` per
 // thread, at most 4.
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_blocks_per_sm(int q, int bm, int bn, bool seq, int regs) {
-  return imin(imin(4, 228 * 1024 / (chunk_scan_wg_smem_bytes(q, bm, bn, seq) + 1024)),
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_blocks_per_sm(int q, int bm, int bn, bool seq, int regs, bool tma = false) {
+  return imin(imin(4, 228 * 1024 / (chunk_scan_wg_smem_bytes(q, bm, bn, seq, tma) + 1024)),
               65536 / (chunk_scan_wg_threads(bm) * regs));
 }
 // The shape the wgmma path takes (otherwise sm_90a runs the mma.sync kernel): 64-wide K steps over
@@ -316,7 +345,9 @@ SSD_HOST_DEVICE constexpr const char* chunk_scan_wg_tile_problem(int q, int p, i
              ? "m in 64, 128, n in 64, 128, k = 64 (sm_90a wgmma path)"
          : bm * bn > 8192                                  ? "m * n <= 8192 (accumulator registers)"
          : !divides(bm, q) || !divides(bn, p)              ? "m | chunk_size, n | headdim"
-         : chunk_scan_wg_smem_bytes(q, bm, bn, seq) > 227 * 1024 ? "the tiles' shared memory must fit in 227 KiB"
+         : chunk_scan_wg_smem_bytes(q, bm, bn, seq) > 227 * 1024 ||
+                 chunk_scan_wg_smem_bytes(q, bm, bn, seq, true) > 227 * 1024
+             ? "the tiles' shared memory must fit in 227 KiB"
                                                                  : nullptr;
 }
 

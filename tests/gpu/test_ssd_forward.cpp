@@ -566,3 +566,72 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
   MESSAGE("sm_90a (wgmma) vs sm_90 (mma.sync) state pass: " << all_equal << " of " << all_total
                                                             << " elements bitwise equal");
 }
+
+TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loaders' bits, every tile" *
+          doctest::skip(!gpu_available())) {
+  // SSD_FLAG_TMA only changes how the C, P, x and CB tiles reach shared memory (the copy engine
+  // writes the layout the cp.async loaders write; positions past seqlen are zero-filled by both),
+  // so out, out_x and the final states must be the same bytes. Every legal chunk_scan_fwd tile, on
+  // the shapes that take the wgmma kernel (partial last chunks, seq_idx, z, D per headdim, fp16,
+  // chunk 64 and 128), and on x viewed inside a wider tensor (strides that are not the contiguous
+  // ones: TMA still fits) against the same x contiguous.
+  if (!device_is_sm90a()) {
+    MESSAGE("the device is not sm_90a: no TMA path to compare");
+    return;
+  }
+  RuntimeHolder rt;
+  const FwdCase cases[] = {
+      kFwdCases[0], kFwdCases[2], kFwdCases[3], kFwdCases[5],
+      {1, 1024, 64, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false},
+      {1, 40, 4, 64, 1, 64, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, false},  // one short chunk
+  };
+  int tma_cases = 0;
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    ssd_forward_args a = prob.args();
+    ssd::ForwardTuning cp_async;
+    cp_async.cp_async_scan = true;
+    auto scan_config = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
+      auto configs = ssd::forward_kernel_configs(&args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, &t);
+      REQUIRE(configs.ok());
+      for (const ssd_kernel_config& k : configs.value())
+        if (k.kernel == SSD_KERNEL_CHUNK_SCAN_FWD) return k;
+      FAIL("no chunk_scan_fwd stage");
+      return ssd_kernel_config{};
+    };
+    const ssd_kernel_config k = scan_config(a, ssd::ForwardTuning{});
+    REQUIRE((k.flags & SSD_FLAG_TMA) != 0);
+    REQUIRE((scan_config(a, cp_async).flags & SSD_FLAG_TMA) == 0);
+    ++tma_cases;
+    // x inside a (b, L, h, p + 8) tensor of NaNs: the padding columns must never be read.
+    const int64_t pw = c.p + 8;
+    std::vector<uint8_t> wide(size_t(c.b * c.L * c.h * pw) * 2, 0xff);
+    for (size_t row = 0; row < size_t(c.b * c.L * c.h); ++row)
+      std::memcpy(wide.data() + row * size_t(pw) * 2, prob.x.bytes.data() + row * size_t(c.p) * 2, size_t(c.p) * 2);
+    DeviceBuffer d_wide(wide.size());
+    d_wide.upload(wide.data(), wide.size());
+    ssd_forward_args wide_args = a;
+    wide_args.x = tensor(d_wide, c.dtype, {c.b, c.L, c.h, c.p}, {c.L * c.h * pw, c.h * pw, pw, 1});
+    REQUIRE((scan_config(wide_args, ssd::ForwardTuning{}).flags & SSD_FLAG_TMA) != 0);
+    auto run = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
+      poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
+      REQUIRE(ssd::ssd_forward(*rt.rt, &args, nullptr, nullptr, {}, &t).ok());
+      return c.z ? download_all({&prob.d_out, &prob.d_out_x, &prob.d_final}) : download_all({&prob.d_out, &prob.d_final});
+    };
+    int variants = 0;
+    for (const ssd_tile& tile : ssd::legal_tiles(k)) {
+      CAPTURE(tile.m);
+      CAPTURE(tile.n);
+      ssd::ForwardTuning tma_t, cp_t = cp_async;
+      tma_t.scan = cp_t.scan = tile;
+      const std::vector<uint8_t> base = run(a, cp_t);
+      CHECK(same_bytes(run(a, tma_t), base));
+      CHECK(same_bytes(run(wide_args, tma_t), base));
+      ++variants;
+    }
+    MESSAGE("chunk_scan_fwd TMA vs cp.async " << describe(c) << ": " << variants
+                                              << " tiles, contiguous and strided x, bitwise equal");
+  }
+  CHECK(tma_cases == int(std::size(cases)));
+}

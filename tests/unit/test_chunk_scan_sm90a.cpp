@@ -12,6 +12,8 @@
 #include "compile/nvrtc_compiler.h"
 #include "config/config.h"
 #include "kernels/family.h"
+#include "ops/ssd_forward.h"
+#include "ops/tensor_check.h"
 #include "ssd/forward_params.cuh"
 
 using namespace ssd;
@@ -214,4 +216,135 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     const bool z_at_128 = rows == 64 && k.headdim == 64 && (k.flags & SSD_FLAG_Z) && (k.flags & SSD_FLAG_STATES_IN_DTYPE);
     if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 64 : z_at_128 ? 16 : 0));
   }
+}
+
+TEST_CASE("chunk_scan_fwd sm_90a: SSD_FLAG_TMA takes the TMA loaders, its parameter block and shared memory") {
+  ssd_kernel_config c = preset(SSD_ARCH_SM90A);
+  c.flags |= SSD_FLAG_TMA;
+  REQUIRE(validate_config(c).ok());
+  CHECK(same_tiles(legal_tiles(c), legal_tiles(preset(SSD_ARCH_SM90A))));  // the same tiles as without
+  const GeneratedUnit u = unit_of(c);
+  CHECK(contains(u.source, "static constexpr bool kTma = true;"));
+  CHECK(contains(u.source, "ssd_kernels::ChunkScanFwdTmaParams params"));
+  CHECK(contains(u.source, "__launch_bounds__(128, 4)"));
+  namespace g = ssd_kernels::fwd_geom;
+  // CB's tile unpadded (two boxes of 64 rows x 32 fp32): stages of 8 + 16 KiB, and the rings' 8 mbarriers.
+  CHECK(u.dynamic_shared_bytes == g::chunk_scan_wg_smem_bytes(256, 64, 64, false, true));
+  CHECK(u.dynamic_shared_bytes == 2 * 24 * 1024 + 2 * 1024 + 64 + 1024);
+  CHECK(g::chunk_scan_wg_stages_a(64, 64, true) == 3);
+  // Without the flag the kernel keeps its Spec and parameter block.
+  const GeneratedUnit plain = unit_of(preset(SSD_ARCH_SM90A));
+  CHECK_FALSE(contains(plain.source, "kTma"));
+  CHECK(contains(plain.source, "ssd_kernels::ChunkScanFwdParams params"));
+  // Refused where the TMA kernel does not exist: other archs, shapes off the wgmma grid, fp32 P.
+  for (int which = 0; which < 4; ++which) {
+    ssd_kernel_config bad = c;
+    if (which == 0) bad.arch = SSD_ARCH_SM80;
+    if (which == 1) bad.arch = SSD_ARCH_SM90;
+    if (which == 2) bad.headdim = 32;
+    if (which == 3) bad.flags &= ~uint32_t(SSD_FLAG_STATES_IN_DTYPE);
+    CAPTURE(config_label(bad));
+    const Status s = validate_config(bad);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+    CHECK(contains(s.detail, "flags: tma"));
+    CHECK(contains(s.detail, "states_in_dtype"));
+  }
+}
+
+TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the TMA kernel (preset, all options, every tile): no cp.async, no spills") {
+  struct Case {
+    const char* label;
+    ssd_dtype dtype;
+    int headdim, dstate, chunk;
+    uint32_t flags;
+    ssd_tile tile;
+  };
+  const uint32_t all = SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_SEQ_IDX;
+  const uint32_t tma = SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TMA;
+  for (const Case& k : {Case{"preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | tma, {64, 64, 64, 0, 0}},
+                        Case{"all options, fp16", SSD_DTYPE_FP16, 64, 256, 256, all | tma, {64, 64, 64, 0, 0}},
+                        Case{"headdim 128, n 128", SSD_DTYPE_BF16, 128, 128, 128, all | tma, {64, 128, 64, 0, 0}},
+                        Case{"128 rows, preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | tma, {128, 64, 64, 0, 0}},
+                        Case{"chunk 64, all options", SSD_DTYPE_FP16, 64, 64, 64, all | tma, {64, 64, 64, 0, 0}}}) {
+    CAPTURE(k.label);
+    ssd_kernel_config c = preset(SSD_ARCH_SM90A);
+    c.dtype = k.dtype;
+    c.headdim = k.headdim;
+    c.dstate = k.dstate;
+    c.chunk_size = k.chunk;
+    c.flags = k.flags;
+    c.tile = k.tile;
+    const GeneratedUnit u = unit_of(c);
+    REQUIRE(contains(u.source, "kTma = true"));
+    auto cubin = compile_cubin(u, SSD_ARCH_SM90A, /*with_ptx=*/true);
+    REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
+    INFO(cubin->log);
+    // Phase A: C and P, one 4-D copy each per stage; phase B: x (BLOCK_N / 64 copies) and CB (two)
+    // per stage (each at the ring's prologue and in the loop, phase B's also at phase A's last step);
+    // the chunk's A and Δ rows by two bulk copies; no cp.async left.
+    const size_t tensor_copies =
+        count(cubin->ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes");
+    CHECK(tensor_copies >= 2 * 2 + 2 * (k.tile.n / 64 + 2));
+    CHECK(tensor_copies % 2 == 0);
+    CHECK(count(cubin->ptx, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 2);
+    CHECK_FALSE(contains(cubin->ptx, "cp.async.cg.shared.global"));
+    CHECK(count(cubin->ptx, "wgmma.mma_async") == 16);
+    CHECK_FALSE(contains(cubin->log, "wgmma"));
+    if (cubin->report.registers > 0) {
+      CHECK(cubin->report.spill_bytes == 0);
+      MESSAGE(std::string(k.label) << ": " << cubin->report.registers << " registers");
+    }
+  }
+}
+
+TEST_CASE("ssd_forward takes chunk_scan_fwd's TMA path where x and C fit the tensor maps, else its cp.async one") {
+  const int64_t b = 2, L = 1000, h = 8, p = 64, g = 2, n = 128;
+  // Placeholder device pointers, 4 KiB apart (never dereferenced: the configs need no memory).
+  auto at = [](uintptr_t i) { return reinterpret_cast<void*>(uintptr_t{1} << 20 | i << 12); };
+  ssd_forward_args a;
+  ssd_forward_args_init(&a);
+  a.chunk_size = 256;
+  a.x = contiguous_tensor(at(1), SSD_DTYPE_BF16, {b, L, h, p});
+  a.dt = contiguous_tensor(at(2), SSD_DTYPE_BF16, {b, L, h});
+  a.A = contiguous_tensor(at(3), SSD_DTYPE_FP32, {h});
+  a.B = contiguous_tensor(at(4), SSD_DTYPE_BF16, {b, L, g, n});
+  a.C = contiguous_tensor(at(5), SSD_DTYPE_BF16, {b, L, g, n});
+  a.out = contiguous_tensor(at(6), SSD_DTYPE_BF16, {b, L, h, p});
+  auto scan_flags = [](const ssd_forward_args& args, ssd_arch arch, const ForwardTuning* t = nullptr) {
+    auto configs = forward_kernel_configs(&args, arch, SSD_MODE_DETERMINISTIC, t);
+    REQUIRE_MESSAGE(configs.ok(), configs.status().detail);
+    for (const ssd_kernel_config& c : configs.value())
+      if (c.kernel == SSD_KERNEL_CHUNK_SCAN_FWD) {
+        REQUIRE(validate_config(c).ok());
+        return c.flags;
+      }
+    FAIL("no chunk_scan_fwd stage");
+    return 0u;
+  };
+  CHECK((scan_flags(a, SSD_ARCH_SM90A) & SSD_FLAG_TMA) != 0);
+  CHECK((scan_flags(a, SSD_ARCH_SM90) & SSD_FLAG_TMA) == 0);
+  CHECK((scan_flags(a, SSD_ARCH_SM80) & SSD_FLAG_TMA) == 0);
+  ForwardTuning cp_async;
+  cp_async.cp_async_scan = true;
+  CHECK((scan_flags(a, SSD_ARCH_SM90A, &cp_async) & SSD_FLAG_TMA) == 0);
+  ForwardTuning staged;  // fp32 P: the cp.async kernel
+  staged.staged_states = true;
+  CHECK((scan_flags(a, SSD_ARCH_SM90A, &staged) & SSD_FLAG_TMA) == 0);
+  // A view of x inside a wider tensor (row of 72 heads' worth of p: strides still multiples of 16
+  // bytes) keeps TMA; strides off the 16-byte grid, a misaligned base or a non-unit p stride do not.
+  ssd_forward_args wide = a;
+  wide.x.strides[2] = 72, wide.x.strides[1] = h * 72, wide.x.strides[0] = L * h * 72;
+  CHECK((scan_flags(wide, SSD_ARCH_SM90A) & SSD_FLAG_TMA) != 0);
+  ssd_forward_args odd = a;
+  odd.x.strides[2] = 68, odd.x.strides[1] = h * 68, odd.x.strides[0] = L * h * 68;
+  CHECK((scan_flags(odd, SSD_ARCH_SM90A) & SSD_FLAG_TMA) == 0);
+  ssd_forward_args misaligned = a;
+  misaligned.C.data = static_cast<char*>(misaligned.C.data) + 8;
+  CHECK((scan_flags(misaligned, SSD_ARCH_SM90A) & SSD_FLAG_TMA) == 0);
+  // An axis of extent 1 may have any stride (its coordinate is always 0).
+  ssd_forward_args one = a;
+  one.x.shape[0] = one.B.shape[0] = one.C.shape[0] = one.dt.shape[0] = one.out.shape[0] = 1;
+  one.x.strides[0] = 3;
+  CHECK((scan_flags(one, SSD_ARCH_SM90A) & SSD_FLAG_TMA) != 0);
 }

@@ -133,7 +133,7 @@ given arch (default sm_90a) and mode (default both). --json also lists the confi
 
 constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [--batch B] [--seqlen L] [--iters N] [--warmup N]
                         [--arch sm_80|sm_90|sm_90a] [--max-blocks N]
-                        [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--z]   (fwd)
+                        [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--cp-async] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
                                  dda=M,cumsum=MxN] [--staged] [--fused-intra] [--z]   (bwd)
 
@@ -142,7 +142,8 @@ warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per hea
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
-chunk_state_passing_fwd. --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
+chunk_state_passing_fwd. --cp-async runs chunk_scan_fwd's cp.async loaders where its TMA path would run
+(sm_90a; the same bits). --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
 chunk_scan_fwd specialization with z. --arch builds every kernel for that target instead of the
 device's (an sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g.
 `--arch sm_90` times the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. --max-blocks caps every

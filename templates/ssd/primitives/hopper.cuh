@@ -32,15 +32,11 @@
 #endif
 
 #include "ssd/primitives/mma.cuh"
+#include "ssd/primitives/tensor_map.cuh"
 
 namespace ssd_kernels {
 
-// An opaque CUtensorMap (cuda.h: 128 bytes, 128-byte aligned; PTX needs 64), built on the host with
-// cuTensorMapEncodeTiled (src/runtime/tensor_map.h) and passed by value as a kernel parameter declared
-// `const __grid_constant__ TensorMap`, so the copy engine reads it from the parameter space.
-struct alignas(128) TensorMap {
-  unsigned long long opaque[16];
-};
+// TensorMap (the opaque CUtensorMap the TMA copies below take): primitives/tensor_map.cuh.
 
 // ================================================================================================
 // Thread scope.
@@ -132,6 +128,15 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, uns
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
       "[%2];\n" ::"r"(smem_addr(dst)),
       "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// Same for a 4-D tensor map (c0 innermost).
+__device__ __forceinline__ void tma_load_4d(void* dst, const TensorMap* map, unsigned long long* bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
 // Shared `src` -> the tile of a 2-D tensor map at (c0, c1); elements outside the tensor are not
