@@ -27,7 +27,15 @@ const char* wgmma_tile_problem(const ssd_kernel_config& c) {
 const char* tile_problem(const ssd_kernel_config& c) {
   return uses_wgmma(c) ? wgmma_tile_problem(c) : mma_tile_problem(c);
 }
-Status validate(const ssd_kernel_config& c) { return validate_tensor_core(c, kUses, tile_problem); }
+// SSD_FLAG_TMA: the wgmma kernel's x and B stages by the tensor copy engine (Spec::kTma,
+// ChunkStatePassingFwdTmaParams).
+bool uses_tma(const ssd_kernel_config& c) { return uses_wgmma(c) && (c.flags & SSD_FLAG_TMA); }
+Status validate(const ssd_kernel_config& c) {
+  SSD_RETURN_IF_ERROR(validate_tensor_core(c, kUses, tile_problem));
+  if ((c.flags & SSD_FLAG_TMA) && !uses_wgmma(c))
+    return field_error(c, "flags", "tma", "tma only with arch sm_90a and headdim, dstate multiples of 64");
+  return Status::Ok();
+}
 // mma.sync: 64 x 64 x 64 measured best of seven at the nemotronh-56b shape (0.567 ms against 0.602 for
 // 64 x 128 x 32, docs/perf.md); 64 x 128 x 32 where it does not fit. wgmma (predicted, not yet
 // measured; docs/perf.md, forward speed log entry 7): 128 x 128 x 32, two warpgroups on two heads of a
@@ -56,10 +64,13 @@ KernelSpec spec(const ssd_kernel_config& c) {
       .boolean("kTwoTerm", c.flags & SSD_FLAG_TWO_TERM_STATES);
   if (!uses_wgmma(c)) return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 0};
   s.boolean("kWgmma", true);  // written only here: the mma.sync specializations keep their Spec
+  const bool tma = uses_tma(c);
+  if (tma) s.boolean("kTma", true);  // likewise: the cp.async specializations keep theirs
   KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 0};
   k.dynamic_shared_bytes =
       ssd_kernels::fwd_geom::chunk_state_passing_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k,
-                                                                  c.flags & SSD_FLAG_STATES_IN_DTYPE ? 2 : 4);
+                                                                  c.flags & SSD_FLAG_STATES_IN_DTYPE ? 2 : 4, tma);
+  if (tma) k.params = "ChunkStatePassingFwdTmaParams";
   return k;
 }
 
@@ -68,7 +79,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
 extern const KernelFamily kChunkStatePassingFwdFamily = {
     SSD_KERNEL_CHUNK_STATE_PASSING_FWD, "chunk_state_passing_fwd", "ssd/chunk_state_passing.cuh",
     "ChunkStatePassingFwdParams", "chunk_state_passing_fwd",
-    SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TWO_TERM_STATES, defaults,
+    SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TWO_TERM_STATES | SSD_FLAG_TMA,
+    defaults,
     validate, default_tile, legal_tiles, spec};
 
 }  // namespace ssd

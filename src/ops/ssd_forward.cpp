@@ -233,32 +233,11 @@ Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   return launch_kernel(k, grid_x(work, c.max_blocks), 1, 1, params, stream);
 }
 
-// F2 + F3 fused: entering states and final states, s_c kept on chip (the default path).
-bool fused(const F& c) { return !c.tiles.staged_states; }
-ssd_kernel_config state_pass_config(const F& c) {
-  ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_STATE_PASSING_FWD, c.tiles.state_pass);
-  if (states_in_dtype(c)) k.flags |= SSD_FLAG_STATES_IN_DTYPE;
-  k.flags |= state_product_flags(c);
-  return k;
-}
-Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
-  // (The walk's 32-bit (chunk, K step) count is checked by check_forward_inputs.)
-  ssd_kernels::ChunkStatePassingFwdParams p{};
-  bind_chunk_state_inputs(c, p);
-  p.initial_states = ref<const float, 2>(c.a.initial_states);
-  p.states = states_ref<void, 4>(c);
-  p.final_states = ref<float, 2>(c.a.final_states);
-  void* params[] = {&p};
-  return launch_state_pass(k, c.d.b, c.d.h, c.d.p, c.d.n, c.max_blocks, params, stream);
-}
+// ---- The sm_90a kernels' TMA operand tiles (SSD_FLAG_TMA): their 4-D tensor maps.
 
-// F5: the output.
-bool scan_runs(const F& c) { return c.with_output; }
-
-// A (b, L, heads, 16-bit elements) tensor as one of chunk_scan_fwd's 4-D tensor maps (x, C): a
-// 16-byte aligned base, unit innermost stride, the other strides multiples of 16 bytes below 2^40
-// (an axis of extent 1 may have any stride: its coordinate is always 0), every extent and TMA's
-// 32-bit coordinates below 2^31.
+// A (b, L, heads, 16-bit elements) tensor as a 4-D tensor map (x, B, C): a 16-byte aligned base, unit
+// innermost stride, the other strides multiples of 16 bytes below 2^40 (an axis of extent 1 may have
+// any stride: its coordinate is always 0), every extent and TMA's 32-bit coordinates below 2^31.
 bool fits_tma_map(const ssd_tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 || t.strides[3] != 1) return false;
   for (int i = 0; i < 4; ++i) {
@@ -268,10 +247,65 @@ bool fits_tma_map(const ssd_tensor& t) {
   }
   return true;
 }
+Status put_map(const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out) {
+  if (!m.ok()) return m.status();
+  static_assert(sizeof(CUtensorMap) == sizeof(ssd_kernels::TensorMap), "TensorMap mirrors CUtensorMap");
+  std::memcpy(&out, &m.value(), sizeof(out));
+  return Status::Ok();
+}
+// Such a tensor's map: dims {inner, heads, L, b}, box {64, 1, rows, 1}, 128-byte swizzle.
+Result<CUtensorMap> blhp_map(const ssd_tensor& v, uint32_t rows) {
+  ssd::cuda::TensorMapDesc d;
+  d.dtype = v.dtype;
+  d.base = v.data;
+  d.rank = 4;
+  for (int i = 0; i < 4; ++i) d.dims[i] = uint64_t(v.shape[3 - i]);
+  for (int i = 1; i < 4; ++i) d.strides[i] = v.shape[3 - i] > 1 ? uint64_t(v.strides[3 - i]) * 2 : 16;
+  d.box[0] = 64, d.box[1] = 1, d.box[2] = rows, d.box[3] = 1;
+  d.swizzle = ssd::cuda::TmaSwizzle::k128B;
+  return ssd::cuda::encode_tensor_map(d);
+}
+
+// F2 + F3 fused: entering states and final states, s_c kept on chip (the default path).
+bool fused(const F& c) { return !c.tiles.staged_states; }
+// Its wgmma kernel with TMA stages where x and B fit the maps (sm_90a; its cp.async loaders otherwise,
+// or with ForwardTuning::cp_async: the same bits). The backward's recompute takes it too.
+bool state_pass_tma(const F& c) {
+  return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async &&
+         ssd_kernels::fwd_geom::chunk_state_passing_wgmma_shape(int(c.d.p), int(c.d.n)) && fits_tma_map(c.a.x) &&
+         fits_tma_map(c.a.B);
+}
+ssd_kernel_config state_pass_config(const F& c) {
+  ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_STATE_PASSING_FWD, c.tiles.state_pass);
+  if (states_in_dtype(c)) k.flags |= SSD_FLAG_STATES_IN_DTYPE;
+  k.flags |= state_product_flags(c);
+  if (state_pass_tma(c)) k.flags |= SSD_FLAG_TMA;
+  return k;
+}
+Status state_pass_launch(const F& c, const ssd_kernel& k, CUstream stream) {
+  // (The walk's 32-bit (chunk, K step) count is checked by check_forward_inputs.)
+  // The larger block for every specialization: the cp.async ones read its prefix.
+  ssd_kernels::ChunkStatePassingFwdTmaParams p{};
+  bind_chunk_state_inputs(c, p);
+  p.initial_states = ref<const float, 2>(c.a.initial_states);
+  p.states = states_ref<void, 4>(c);
+  p.final_states = ref<float, 2>(c.a.final_states);
+  if (k.built->config.flags & SSD_FLAG_TMA) {
+    const uint32_t positions = uint32_t(k.built->config.tile.k);
+    SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.x, positions), p.map_x));
+    SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.B, positions), p.map_b));
+  }
+  void* params[] = {&p};
+  return launch_state_pass(k, c.d.b, c.d.h, c.d.p, c.d.n, c.max_blocks, params, stream);
+}
+
+// F5: the output.
+bool scan_runs(const F& c) { return c.with_output; }
+
 // The wgmma kernel with TMA operand tiles (SSD_FLAG_TMA) where the maps fit: sm_90a, the wgmma shape,
 // P in x's dtype, x and C as above. Otherwise its cp.async loaders (the same bits).
 bool scan_tma(const F& c) {
-  return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async_scan && states_in_dtype(c) &&
+  return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async && states_in_dtype(c) &&
          ssd_kernels::fwd_geom::chunk_scan_wg_shape(int(c.d.Q), int(c.d.p), int(c.d.n)) && fits_tma_map(c.a.x) &&
          fits_tma_map(c.a.C);
 }
@@ -285,24 +319,8 @@ ssd_kernel_config scan_config(const F& c) {
 // 128-byte swizzled boxes of 128-byte rows.
 Status encode_scan_maps(const F& c, const ssd_tile& t, ssd_kernels::ChunkScanFwdTmaParams& p) {
   namespace cu = ssd::cuda;
-  auto put = [](const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out) -> Status {
-    if (!m.ok()) return m.status();
-    static_assert(sizeof(CUtensorMap) == sizeof(ssd_kernels::TensorMap), "TensorMap mirrors CUtensorMap");
-    std::memcpy(&out, &m.value(), sizeof(out));
-    return Status::Ok();
-  };
-  // A (b, L, heads, 64·k) tensor of x's dtype: dims {inner, heads, L, b}, box {64, 1, rows, 1}.
-  auto blhp = [&](const ssd_tensor& v, uint32_t rows) {
-    cu::TensorMapDesc d;
-    d.dtype = v.dtype;
-    d.base = v.data;
-    d.rank = 4;
-    for (int i = 0; i < 4; ++i) d.dims[i] = uint64_t(v.shape[3 - i]);
-    for (int i = 1; i < 4; ++i) d.strides[i] = v.shape[3 - i] > 1 ? uint64_t(v.strides[3 - i]) * 2 : 16;
-    d.box[0] = 64, d.box[1] = 1, d.box[2] = rows, d.box[3] = 1;
-    d.swizzle = cu::TmaSwizzle::k128B;
-    return cu::encode_tensor_map(d);
-  };
+  const auto put = put_map;
+  const auto blhp = blhp_map;
   // A contiguous workspace tensor of `eb`-byte elements with dims {d0, d1, d2, d3} and box {b0, b1, 1, 1}.
   auto dense = [&](const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0, uint32_t b1) {
     cu::TensorMapDesc d;

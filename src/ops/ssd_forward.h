@@ -46,9 +46,10 @@ struct ForwardTuning {
   // chunk_state_fwd then state_passing_fwd (s_c through device memory) instead of the fused
   // chunk_state_passing_fwd: the same bits (the GPU tests compare them), more traffic.
   bool staged_states = false;
-  // chunk_scan_fwd's cp.async loaders where its TMA path (SSD_FLAG_TMA) would run: the same bits (the
-  // GPU tests compare them); `ssdgen bench fwd --cp-async` times the two.
-  bool cp_async_scan = false;
+  // The sm_90a kernels' cp.async loaders where their TMA path (SSD_FLAG_TMA: chunk_state_passing_fwd,
+  // chunk_scan_fwd) would run: the same bits (the GPU tests compare them); `ssdgen bench fwd|bwd
+  // --cp-async` times the two.
+  bool cp_async = false;
 };
 
 // SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D, _D_PER_HEADDIM, _Z as the arguments give them.

@@ -195,8 +195,8 @@ __device__ void chunk_state_passing_fwd_mma(const ChunkStatePassingFwdParams& p)
 
 // The entry: on sm_90a the family sets Spec::kWgmma (a pure function of the specialization:
 // src/kernels/chunk_state_passing.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
-template <class Spec>
-__device__ void chunk_state_passing_fwd(const ChunkStatePassingFwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkStatePassingFwdTmaParams with Spec::kTma, else ChunkStatePassingFwdParams
+__device__ void chunk_state_passing_fwd(const Params& p) {
   if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     chunk_state_passing_fwd_wgmma<Spec>(p);

@@ -154,13 +154,15 @@ __device__ __forceinline__ void state_pass_k16(WgAcc<N>& acc, const unsigned cha
 
 }  // namespace detail
 
-template <class Spec>
-__device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkStatePassingFwdTmaParams with kTma, else ChunkStatePassingFwdParams
+__device__ void chunk_state_passing_fwd_wgmma(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   using S = typename Spec::State;  // P's type in memory: float, or T (SSD_FLAG_STATES_IN_DTYPE)
   constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
   constexpr bool HAS_INIT = Spec::kInitialStates;
   constexpr bool TWO_TERM = Spec::kTwoTerm;
+  // The x and B stages by the tensor copy engine (SSD_FLAG_TMA) instead of cp.async.
+  constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
   using namespace fwd_geom;
   static_assert(chunk_state_passing_wgmma_tile_problem(Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -199,6 +201,22 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
   constexpr bool STAGED_OUT = chunk_state_passing_wgmma_staged_out(BLOCK_M, int(sizeof(S)));
   constexpr int OUT_LD = chunk_state_passing_wgmma_out_ld(BLOCK_N);
   unsigned char* const s_out = smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + wg * 64 * OUT_LD * 4;
+  // With kTma: one full barrier per stage (thread 0's arrive.expect_tx plus the copies' bytes); every
+  // thread waits once for each phase, so each keeps the same parity bits (one per stage).
+  unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(
+      smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + chunk_state_passing_wgmma_out_bytes(BLOCK_M, BLOCK_N, int(sizeof(S))));
+  static_assert(STAGES <= chunk_state_passing_wgmma_barriers(), "one mbarrier per stage");
+  unsigned parity = 0;
+  if constexpr (kTma) {
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < STAGES; ++i) ptx::mbarrier_init(s_bar + i, 1);
+      ptx::fence_mbarrier_init();
+      ptx::tma_prefetch_map(&p.map_x);
+      ptx::tma_prefetch_map(&p.map_b);
+    }
+    __syncthreads();
+  }
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* Bg = static_cast<const T*>(p.B.data);
@@ -244,12 +262,29 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
           const int valid = chunk_valid(c);
           const long long row = (long long)c * Q + k0;
           unsigned char* stage = smem + buf * STAGE_BYTES;
-          detail::load_tile_sw128<WGT, BLOCK_K, 64>(stage + wg * X_BYTES, xt + row * p.x.stride[1], p.x.stride[1],
-                                                    p.x.stride[3], vec_x, safe_x, wtid,
-                                                    [&](int r) { return k0 + r < valid; });
-          detail::load_tile_sw128<NT, BLOCK_K, BLOCK_N>(stage + (NT / WGT) * X_BYTES, bt + row * p.B.stride[1],
-                                                        p.B.stride[1], p.B.stride[3], vec_b, safe_b, tid,
-                                                        [&](int r) { return k0 + r < valid; });
+          if constexpr (kTma) {
+            // Each warpgroup's x rows [BLOCK_K][64 p] (its head and p rows), then B's column blocks; positions
+            // past seqlen lie outside the maps (zero-filled, as the cp.async predicates do).
+            if (tid == 0) {
+              unsigned long long* bar = s_bar + buf;
+              ptx::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+#pragma unroll
+              for (int w = 0; w < NT / WGT; ++w)
+                ptx::tma_load_4d(stage + w * X_BYTES, &p.map_x, bar, (tile / TILES_N) * MT + (64 * w) % P,
+                                 hb * HPB + (64 * w) / P, int(row), b);
+#pragma unroll
+              for (int j = 0; j < BLOCK_N / 64; ++j)
+                ptx::tma_load_4d(stage + (NT / WGT) * X_BYTES + j * BLOCK_K * 128, &p.map_b, bar, n0 + 64 * j, g,
+                                 int(row), b);
+            }
+          } else {
+            detail::load_tile_sw128<WGT, BLOCK_K, 64>(stage + wg * X_BYTES, xt + row * p.x.stride[1], p.x.stride[1],
+                                                      p.x.stride[3], vec_x, safe_x, wtid,
+                                                      [&](int r) { return k0 + r < valid; });
+            detail::load_tile_sw128<NT, BLOCK_K, BLOCK_N>(stage + (NT / WGT) * X_BYTES, bt + row * p.B.stride[1],
+                                                          p.B.stride[1], p.B.stride[3], vec_b, safe_b, tid,
+                                                          [&](int r) { return k0 + r < valid; });
+          }
         };
 
         // The running state S and this chunk's s_c, element for element in the same registers.
@@ -274,15 +309,20 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
 #pragma unroll
         for (int st = 0; st < STAGES - 2; ++st) {
           if (st < steps) load_stage(st, st);
-          ptx::cp_async_commit();
+          if constexpr (!kTma) ptx::cp_async_commit();
         }
         int c = 0, ks = 0;
         for (int s = 0; s < steps; ++s) {
           // Step s's copies landed (this thread's), handed to the async proxy (wgmma reads B); at most the
           // last kInFlight groups (step s-1's) still run, so step s-2's buffer (and step s-1's, with
           // kInFlight 0), refilled below once every thread passed the barrier, is free.
-          ptx::cp_async_wait<STAGES - 3>();
-          ptx::fence_proxy_async_shared();
+          if constexpr (kTma) {
+            ptx::mbarrier_wait(s_bar + s % STAGES, (parity >> (s % STAGES)) & 1u);  // the copy engine's bytes landed
+            parity ^= 1u << (s % STAGES);
+          } else {
+            ptx::cp_async_wait<STAGES - 3>();
+            ptx::fence_proxy_async_shared();
+          }
           warpgroup::wait_group<kInFlight>();
           warpgroup::fence_operand(acc);
           __syncthreads();
@@ -296,7 +336,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
           {
             const int ahead = s + STAGES - 2;
             if (ahead < steps) load_stage(ahead % STAGES, ahead);
-            ptx::cp_async_commit();
+            if constexpr (!kTma) ptx::cp_async_commit();
           }
 #pragma unroll
           for (int kk = 0; kk < BLOCK_K; kk += 16) {
@@ -396,7 +436,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const ChunkStatePassingFwdParams& 
           ks = 0;
           ++c;
         }
-        ptx::cp_async_wait<0>();
+        if constexpr (!kTma) ptx::cp_async_wait<0>();
         warpgroup::wait_group<0>();
 
         if (p.final_states.data) {

@@ -69,6 +69,15 @@ struct ChunkStatePassingFwdParams : ChunkStateInputs {
   TensorRef<float, 2> final_states;  // (b, h) rows of p*n (p-stride n); data null without
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
+// The same with the tensor maps of the sm_90a TMA specializations (SSD_FLAG_TMA; the others take the
+// block above). 4-D, innermost first, 128-byte swizzle, boxes of 64 innermost elements x BLOCK_K
+// positions (the layout the cp.async loaders write; positions past seqlen lie outside, zero-filled):
+//   map_x  x (b, L, h, p):  dims {p, h, L, b}, box {64, 1, BLOCK_K, 1}
+//   map_b  B (b, L, g, n):  dims {n, g, L, b}, box {64, 1, BLOCK_K, 1}
+// (the host's conditions: ChunkScanFwdTmaParams').
+struct ChunkStatePassingFwdTmaParams : ChunkStatePassingFwdParams {
+  TensorMap map_x, map_b;
+};
 
 // F5: ŷ_l = Σ_{s ≤ l} CB(l, s) exp(min(A(l) - A(s), 0)) Δ_s x_s + η_c(l) exp(A(l)) P_c C_l;
 //     y = ŷ + D ⊙ x;  out = y · silu(z) (out_x = y) with z, else out = y.   Stored in x's dtype.
@@ -402,11 +411,17 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_out_ld(int bn) { return 
 SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_out_bytes(int bm, int bn, int state_bytes) {
   return chunk_state_passing_wgmma_staged_out(bm, state_bytes) ? bm * chunk_state_passing_wgmma_out_ld(bn) * 4 : 0;
 }
-// The stages, the weights of two chunks per warpgroup (2 Q fp32 each), the P_c staging tile (if any)
-// and 1024 bytes to align the base to the swizzle atom. state_bytes: P's element size (4: fp32).
-SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bm, int bn, int bk, int state_bytes) {
+// With `tma` (SSD_FLAG_TMA, ChunkStatePassingFwdTmaParams) the stages come by the copy engine, one
+// mbarrier each after the P_c staging tile (chunk_state_passing_wgmma_barriers of room).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_barriers() { return 8; }
+// The stages, the weights of two chunks per warpgroup (2 Q fp32 each), the P_c staging tile (if any),
+// the mbarriers (tma) and 1024 bytes to align the base to the swizzle atom. state_bytes: P's element
+// size (4: fp32).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_smem_bytes(int q, int bm, int bn, int bk, int state_bytes,
+                                                                   bool tma = false) {
   return chunk_state_passing_wgmma_stages(bk) * chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) + (bm / 64) * 8 * q +
-         chunk_state_passing_wgmma_out_bytes(bm, bn, state_bytes) + 1024;
+         chunk_state_passing_wgmma_out_bytes(bm, bn, state_bytes) + (tma ? chunk_state_passing_wgmma_barriers() * 8 : 0) +
+         1024;
 }
 SSD_HOST_DEVICE constexpr const char* chunk_state_passing_wgmma_tile_problem(int q, int p, int n, int heads_per_group,
                                                                              int bm, int bn, int bk) {

@@ -569,12 +569,13 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
 
 TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loaders' bits, every tile" *
           doctest::skip(!gpu_available())) {
-  // SSD_FLAG_TMA only changes how the C, P, x and CB tiles reach shared memory (the copy engine
-  // writes the layout the cp.async loaders write; positions past seqlen are zero-filled by both),
-  // so out, out_x and the final states must be the same bytes. Every legal chunk_scan_fwd tile, on
-  // the shapes that take the wgmma kernel (partial last chunks, seq_idx, z, D per headdim, fp16,
-  // chunk 64 and 128), and on x viewed inside a wider tensor (strides that are not the contiguous
-  // ones: TMA still fits) against the same x contiguous.
+  // SSD_FLAG_TMA only changes how the operand tiles reach shared memory (chunk_scan_fwd's C, P, x
+  // and CB, the state pass's x and B: the copy engine writes the layout the cp.async loaders write;
+  // positions past seqlen are zero-filled by both), so out, out_x, the final states and P must be
+  // the same bytes. Every legal tile of both kernels, on the shapes that take the wgmma kernels
+  // (partial last chunks, seq_idx, z, D per headdim, fp16, chunk 64 and 128), and on x viewed inside
+  // a wider tensor (strides that are not the contiguous ones: TMA still fits) against the same x
+  // contiguous.
   if (!device_is_sm90a()) {
     MESSAGE("the device is not sm_90a: no TMA path to compare");
     return;
@@ -591,18 +592,24 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
     FwdProblem prob(c);
     ssd_forward_args a = prob.args();
     ssd::ForwardTuning cp_async;
-    cp_async.cp_async_scan = true;
-    auto scan_config = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
+    cp_async.cp_async = true;
+    auto stage_config = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t, ssd_kernel_id kernel) {
       auto configs = ssd::forward_kernel_configs(&args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, &t);
       REQUIRE(configs.ok());
       for (const ssd_kernel_config& k : configs.value())
-        if (k.kernel == SSD_KERNEL_CHUNK_SCAN_FWD) return k;
-      FAIL("no chunk_scan_fwd stage");
+        if (k.kernel == kernel) return k;
+      FAIL("no such stage");
       return ssd_kernel_config{};
     };
+    auto scan_config = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
+      return stage_config(args, t, SSD_KERNEL_CHUNK_SCAN_FWD);
+    };
     const ssd_kernel_config k = scan_config(a, ssd::ForwardTuning{});
+    const ssd_kernel_config ks = stage_config(a, ssd::ForwardTuning{}, SSD_KERNEL_CHUNK_STATE_PASSING_FWD);
     REQUIRE((k.flags & SSD_FLAG_TMA) != 0);
+    REQUIRE((ks.flags & SSD_FLAG_TMA) != 0);
     REQUIRE((scan_config(a, cp_async).flags & SSD_FLAG_TMA) == 0);
+    REQUIRE((stage_config(a, cp_async, SSD_KERNEL_CHUNK_STATE_PASSING_FWD).flags & SSD_FLAG_TMA) == 0);
     ++tma_cases;
     // x inside a (b, L, h, p + 8) tensor of NaNs: the padding columns must never be read.
     const int64_t pw = c.p + 8;
@@ -614,10 +621,15 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
     ssd_forward_args wide_args = a;
     wide_args.x = tensor(d_wide, c.dtype, {c.b, c.L, c.h, c.p}, {c.L * c.h * pw, c.h * pw, pw, 1});
     REQUIRE((scan_config(wide_args, ssd::ForwardTuning{}).flags & SSD_FLAG_TMA) != 0);
+    const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n);
     auto run = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
       poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
       REQUIRE(ssd::ssd_forward(*rt.rt, &args, nullptr, nullptr, {}, &t).ok());
-      return c.z ? download_all({&prob.d_out, &prob.d_out_x, &prob.d_final}) : download_all({&prob.d_out, &prob.d_final});
+      std::vector<uint8_t> r =
+          c.z ? download_all({&prob.d_out, &prob.d_out_x, &prob.d_final}) : download_all({&prob.d_out, &prob.d_final});
+      const std::vector<uint8_t> ws = download_bytes(prob.d_ws);  // P in x's dtype
+      r.insert(r.end(), ws.begin() + long(prob.layout.states_offset), ws.begin() + long(prob.layout.states_offset + 2 * nst));
+      return r;
     };
     int variants = 0;
     for (const ssd_tile& tile : ssd::legal_tiles(k)) {
@@ -630,7 +642,18 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
       CHECK(same_bytes(run(wide_args, tma_t), base));
       ++variants;
     }
-    MESSAGE("chunk_scan_fwd TMA vs cp.async " << describe(c) << ": " << variants
+    for (const ssd_tile& tile : ssd::legal_tiles(ks)) {
+      CAPTURE(tile.m);
+      CAPTURE(tile.n);
+      CAPTURE(tile.k);
+      ssd::ForwardTuning tma_t, cp_t = cp_async;
+      tma_t.state_pass = cp_t.state_pass = tile;
+      const std::vector<uint8_t> base = run(a, cp_t);
+      CHECK(same_bytes(run(a, tma_t), base));
+      CHECK(same_bytes(run(wide_args, tma_t), base));
+      ++variants;
+    }
+    MESSAGE("TMA vs cp.async (chunk_scan_fwd and state pass tiles) " << describe(c) << ": " << variants
                                               << " tiles, contiguous and strided x, bitwise equal");
   }
   CHECK(tma_cases == int(std::size(cases)));

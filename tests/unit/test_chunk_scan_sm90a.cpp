@@ -326,7 +326,7 @@ TEST_CASE("ssd_forward takes chunk_scan_fwd's TMA path where x and C fit the ten
   CHECK((scan_flags(a, SSD_ARCH_SM90) & SSD_FLAG_TMA) == 0);
   CHECK((scan_flags(a, SSD_ARCH_SM80) & SSD_FLAG_TMA) == 0);
   ForwardTuning cp_async;
-  cp_async.cp_async_scan = true;
+  cp_async.cp_async = true;
   CHECK((scan_flags(a, SSD_ARCH_SM90A, &cp_async) & SSD_FLAG_TMA) == 0);
   ForwardTuning staged;  // fp32 P: the cp.async kernel
   staged.staged_states = true;

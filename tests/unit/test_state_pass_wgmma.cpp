@@ -157,7 +157,8 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
   const uint32_t forward_all = SSD_FLAG_SEQ_IDX | SSD_FLAG_INITIAL_STATES | SSD_FLAG_STATES_IN_DTYPE;
   for (const ssd_tile& t : {ssd_tile{128, 128, 32, 0, 0}, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{64, 64, 64, 0, 0},
                             ssd_tile{128, 128, 64, 0, 0}, ssd_tile{64, 128, 64, 0, 0}})
-    for (uint32_t flags : {recompute_all, forward_all}) configs.push_back(state_pass(SSD_ARCH_SM90A, flags, t));
+    for (uint32_t flags : {recompute_all, forward_all, recompute_all | SSD_FLAG_TMA, forward_all | SSD_FLAG_TMA})
+      configs.push_back(state_pass(SSD_ARCH_SM90A, flags, t));
   configs.push_back(state_pass(SSD_ARCH_SM90A, all, ssd_tile{64, 64, 64, 0, 0}));
   ssd_kernel_config half = state_pass(SSD_ARCH_SM90A, all, ssd_tile{64, 64, 32, 0, 0});
   half.dtype = SSD_DTYPE_FP16;
@@ -187,7 +188,16 @@ TEST_CASE("state pass on sm_90a: the preset's and an all-options specialization 
     }
     CHECK_FALSE(contains(ptx, "mma.sync"));
     CHECK(contains(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
-    CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
+    // The stages: cp.async copies, fenced for wgmma's async proxy; or with SSD_FLAG_TMA (the preset's
+    // on sm_90a) the copy engine's 4-D tensor copies (x per warpgroup, B's column blocks), no fence.
+    if (c.flags & SSD_FLAG_TMA) {
+      CHECK(contains(ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"));
+      CHECK(contains(ptx, "mbarrier.try_wait.parity.shared::cta.b64"));
+      CHECK_FALSE(contains(ptx, "cp.async.cg.shared.global"));
+    } else {
+      CHECK(contains(ptx, "cp.async.cg.shared.global"));
+      CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
+    }
     // ptxas: no spills, no serialized wgmma, no fence it had to add itself (C7519); the report checks
     // need a report (NVRTC may skip ptxas for PTX it compiled before in this process: the H200's
     // toolkit does for the preset's units, which other tests compile first).
@@ -222,4 +232,31 @@ TEST_CASE("state pass grid: heads per block and rows per head follow the tile, t
   CHECK(chunk_state_passing_wgmma_in_flight(128, 128, 64) == 0);
   CHECK(chunk_state_passing_wgmma_in_flight(64, 64, 64) == 0);
   CHECK(chunk_state_passing_wgmma_in_flight(64, 128, 32) == 0);
+}
+
+TEST_CASE("state pass on sm_90a: SSD_FLAG_TMA takes the TMA stages, its parameter block and mbarriers") {
+  const ssd_kernel_config c = state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TMA);
+  REQUIRE(validate_config(c).ok());
+  CHECK(tile_texts(legal_tiles(c)) == tile_texts(legal_tiles(state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE))));
+  auto n = normalize_config(c);
+  REQUIRE(n.ok());
+  auto u = generate_unit(n.value());
+  REQUIRE(u.ok());
+  CHECK(contains(u->source, "static constexpr bool kTma = true;"));
+  CHECK(contains(u->source, "ssd_kernels::ChunkStatePassingFwdTmaParams params"));
+  namespace g = ssd_kernels::fwd_geom;
+  CHECK(u->dynamic_shared_bytes == g::chunk_state_passing_wgmma_smem_bytes(256, 128, 128, 32, 2, true));
+  CHECK(u->dynamic_shared_bytes == g::chunk_state_passing_wgmma_smem_bytes(256, 128, 128, 32, 2) + 64);
+  // Without the flag: the family's block, no kTma.
+  auto plain = generate_unit(normalize_config(state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE)).value());
+  REQUIRE(plain.ok());
+  CHECK_FALSE(contains(plain->source, "kTma"));
+  CHECK(contains(plain->source, "ssd_kernels::ChunkStatePassingFwdParams params"));
+  // Refused where only the mma.sync kernel runs.
+  for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {
+    const Status s = validate_config(state_pass(arch, SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TMA));
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
+    CHECK(contains(s.detail, "flags: tma"));
+  }
 }

@@ -133,7 +133,7 @@ struct GpuArgs {
   int64_t batch = -1, seqlen = -1;
   int iters = 100, warmup = 10;
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
-  bool cp_async = false;  // bench fwd: chunk_scan_fwd's cp.async loaders instead of TMA (sm_90a)
+  bool cp_async = false;  // bench: the sm_90a forward kernels' cp.async loaders instead of TMA
   bool fused_intra = false;  // bench bwd: chunk_scan_bwd_dcb_ddA_intra instead of the pair dcb + ddA_intra
   bool z = false;       // bench: with the z gate (out = y · silu(z), out_x = y): add_z_gate
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
@@ -547,6 +547,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     tuning->forward.staged_states = ga.staged;  // the recompute's states
     tuning->staged_state_pass = ga.staged;      // dstates + state_passing_bwd instead of the fused kernel
     tuning->fused_dcb_intra = ga.fused_intra;   // the fused dcb + ddA_intra instead of the pair
+    tuning->forward.cp_async = ga.cp_async;     // the recompute's state pass with cp.async stages
     tuning->max_blocks = ga.max_blocks;         // 0: one block per work item
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
@@ -559,7 +560,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   if (!parsed_tiles.ok()) return fail(ctx, parsed_tiles.status());
   ssd::ForwardTuning tiles = parsed_tiles.value();
   tiles.staged_states = ga.staged;
-  tiles.cp_async_scan = ga.cp_async;
+  tiles.cp_async = ga.cp_async;
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
   if (ga.z) {
@@ -638,7 +639,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   drv.cuDeviceGetName(dev_name, sizeof(dev_name), dev);
   if (ctx.json) {
     nlohmann::json j{{"what", "fwd"}, {"preset", m.name}, {"batch", pr.b}, {"seqlen", pr.L}, {"iters", ga.iters}, {"z", ga.z},
-                     {"device", dev_name}, {"cp_async_scan", ga.cp_async}, {"median_ms", median(total)}, {"workspace_bytes", layout->total_bytes},
+                     {"device", dev_name}, {"cp_async", ga.cp_async}, {"median_ms", median(total)}, {"workspace_bytes", layout->total_bytes},
                      {"host_cpu_us_per_call", host.cpu_us}, {"host_wall_us_per_call", host.wall_us},
                      {"host_alternating_cpu_us_per_call", alternating.cpu_us}};
     for (int i = 0; i < kStages; ++i)
@@ -647,7 +648,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   } else {
     fmt::print("bench fwd {} b={} L={} on {} (deterministic, bf16, D, dt_bias, softplus{}; median of {} after {} warm-up){}{}{}\n",
                m.name, pr.b, pr.L, dev_name, ga.z ? ", z" : "", ga.iters, ga.warmup, ga.tiles.empty() ? "" : " tiles " + ga.tiles,
-               std::string(ga.staged ? " staged states" : "") + (ga.cp_async ? " cp.async scan" : ""), arch_note(ga));
+               std::string(ga.staged ? " staged states" : "") + (ga.cp_async ? " cp.async loaders" : ""), arch_note(ga));
     for (int i = 0; i < kStages; ++i)
       if (ran(i)) fmt::print("  {:<23} {:8.3f} ms\n", names[i], median(stage[i]));
     fmt::print("  {:<23} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(layout->total_bytes));

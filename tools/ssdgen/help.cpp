@@ -135,15 +135,15 @@ constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [-
                         [--arch sm_80|sm_90|sm_90a] [--max-blocks N]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--cp-async] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
-                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--z]   (bwd)
+                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--cp-async] [--z]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
 softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides stage tiles (for
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
-chunk_state_passing_fwd. --cp-async runs chunk_scan_fwd's cp.async loaders where its TMA path would run
-(sm_90a; the same bits). --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
+chunk_state_passing_fwd. --cp-async runs the sm_90a state pass and chunk_scan_fwd with their cp.async loaders where their
+TMA path would run (the same bits; bwd: the recompute's state pass). --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
 chunk_scan_fwd specialization with z. --arch builds every kernel for that target instead of the
 device's (an sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g.
 `--arch sm_90` times the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. --max-blocks caps every
