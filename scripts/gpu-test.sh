@@ -116,7 +116,7 @@ if [ -n "$ab" ]; then
   echo "== A/B against the baseline tree $ab"
   base_build=$root/build-base
   if cmake -S "$root/$ab" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-       >"$out/cmake-base.log" 2>&1 && cmake --build "$base_build" -j"$(nproc)" --target ssdgen ssdgen_cli >"$out/build-base.log" 2>&1; then
+       >"$out/cmake-base.log" 2>&1 && ninja -C "$base_build" -j"$(nproc)" libssdgen.so ssdgen >"$out/build-base.log" 2>&1; then
     (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib "$base_build/libssdgen.so" \
       --record "$out/digests-base.json" --label "baseline $ab") >"$out/digests-ab.log" 2>&1 &&
     (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib build-gpu/libssdgen.so \
