@@ -39,6 +39,16 @@
 // base address per call (the row step of the swizzled tiles made opaque, so its multiples are not
 // K-loop invariants held in registers: over 250 registers); ptxas then pads each group of cp.async
 // once instead of each copy.
+// With Spec::kTma (SSD_FLAG_TMA, ChunkScanFwdTmaParams) the same rings are filled by the tensor copy
+// engine instead: thread 0 issues one cp.async.bulk.tensor.4d per tile (C, P; x per 64 columns, CB
+// as two boxes of 32 floats, 128-byte swizzled: CbSwizzle gives W's reads their offsets) and the
+// chunk's A and Δ rows as two bulk copies, each stage completing on its mbarrier (expect_tx of the
+// stage's bytes); the threads wait on it where they waited for their cp.async groups (no proxy
+// fence: the copy engine writes through the async proxy) and keep the block barrier that frees a
+// stage for the next copy. The copy engine writes the cp.async loaders' layout and zero-fills the
+// positions past seqlen, as their predicates do: the same operands, the same bits (GPU test "the TMA
+// operand tiles give the cp.async loaders' bits"). Stores of the epilogue tile are fenced for the
+// async proxy before the next tile's copies overwrite it.
 #pragma once
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -37,6 +37,12 @@
 // 64 x BLOCK_N fp32 accumulators) and the other warpgroups on the SM keep the tensor cores busy. At a
 // chunk's end the P_c stores go out while the last group runs; then wait_group 0 and the fma.
 //
+// With Spec::kTma (SSD_FLAG_TMA, ChunkStatePassingFwdTmaParams) thread 0 fills each stage with the
+// tensor copy engine instead (one 4-D copy per warpgroup's x tile and per 64 columns of B, the same
+// swizzled layout, positions past seqlen zero-filled) on the stage's mbarrier, which every thread
+// waits on where it waited for its cp.async copies; the barrier that frees step s - 2's buffer stays.
+// The same operands, so the same bits.
+//
 // Launch: block = fwd_geom::chunk_state_passing_wgmma_threads(BLOCK_M); grid = (chunk_state_tiles(P, N,
 // chunk_state_passing_head_rows(P, BLOCK_M), BLOCK_N), batch, nheads / chunk_state_passing_heads_per_block(
 // P, BLOCK_M)), grid-stride; dynamic shared memory fwd_geom::chunk_state_passing_wgmma_smem_bytes(Q,
