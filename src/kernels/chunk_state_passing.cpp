@@ -42,11 +42,18 @@ Status validate(const ssd_kernel_config& c) {
 // group sharing each B stage — the least L2 traffic (x re-read once per n tile, B once per head pair),
 // and no spills with any option (k = 64 with n = 128 is at ptxas's limit); where it does not fit (an
 // odd number of heads per group with headdim 64) 64 x 128 x 32, and 64 x 64 x 64 where dstate is 64.
+// With TMA stages and P in x's dtype (the forward's) 128 x 128 x 64: half the stage tops per chunk
+// (no cp.async issue left to spread), measured 0.336 -> 0.320 ms at b=4 L=2048 and 0.602 -> 0.570 at
+// b=1 L=16384 (docs/perf.md, forward log entry 16); the recompute's two-term TMA specialization keeps
+// 128 x 128 x 32 (not measured at k = 64).
 ssd_tile default_tile(const ssd_kernel_config& c) {
   if (uses_wgmma(c)) {
     const ssd_tile fallback =
         best_legal_tile(c, ssd_tile{64, 128, 32, 0, 0}, ssd_tile{64, 64, 64, 0, 0}, tile_problem);
-    return best_legal_tile(c, ssd_tile{128, 128, 32, 0, 0}, fallback, tile_problem);
+    const ssd_tile wide = best_legal_tile(c, ssd_tile{128, 128, 32, 0, 0}, fallback, tile_problem);
+    if ((c.flags & SSD_FLAG_TMA) && (c.flags & SSD_FLAG_STATES_IN_DTYPE))
+      return best_legal_tile(c, ssd_tile{128, 128, 64, 0, 0}, wide, tile_problem);
+    return wide;
   }
   return best_legal_tile(c, ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 64, 0, 0},
                          ssd_tile{std::min(64, c.headdim), std::min(128, c.dstate), 32, 0, 0}, tile_problem);

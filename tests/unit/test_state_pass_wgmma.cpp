@@ -245,13 +245,18 @@ TEST_CASE("state pass on sm_90a: SSD_FLAG_TMA takes the TMA stages, its paramete
   CHECK(contains(u->source, "static constexpr bool kTma = true;"));
   CHECK(contains(u->source, "ssd_kernels::ChunkStatePassingFwdTmaParams params"));
   namespace g = ssd_kernels::fwd_geom;
-  CHECK(u->dynamic_shared_bytes == g::chunk_state_passing_wgmma_smem_bytes(256, 128, 128, 32, 2, true));
-  CHECK(u->dynamic_shared_bytes == g::chunk_state_passing_wgmma_smem_bytes(256, 128, 128, 32, 2) + 64);
+  CHECK(u->dynamic_shared_bytes == g::chunk_state_passing_wgmma_smem_bytes(256, 128, 128, 64, 2, true));
+  CHECK(u->dynamic_shared_bytes == g::chunk_state_passing_wgmma_smem_bytes(256, 128, 128, 64, 2) + 64);
   // Without the flag: the family's block, no kTma.
   auto plain = generate_unit(normalize_config(state_pass(SSD_ARCH_SM90A, SSD_FLAG_STATES_IN_DTYPE)).value());
   REQUIRE(plain.ok());
   CHECK_FALSE(contains(plain->source, "kTma"));
   CHECK(contains(plain->source, "ssd_kernels::ChunkStatePassingFwdParams params"));
+  // The forward's TMA specialization defaults to 64-position stages (measured, docs/perf.md entry 16);
+  // the recompute's (two-term, fp32 P) keeps 32.
+  CHECK(tile_text(n->tile) == "128x128x64");
+  CHECK(tile_text(normalize_config(state_pass(SSD_ARCH_SM90A, SSD_FLAG_TWO_TERM_STATES | SSD_FLAG_TMA)).value().tile) ==
+        "128x128x32");
   // Refused where only the mma.sync kernel runs.
   for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {
     const Status s = validate_config(state_pass(arch, SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TMA));
