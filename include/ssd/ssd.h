@@ -113,10 +113,12 @@ enum {
                                         chunk_scan_bwd_dstates: the weighted operand of the state
                                         product enters the tensor cores as hi + lo in x's dtype (two
                                         mma per step; ssd_backward's choice, for dA's accuracy) */
-  SSD_FLAG_TMA = 1u << 10 /* chunk_scan_fwd on sm_90a (wgmma path, with SSD_FLAG_STATES_IN_DTYPE):
-                             its operand tiles come by the tensor copy engine; the parameter block is
-                             ChunkScanFwdTmaParams (tensor maps). ssd_forward's choice when x and C
-                             fit the maps; the same bits as without */
+  SSD_FLAG_TMA = 1u << 10 /* chunk_state_passing_fwd and chunk_scan_fwd on sm_90a (wgmma paths;
+                             chunk_scan_fwd with SSD_FLAG_STATES_IN_DTYPE): their operand tiles come
+                             by the tensor copy engine; the parameter blocks are the ones that end
+                             with the tensor maps (ChunkStatePassingFwdTmaParams,
+                             ChunkScanFwdTmaParams). ssd_forward's choice when x, B and C fit the
+                             maps; the same bits as without */
 };
 
 /* Tile shape. Zero fields mean "the default for (arch, specialization)". Per kernel:

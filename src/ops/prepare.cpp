@@ -147,7 +147,18 @@ Result<std::vector<ssd_kernel_config>> forward_prepare_configs(const ssd_forward
   SSD_RETURN_IF_ERROR(forward_layout(&a).status());
   auto configs = forward_kernel_configs(&a, arch, mode);
   if (!configs.ok()) return configs.status();
-  return unique_normalized(configs.value());
+  // On sm_90a a call whose x, B or C do not fit the tensor maps (a view aligned only to its
+  // elements, strides off the 16-byte grid) runs the cp.async kernels instead of the TMA ones
+  // (SSD_FLAG_TMA, ssd_forward.cpp): the shapes alone cannot tell, so both are built.
+  std::vector<ssd_kernel_config> all = configs.value();
+  if (arch == SSD_ARCH_SM90A) {
+    ForwardTuning cp_async;
+    cp_async.cp_async = true;
+    auto other = forward_kernel_configs(&a, arch, mode, &cp_async);
+    if (!other.ok()) return other.status();
+    all.insert(all.end(), other->begin(), other->end());
+  }
+  return unique_normalized(all);
 }
 
 Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backward_args* user_args, ssd_arch arch,
@@ -159,7 +170,15 @@ Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backwa
   SSD_RETURN_IF_ERROR(backward_layout(&a, mode).status());
   auto configs = backward_kernel_configs(&a, arch, mode);
   if (!configs.ok()) return configs.status();
-  return unique_normalized(configs.value());
+  std::vector<ssd_kernel_config> all = configs.value();
+  if (arch == SSD_ARCH_SM90A) {  // the recompute's state pass with and without TMA, as the forward's
+    BackwardTuning cp_async;
+    cp_async.forward.cp_async = true;
+    auto other = backward_kernel_configs(&a, arch, mode, &cp_async);
+    if (!other.ok()) return other.status();
+    all.insert(all.end(), other->begin(), other->end());
+  }
+  return unique_normalized(all);
 }
 
 Result<ssd_prepare_report> build_prepared(KernelBuilder& builder, const std::vector<ssd_kernel_config>& configs,

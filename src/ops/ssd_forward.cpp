@@ -236,8 +236,9 @@ Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
 // ---- The sm_90a kernels' TMA operand tiles (SSD_FLAG_TMA): their 4-D tensor maps.
 
 // A (b, L, heads, 16-bit elements) tensor as a 4-D tensor map (x, B, C): a 16-byte aligned base, unit
-// innermost stride, the other strides multiples of 16 bytes below 2^40 (an axis of extent 1 may have
-// any stride: its coordinate is always 0), every extent and TMA's 32-bit coordinates below 2^31.
+// innermost stride, the other strides positive multiples of 16 bytes below 2^39 (the driver's limit is
+// 2^40; an axis of extent 1 may have any stride: its coordinate is always 0), every extent and TMA's
+// 32-bit coordinates below 2^31.
 bool fits_tma_map(const ssd_tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 || t.strides[3] != 1) return false;
   for (int i = 0; i < 4; ++i) {
@@ -456,7 +457,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
   // Every kernel before any allocation: nothing happens unless all of them are available.
-  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, 0, tuning, true};
+  ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, tuning.max_blocks, tuning, true};
   PlanKernels kernels;
   SSD_ASSIGN_OR_RETURN(kernels, fetch_forward_plan(rt, call));
 

@@ -50,6 +50,9 @@ struct ForwardTuning {
   // chunk_scan_fwd) would run: the same bits (the GPU tests compare them); `ssdgen bench fwd|bwd
   // --cp-async` times the two.
   bool cp_async = false;
+  // > 0: every grid axis capped at this many blocks (the kernels walk their work grid-stride: the same
+  // bits, docs/determinism.md D4); the C API's options->max_blocks is not honoured by ssd_forward.
+  int32_t max_blocks = 0;
 };
 
 // SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D, _D_PER_HEADDIM, _Z as the arguments give them.

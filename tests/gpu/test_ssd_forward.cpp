@@ -653,8 +653,20 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
       CHECK(same_bytes(run(wide_args, tma_t), base));
       ++variants;
     }
+    // Persistent grids (D4): a block walks several tiles, (b, c) items and heads, so the rings'
+    // mbarrier parities carry across work items; the default tiles against the full grid's bits.
+    {
+      const std::vector<uint8_t> full = run(a, ssd::ForwardTuning{});
+      for (int32_t cap : {1, 7, 64}) {
+        CAPTURE(cap);
+        ssd::ForwardTuning capped, capped_cp = cp_async;
+        capped.max_blocks = capped_cp.max_blocks = cap;
+        CHECK(same_bytes(run(a, capped), full));
+        CHECK(same_bytes(run(a, capped_cp), full));
+      }
+    }
     MESSAGE("TMA vs cp.async (chunk_scan_fwd and state pass tiles) " << describe(c) << ": " << variants
-                                              << " tiles, contiguous and strided x, bitwise equal");
+                                              << " tiles, contiguous and strided x, and grids of 1, 7, 64 blocks, bitwise equal");
   }
   CHECK(tma_cases == int(std::size(cases)));
 }

@@ -12,6 +12,7 @@
 #include "compile/nvrtc_compiler.h"
 #include "config/config.h"
 #include "kernels/family.h"
+#include "ops/prepare.h"
 #include "ops/ssd_forward.h"
 #include "ops/tensor_check.h"
 #include "ssd/forward_params.cuh"
@@ -342,6 +343,19 @@ TEST_CASE("ssd_forward takes chunk_scan_fwd's TMA path where x and C fit the ten
   ssd_forward_args misaligned = a;
   misaligned.C.data = static_cast<char*>(misaligned.C.data) + 8;
   CHECK((scan_flags(misaligned, SSD_ARCH_SM90A) & SSD_FLAG_TMA) == 0);
+  // Prepare cannot see the pointers: on sm_90a it builds both variants of both kernels, so a call
+  // with a view off the maps' grid finds its cp.async kernels too.
+  for (ssd_arch arch : {SSD_ARCH_SM90A, SSD_ARCH_SM90}) {
+    auto prepared = forward_prepare_configs(&a, arch, SSD_MODE_DETERMINISTIC);
+    REQUIRE_MESSAGE(prepared.ok(), prepared.status().detail);
+    int tma = 0, cp = 0;
+    for (const ssd_kernel_config& c : prepared.value())
+      if (c.kernel == SSD_KERNEL_CHUNK_SCAN_FWD || c.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_FWD)
+        ((c.flags & SSD_FLAG_TMA) ? tma : cp) += 1;
+    CAPTURE(arch_name(arch));
+    CHECK(tma == (arch == SSD_ARCH_SM90A ? 2 : 0));
+    CHECK(cp == 2);
+  }
   // An axis of extent 1 may have any stride (its coordinate is always 0).
   ssd_forward_args one = a;
   one.x.shape[0] = one.B.shape[0] = one.C.shape[0] = one.dt.shape[0] = one.out.shape[0] = 1;

@@ -561,6 +561,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   ssd::ForwardTuning tiles = parsed_tiles.value();
   tiles.staged_states = ga.staged;
   tiles.cp_async = ga.cp_async;
+  tiles.max_blocks = ga.max_blocks;  // (ssd_forward does not read the C API options' max_blocks)
   GpuSession session;
   if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
   if (ga.z) {
@@ -589,11 +590,8 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   StageTimes times;
-  ssd_launch_options grid_cap;
-  ssd_launch_options_init(&grid_cap);
-  grid_cap.max_blocks = ga.max_blocks;
   ssd::Status timed = time_stages(drv, stream, ev, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
-    return ssd::ssd_forward(*session.rt, &a, ga.max_blocks ? &grid_cap : nullptr, stream, after_stage, &tiles);
+    return ssd::ssd_forward(*session.rt, &a, nullptr, stream, after_stage, &tiles);
   }, times);
   if (!timed.ok()) return fail(ctx, timed);
   const std::vector<float>& total = times.total;

@@ -39,7 +39,8 @@ SSD_SPEC_OPTIONAL_INT(kWgmma)
 // chunk_scan_bwd_dx's resident-rows layout (sm_90, sm_90a: dynamic shared memory past 48 KiB);
 // absent reads 0, the 48 KiB static layout.
 SSD_SPEC_OPTIONAL_INT(kResidentRows)
-// chunk_scan_fwd's wgmma kernel with its operand tiles by TMA (SSD_FLAG_TMA); absent reads 0, cp.async.
+// The sm_90a wgmma kernels of chunk_state_passing_fwd and chunk_scan_fwd with their operand tiles by
+// TMA (SSD_FLAG_TMA); absent reads 0, cp.async.
 SSD_SPEC_OPTIONAL_INT(kTma)
 #undef SSD_SPEC_OPTIONAL_INT
 
