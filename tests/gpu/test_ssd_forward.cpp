@@ -585,6 +585,8 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
       kFwdCases[0], kFwdCases[2], kFwdCases[3], kFwdCases[5],
       {1, 1024, 64, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false},
       {1, 40, 4, 64, 1, 64, 64, SSD_DTYPE_BF16, true, false, true, true, true, true, false},  // one short chunk
+      // headdim 128, dstate 64: at 64 x 128 one phase-A step, phase B's first stage the second (kEarlyB).
+      {2, 300, 4, 128, 2, 64, 256, SSD_DTYPE_BF16, true, true, true, true, true, false, true},
   };
   int tma_cases = 0;
   for (const FwdCase& c : cases) {

@@ -48,6 +48,25 @@ GeneratedUnit unit_of(const ssd_kernel_config& c) {
   return *u;
 }
 
+// One NVRTC case of the wgmma kernel: the preset's config with these fields.
+struct WgmmaCase {
+  const char* label;
+  ssd_dtype dtype;
+  int headdim, dstate, chunk;
+  uint32_t flags;
+  ssd_tile tile;
+};
+ssd_kernel_config config_of(const WgmmaCase& k) {
+  ssd_kernel_config c = preset(SSD_ARCH_SM90A);
+  c.dtype = k.dtype;
+  c.headdim = k.headdim;
+  c.dstate = k.dstate;
+  c.chunk_size = k.chunk;
+  c.flags = k.flags;
+  c.tile = k.tile;
+  return c;
+}
+
 bool same_tiles(const std::vector<ssd_tile>& a, const std::vector<ssd_tile>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -165,38 +184,27 @@ TEST_CASE("chunk_scan_fwd: sm_80, sm_90 and sm_90a shapes off the 64 grid keep t
 }
 
 TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all options): wgmma, no spills") {
-  struct Case {
-    const char* label;
-    ssd_dtype dtype;
-    int headdim, dstate, chunk;
-    uint32_t flags;
-    int tile_n;
-  };
   const uint32_t all = SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_SEQ_IDX;
-  for (const Case& k : {Case{"preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | SSD_FLAG_STATES_IN_DTYPE, 64},
-                        Case{"all options, fp16", SSD_DTYPE_FP16, 64, 256, 256, all | SSD_FLAG_STATES_IN_DTYPE, 64},
-                        Case{"headdim 128, chunk 128, n 64", SSD_DTYPE_BF16, 128, 128, 128, all | SSD_FLAG_STATES_IN_DTYPE, 64},
-                        Case{"headdim 128, chunk 128, n 128", SSD_DTYPE_BF16, 128, 128, 128, all | SSD_FLAG_STATES_IN_DTYPE, 128},
-                        Case{"fp32 states", SSD_DTYPE_BF16, 64, 128, 256, SSD_FLAG_D | SSD_FLAG_Z, 64},
-                        Case{"fp32 states, all options", SSD_DTYPE_FP16, 64, 256, 256, all, 64},
-                        Case{"128 rows, preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | SSD_FLAG_STATES_IN_DTYPE, 64},
-                        Case{"128 rows, all options", SSD_DTYPE_FP16, 64, 256, 256, all | SSD_FLAG_STATES_IN_DTYPE, 64}}) {
+  const uint32_t p16 = SSD_FLAG_STATES_IN_DTYPE;
+  const ssd_tile t64{64, 64, 64, 0, 0}, t128n{64, 128, 64, 0, 0}, t128m{128, 64, 64, 0, 0};
+  for (const WgmmaCase& k : {WgmmaCase{"preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | p16, t64},
+                             WgmmaCase{"all options, fp16", SSD_DTYPE_FP16, 64, 256, 256, all | p16, t64},
+                             WgmmaCase{"headdim 128, chunk 128, n 64", SSD_DTYPE_BF16, 128, 128, 128, all | p16, t64},
+                             WgmmaCase{"headdim 128, chunk 128, n 128", SSD_DTYPE_BF16, 128, 128, 128, all | p16, t128n},
+                             WgmmaCase{"fp32 states", SSD_DTYPE_BF16, 64, 128, 256, SSD_FLAG_D | SSD_FLAG_Z, t64},
+                             WgmmaCase{"fp32 states, all options", SSD_DTYPE_FP16, 64, 256, 256, all, t64},
+                             WgmmaCase{"128 rows, preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | p16, t128m},
+                             WgmmaCase{"128 rows, all options", SSD_DTYPE_FP16, 64, 256, 256, all | p16, t128m}}) {
     CAPTURE(k.label);
-    ssd_kernel_config c = preset(SSD_ARCH_SM90A);
-    c.dtype = k.dtype;
-    c.headdim = k.headdim;
-    c.dstate = k.dstate;
-    c.chunk_size = k.chunk;
-    c.flags = k.flags;
-    const int rows = std::string(k.label).rfind("128 rows", 0) == 0 ? 128 : 64;
-    c.tile = ssd_tile{rows, k.tile_n, 64, 0, 0};
+    const ssd_kernel_config c = config_of(k);
+    const int rows = c.tile.m;
     const GeneratedUnit u = unit_of(c);
     REQUIRE(contains(u.source, "kWgmma = true"));
     auto cubin = compile_cubin(u, SSD_ARCH_SM90A, /*with_ptx=*/true);
     REQUIRE_MESSAGE(cubin.ok(), cubin.status().detail);
     INFO(cubin->log);
     const std::string ty = k.dtype == SSD_DTYPE_BF16 ? ".bf16.bf16" : ".f16.f16";
-    const std::string n = std::to_string(k.tile_n);
+    const std::string n = std::to_string(k.tile.n);
     // Phase A (both operands from shared memory) and phase B (W from registers) in its three loops
     // (no mask, mask, guarded exp): 4 + 3 x 4 k16 steps.
     CHECK(count(cubin->ptx, "wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32" + ty) == 16);
@@ -254,28 +262,19 @@ TEST_CASE("chunk_scan_fwd sm_90a: SSD_FLAG_TMA takes the TMA loaders, its parame
 }
 
 TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the TMA kernel (preset, all options, every tile): no cp.async, no spills") {
-  struct Case {
-    const char* label;
-    ssd_dtype dtype;
-    int headdim, dstate, chunk;
-    uint32_t flags;
-    ssd_tile tile;
-  };
   const uint32_t all = SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_SEQ_IDX;
   const uint32_t tma = SSD_FLAG_STATES_IN_DTYPE | SSD_FLAG_TMA;
-  for (const Case& k : {Case{"preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | tma, {64, 64, 64, 0, 0}},
-                        Case{"all options, fp16", SSD_DTYPE_FP16, 64, 256, 256, all | tma, {64, 64, 64, 0, 0}},
-                        Case{"headdim 128, n 128", SSD_DTYPE_BF16, 128, 128, 128, all | tma, {64, 128, 64, 0, 0}},
-                        Case{"128 rows, preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | tma, {128, 64, 64, 0, 0}},
-                        Case{"chunk 64, all options", SSD_DTYPE_FP16, 64, 64, 64, all | tma, {64, 64, 64, 0, 0}}}) {
+  // (headdim 128 with dstate 64 at 64 x 128: one phase-A step, so phase B's first copies go out at
+  // its only barrier into the second stage: kEarlyB with B0 = 1.)
+  for (const WgmmaCase& k :
+       {WgmmaCase{"preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | tma, {64, 64, 64, 0, 0}},
+        WgmmaCase{"all options, fp16", SSD_DTYPE_FP16, 64, 256, 256, all | tma, {64, 64, 64, 0, 0}},
+        WgmmaCase{"headdim 128, n 128", SSD_DTYPE_BF16, 128, 128, 128, all | tma, {64, 128, 64, 0, 0}},
+        WgmmaCase{"headdim 128, dstate 64, n 128", SSD_DTYPE_BF16, 128, 64, 256, SSD_FLAG_D | tma, {64, 128, 64, 0, 0}},
+        WgmmaCase{"128 rows, preset", SSD_DTYPE_BF16, 64, 256, 256, SSD_FLAG_D | tma, {128, 64, 64, 0, 0}},
+        WgmmaCase{"chunk 64, all options", SSD_DTYPE_FP16, 64, 64, 64, all | tma, {64, 64, 64, 0, 0}}}) {
     CAPTURE(k.label);
-    ssd_kernel_config c = preset(SSD_ARCH_SM90A);
-    c.dtype = k.dtype;
-    c.headdim = k.headdim;
-    c.dstate = k.dstate;
-    c.chunk_size = k.chunk;
-    c.flags = k.flags;
-    c.tile = k.tile;
+    const ssd_kernel_config c = config_of(k);
     const GeneratedUnit u = unit_of(c);
     REQUIRE(contains(u.source, "kTma = true"));
     auto cubin = compile_cubin(u, SSD_ARCH_SM90A, /*with_ptx=*/true);
