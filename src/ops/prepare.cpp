@@ -118,6 +118,23 @@ Result<ssd_arch> resolve_arch(ssd_runtime& rt, const ssd_prepare_options& o) {
   return arch;
 }
 
+// The call's configs, normalized and de-duplicated. On sm_90a a call whose x, B or C do not fit the
+// tensor maps (a view aligned only to its elements, strides off the 16-byte grid) runs the cp.async
+// kernels instead of the TMA ones (SSD_FLAG_TMA, ssd_forward.cpp): the shapes alone cannot tell, so
+// the configs with `cp_async` tuning (the TMA paths off) join them there.
+template <class Configs, class Tuning>
+Result<std::vector<ssd_kernel_config>> with_cp_async_twins(ssd_arch arch, Configs configs_with, const Tuning* cp_async) {
+  auto configs = configs_with(nullptr);
+  if (!configs.ok()) return configs.status();
+  std::vector<ssd_kernel_config> all = configs.value();
+  if (arch == SSD_ARCH_SM90A) {
+    auto twins = configs_with(cp_async);
+    if (!twins.ok()) return twins.status();
+    all.insert(all.end(), twins->begin(), twins->end());
+  }
+  return unique_normalized(all);
+}
+
 }  // namespace
 
 ssd_prepare_options default_prepare_options() {
@@ -145,20 +162,10 @@ Result<std::vector<ssd_kernel_config>> forward_prepare_configs(const ssd_forward
   const ssd_forward_args a = forward_stand_ins(args.value());
   // The workspace layout too: a shape the call would refuse (its workspace size overflows) fails here.
   SSD_RETURN_IF_ERROR(forward_layout(&a).status());
-  auto configs = forward_kernel_configs(&a, arch, mode);
-  if (!configs.ok()) return configs.status();
-  // On sm_90a a call whose x, B or C do not fit the tensor maps (a view aligned only to its
-  // elements, strides off the 16-byte grid) runs the cp.async kernels instead of the TMA ones
-  // (SSD_FLAG_TMA, ssd_forward.cpp): the shapes alone cannot tell, so both are built.
-  std::vector<ssd_kernel_config> all = configs.value();
-  if (arch == SSD_ARCH_SM90A) {
-    ForwardTuning cp_async;
-    cp_async.cp_async = true;
-    auto other = forward_kernel_configs(&a, arch, mode, &cp_async);
-    if (!other.ok()) return other.status();
-    all.insert(all.end(), other->begin(), other->end());
-  }
-  return unique_normalized(all);
+  ForwardTuning cp_async;
+  cp_async.cp_async = true;
+  return with_cp_async_twins(arch, [&](const ForwardTuning* t) { return forward_kernel_configs(&a, arch, mode, t); },
+                             &cp_async);
 }
 
 Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backward_args* user_args, ssd_arch arch,
@@ -168,17 +175,10 @@ Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backwa
   const ssd_backward_args a = backward_stand_ins(args.value());
   // The workspace layout too (with the gate's and chunk_cumsum's own checks), as the call does.
   SSD_RETURN_IF_ERROR(backward_layout(&a, mode).status());
-  auto configs = backward_kernel_configs(&a, arch, mode);
-  if (!configs.ok()) return configs.status();
-  std::vector<ssd_kernel_config> all = configs.value();
-  if (arch == SSD_ARCH_SM90A) {  // the recompute's state pass with and without TMA, as the forward's
-    BackwardTuning cp_async;
-    cp_async.forward.cp_async = true;
-    auto other = backward_kernel_configs(&a, arch, mode, &cp_async);
-    if (!other.ok()) return other.status();
-    all.insert(all.end(), other->begin(), other->end());
-  }
-  return unique_normalized(all);
+  BackwardTuning cp_async;  // the recompute's state pass
+  cp_async.forward.cp_async = true;
+  return with_cp_async_twins(arch, [&](const BackwardTuning* t) { return backward_kernel_configs(&a, arch, mode, t); },
+                             &cp_async);
 }
 
 Result<ssd_prepare_report> build_prepared(KernelBuilder& builder, const std::vector<ssd_kernel_config>& configs,

@@ -254,6 +254,8 @@ Status put_map(const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out) {
   std::memcpy(&out, &m.value(), sizeof(out));
   return Status::Ok();
 }
+// Both TMA paths: sm_90a, not turned off by ForwardTuning::cp_async, and x fits a map.
+bool tma_allowed(const F& c) { return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async && fits_tma_map(c.a.x); }
 // Such a tensor's map: dims {inner, heads, L, b}, box {64, 1, rows, 1}, 128-byte swizzle.
 Result<CUtensorMap> blhp_map(const ssd_tensor& v, uint32_t rows) {
   ssd::cuda::TensorMapDesc d;
@@ -266,14 +268,31 @@ Result<CUtensorMap> blhp_map(const ssd_tensor& v, uint32_t rows) {
   d.swizzle = ssd::cuda::TmaSwizzle::k128B;
   return ssd::cuda::encode_tensor_map(d);
 }
+// A contiguous workspace tensor of `eb`-byte elements, dims {d0, d1, d2, d3} innermost first: its map
+// with box {b0, b1, 1, 1}, 128-byte swizzle (chunk_scan_fwd's P and CB).
+Result<CUtensorMap> dense_map(const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0,
+                              uint32_t b1) {
+  ssd::cuda::TensorMapDesc d;
+  d.dtype = dtype;
+  d.base = base;
+  d.rank = 4;
+  uint64_t stride = eb;
+  for (int i = 0; i < 4; ++i) {
+    d.dims[i] = dims[i];
+    if (i > 0) d.strides[i] = stride;
+    stride *= dims[i];
+  }
+  d.box[0] = b0, d.box[1] = b1, d.box[2] = 1, d.box[3] = 1;
+  d.swizzle = ssd::cuda::TmaSwizzle::k128B;
+  return ssd::cuda::encode_tensor_map(d);
+}
 
 // F2 + F3 fused: entering states and final states, s_c kept on chip (the default path).
 bool fused(const F& c) { return !c.tiles.staged_states; }
 // Its wgmma kernel with TMA stages where x and B fit the maps (sm_90a; its cp.async loaders otherwise,
 // or with ForwardTuning::cp_async: the same bits). The backward's recompute takes it too.
 bool state_pass_tma(const F& c) {
-  return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async &&
-         ssd_kernels::fwd_geom::chunk_state_passing_wgmma_shape(int(c.d.p), int(c.d.n)) && fits_tma_map(c.a.x) &&
+  return tma_allowed(c) && ssd_kernels::fwd_geom::chunk_state_passing_wgmma_shape(int(c.d.p), int(c.d.n)) &&
          fits_tma_map(c.a.B);
 }
 ssd_kernel_config state_pass_config(const F& c) {
@@ -306,9 +325,8 @@ bool scan_runs(const F& c) { return c.with_output; }
 // The wgmma kernel with TMA operand tiles (SSD_FLAG_TMA) where the maps fit: sm_90a, the wgmma shape,
 // P in x's dtype, x and C as above. Otherwise its cp.async loaders (the same bits).
 bool scan_tma(const F& c) {
-  return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async && states_in_dtype(c) &&
-         ssd_kernels::fwd_geom::chunk_scan_wg_shape(int(c.d.Q), int(c.d.p), int(c.d.n)) && fits_tma_map(c.a.x) &&
-         fits_tma_map(c.a.C);
+  return tma_allowed(c) && states_in_dtype(c) &&
+         ssd_kernels::fwd_geom::chunk_scan_wg_shape(int(c.d.Q), int(c.d.p), int(c.d.n)) && fits_tma_map(c.a.C);
 }
 ssd_kernel_config scan_config(const F& c) {
   ssd_kernel_config k = shaped(c, SSD_KERNEL_CHUNK_SCAN_FWD, c.tiles.scan);
@@ -319,34 +337,15 @@ ssd_kernel_config scan_config(const F& c) {
 // ChunkScanFwdTmaParams' maps (forward_params.cuh) for the kernel's tile: 4-D, innermost first,
 // 128-byte swizzled boxes of 128-byte rows.
 Status encode_scan_maps(const F& c, const ssd_tile& t, ssd_kernels::ChunkScanFwdTmaParams& p) {
-  namespace cu = ssd::cuda;
-  const auto put = put_map;
-  const auto blhp = blhp_map;
-  // A contiguous workspace tensor of `eb`-byte elements with dims {d0, d1, d2, d3} and box {b0, b1, 1, 1}.
-  auto dense = [&](const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0, uint32_t b1) {
-    cu::TensorMapDesc d;
-    d.dtype = dtype;
-    d.base = base;
-    d.rank = 4;
-    uint64_t stride = eb;
-    for (int i = 0; i < 4; ++i) {
-      d.dims[i] = dims[i];
-      if (i > 0) d.strides[i] = stride;
-      stride *= dims[i];
-    }
-    d.box[0] = b0, d.box[1] = b1, d.box[2] = 1, d.box[3] = 1;
-    d.swizzle = cu::TmaSwizzle::k128B;
-    return cu::encode_tensor_map(d);
-  };
   const uint64_t bc = uint64_t(c.d.b * c.d.nc);
-  SSD_RETURN_IF_ERROR(put(blhp(c.a.C, uint32_t(t.m)), p.map_c));
-  SSD_RETURN_IF_ERROR(put(blhp(c.a.x, 64), p.map_x));
-  SSD_RETURN_IF_ERROR(put(dense(c.buf.states, c.a.x.dtype, 2, {uint64_t(c.d.n), uint64_t(c.d.p), uint64_t(c.d.h), bc}, 64,
-                                uint32_t(t.n)),
-                          p.map_states));
-  SSD_RETURN_IF_ERROR(put(dense(c.buf.CB, SSD_DTYPE_FP32, 4, {uint64_t(c.d.Q), uint64_t(c.d.Q), uint64_t(c.d.g), bc}, 32,
-                                uint32_t(t.m)),
-                          p.map_cb));
+  SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.C, uint32_t(t.m)), p.map_c));
+  SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.x, 64), p.map_x));
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.buf.states, c.a.x.dtype, 2,
+                                        {uint64_t(c.d.n), uint64_t(c.d.p), uint64_t(c.d.h), bc}, 64, uint32_t(t.n)),
+                              p.map_states));
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.buf.CB, SSD_DTYPE_FP32, 4,
+                                        {uint64_t(c.d.Q), uint64_t(c.d.Q), uint64_t(c.d.g), bc}, 32, uint32_t(t.m)),
+                              p.map_cb));
   return Status::Ok();
 }
 Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {

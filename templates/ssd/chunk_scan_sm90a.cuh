@@ -306,11 +306,8 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
   // every phase of the barriers it reads through, so each keeps the same parity bits (one per barrier).
   unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
   constexpr int kBarB = 4, kBarRows = 7;
-  unsigned parity = 0;
-  auto wait_bar = [&](int i) {
-    ptx::mbarrier_wait(s_bar + i, (parity >> i) & 1u);
-    parity ^= 1u << i;
-  };
+  MbarrierParities parity;
+  auto wait_bar = [&](int i) { parity.wait(s_bar, i); };
 
   const int tid = threadIdx.x;
   const int wg = BLOCK_M == 64 ? 0 : tid >> 7;  // warpgroup: tile rows 64 wg .. 64 wg + 63

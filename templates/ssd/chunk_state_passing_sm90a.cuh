@@ -212,7 +212,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const Params& p) {
   unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(
       smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + chunk_state_passing_wgmma_out_bytes(BLOCK_M, BLOCK_N, int(sizeof(S))));
   static_assert(STAGES <= chunk_state_passing_wgmma_barriers(), "one mbarrier per stage");
-  unsigned parity = 0;
+  MbarrierParities parity;
   if constexpr (kTma) {
     if (tid == 0) {
 #pragma unroll
@@ -323,8 +323,7 @@ __device__ void chunk_state_passing_fwd_wgmma(const Params& p) {
           // last kInFlight groups (step s-1's) still run, so step s-2's buffer (and step s-1's, with
           // kInFlight 0), refilled below once every thread passed the barrier, is free.
           if constexpr (kTma) {
-            ptx::mbarrier_wait(s_bar + s % STAGES, (parity >> (s % STAGES)) & 1u);  // the copy engine's bytes landed
-            parity ^= 1u << (s % STAGES);
+            parity.wait(s_bar, s % STAGES);  // the copy engine's bytes landed
           } else {
             ptx::cp_async_wait<STAGES - 3>();
             ptx::fence_proxy_async_shared();

@@ -603,14 +603,11 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
       FAIL("no such stage");
       return ssd_kernel_config{};
     };
-    auto scan_config = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
-      return stage_config(args, t, SSD_KERNEL_CHUNK_SCAN_FWD);
-    };
-    const ssd_kernel_config k = scan_config(a, ssd::ForwardTuning{});
+    const ssd_kernel_config k = stage_config(a, ssd::ForwardTuning{}, SSD_KERNEL_CHUNK_SCAN_FWD);
     const ssd_kernel_config ks = stage_config(a, ssd::ForwardTuning{}, SSD_KERNEL_CHUNK_STATE_PASSING_FWD);
     REQUIRE((k.flags & SSD_FLAG_TMA) != 0);
     REQUIRE((ks.flags & SSD_FLAG_TMA) != 0);
-    REQUIRE((scan_config(a, cp_async).flags & SSD_FLAG_TMA) == 0);
+    REQUIRE((stage_config(a, cp_async, SSD_KERNEL_CHUNK_SCAN_FWD).flags & SSD_FLAG_TMA) == 0);
     REQUIRE((stage_config(a, cp_async, SSD_KERNEL_CHUNK_STATE_PASSING_FWD).flags & SSD_FLAG_TMA) == 0);
     ++tma_cases;
     // x inside a (b, L, h, p + 8) tensor of NaNs: the padding columns must never be read.
@@ -622,7 +619,7 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
     d_wide.upload(wide.data(), wide.size());
     ssd_forward_args wide_args = a;
     wide_args.x = tensor(d_wide, c.dtype, {c.b, c.L, c.h, c.p}, {c.L * c.h * pw, c.h * pw, pw, 1});
-    REQUIRE((scan_config(wide_args, ssd::ForwardTuning{}).flags & SSD_FLAG_TMA) != 0);
+    REQUIRE((stage_config(wide_args, ssd::ForwardTuning{}, SSD_KERNEL_CHUNK_SCAN_FWD).flags & SSD_FLAG_TMA) != 0);
     const size_t nst = size_t(c.b * prob.nc * c.h * c.p * c.n);
     auto run = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t) {
       poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});

@@ -476,6 +476,17 @@ __device__ __forceinline__ void mma_rs(WgAcc<N>& acc, const FragA& a_frag, unsig
 // A producer writing the slot with ordinary stores instead calls producer_commit(st) after its stores
 // (and fence_proxy_async_shared() first when wgmma reads the slot). The object lives in shared memory;
 // init() is called by one thread, followed by a block barrier (__syncthreads) before first use.
+// One thread's phase parities of up to 32 full mbarriers it waits on, each phase once and in order,
+// the barriers not necessarily used in ring order (chunk_scan_fwd's two rings and its rows barrier):
+// wait(bars, i) blocks until barrier i's next phase has completed.
+struct MbarrierParities {
+  unsigned bits = 0;
+  __device__ __forceinline__ void wait(unsigned long long* bars, int i) {
+    ptx::mbarrier_wait(bars + i, (bits >> i) & 1u);
+    bits ^= 1u << i;
+  }
+};
+
 template <int STAGES>
 struct PipelineState {
   static_assert(STAGES >= 1, "at least one stage");
