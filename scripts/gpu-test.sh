@@ -24,7 +24,9 @@
 #   --python[=ARGS]: then the PyTorch package's GPU tests, scripts/python-gpu-test.sh (pip install
 #               ./python, scripts/python_gpu_test.py), ARGS passed on, e.g. --python=--kwargs-budget=120.
 #
-# Logs go to $OUT (the device tool brings them back), else build-gpu/out.
+# Logs go to $OUT (the device tool brings them back), else build-gpu/out. The device tool returns at
+# most 8 files: the build logs stay in build-gpu/logs (their tails are printed on failure), so that
+# $OUT holds the test and benchmark logs; failed checks are also printed with their test case.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/build-gpu/out}
@@ -56,16 +58,17 @@ for arg in "$@"; do
             "[--only=GPU_TEST_NAME_PATTERN] [--ab=BASELINE_TREE] [--gpu-only]" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$out"
+mkdir -p "$out" "$root/build-gpu/logs"
+logs=$root/build-gpu/logs
 prefix=$root/.deps/prefix
 ls "$root"/.deps/debs/*.deb >/dev/null 2>&1 || { echo "no .deps/debs: run scripts/fetch-gpu-deps.sh here and carry .deps" >&2; exit 2; }
 for deb in "$root"/.deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 set -e
 cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-  >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log"; exit 1; }
-ninja -C "$root/build-gpu" -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+  >"$logs/cmake.log" 2>&1 || { cat "$logs/cmake.log"; exit 1; }
+ninja -C "$root/build-gpu" -j"$(nproc)" >"$logs/build.log" 2>&1 || { tail -50 "$logs/build.log"; exit 1; }
 set +e
 
 export SSD_CACHE_DIR=$(mktemp -d)
@@ -78,6 +81,12 @@ fi
 echo "== GPU tests"
 "$root/build-gpu/tests/ssd_gpu_tests" -ni ${only:+-tc="$only"} >"$out/gpu-full.log" 2>&1 || status=1
 grep -E "^GPU tests|MESSAGE:|: ERROR:|test cases:|assertions:|Status:" "$out/gpu-full.log" | sed 's/^.*MESSAGE: //' | tail -80
+if grep -q -E ": (ERROR|FATAL ERROR):" "$out/gpu-full.log"; then
+  # Each failed check under its test case (the tail above may have cut them off).
+  echo "== failed checks"
+  awk '/^TEST CASE:/ {tc = $0; shown = 0} / (ERROR|FATAL ERROR): / {if (!shown) print tc; shown = 1; print; more = 1; next}
+       more && /^  / {print; next} {more = 0}' "$out/gpu-full.log" | head -80
+fi
 if [ $sanitize = 1 ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
@@ -116,7 +125,7 @@ if [ -n "$ab" ]; then
   echo "== A/B against the baseline tree $ab"
   base_build=$root/build-base
   if cmake -S "$root/$ab" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-       >"$out/cmake-base.log" 2>&1 && ninja -C "$base_build" -j"$(nproc)" libssdgen.so ssdgen >"$out/build-base.log" 2>&1; then
+       >"$logs/cmake-base.log" 2>&1 && ninja -C "$base_build" -j"$(nproc)" libssdgen.so ssdgen >"$logs/build-base.log" 2>&1; then
     (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib "$base_build/libssdgen.so" \
       --record "$out/digests-base.json" --label "baseline $ab") >"$out/digests-ab.log" 2>&1 &&
     (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib build-gpu/libssdgen.so \
@@ -133,7 +142,7 @@ if [ -n "$ab" ]; then
     done
     grep -E "^-- |chunk_scan_fwd|chunk_state_passing|total|host path:" "$out/ab.txt"
   else
-    tail -20 "$out/build-base.log"; status=1
+    tail -20 "$logs/build-base.log"; status=1
   fi
 fi
 if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then
