@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -588,21 +589,21 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
       // headdim 128, dstate 64: at 64 x 128 one phase-A step, phase B's first stage the second (kEarlyB).
       {2, 300, 4, 128, 2, 64, 256, SSD_DTYPE_BF16, true, true, true, true, true, false, true},
   };
+  ssd::ForwardTuning cp_async;
+  cp_async.cp_async = true;
+  auto stage_config = [](const ssd_forward_args& args, const ssd::ForwardTuning& t, ssd_kernel_id kernel) {
+    auto configs = ssd::forward_kernel_configs(&args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, &t);
+    REQUIRE(configs.ok());
+    for (const ssd_kernel_config& k : configs.value())
+      if (k.kernel == kernel) return k;
+    FAIL("no such stage");
+    return ssd_kernel_config{};
+  };
   int tma_cases = 0;
   for (const FwdCase& c : cases) {
     CAPTURE(describe(c));
     FwdProblem prob(c);
     ssd_forward_args a = prob.args();
-    ssd::ForwardTuning cp_async;
-    cp_async.cp_async = true;
-    auto stage_config = [&](const ssd_forward_args& args, const ssd::ForwardTuning& t, ssd_kernel_id kernel) {
-      auto configs = ssd::forward_kernel_configs(&args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, &t);
-      REQUIRE(configs.ok());
-      for (const ssd_kernel_config& k : configs.value())
-        if (k.kernel == kernel) return k;
-      FAIL("no such stage");
-      return ssd_kernel_config{};
-    };
     const ssd_kernel_config k = stage_config(a, ssd::ForwardTuning{}, SSD_KERNEL_CHUNK_SCAN_FWD);
     const ssd_kernel_config ks = stage_config(a, ssd::ForwardTuning{}, SSD_KERNEL_CHUNK_STATE_PASSING_FWD);
     REQUIRE((k.flags & SSD_FLAG_TMA) != 0);
@@ -630,27 +631,23 @@ TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loader
       r.insert(r.end(), ws.begin() + long(prob.layout.states_offset), ws.begin() + long(prob.layout.states_offset + 2 * nst));
       return r;
     };
+    // Every tile of both kernels, each in its own ForwardTuning slot.
     int variants = 0;
-    for (const ssd_tile& tile : ssd::legal_tiles(k)) {
-      CAPTURE(tile.m);
-      CAPTURE(tile.n);
-      ssd::ForwardTuning tma_t, cp_t = cp_async;
-      tma_t.scan = cp_t.scan = tile;
-      const std::vector<uint8_t> base = run(a, cp_t);
-      CHECK(same_bytes(run(a, tma_t), base));
-      CHECK(same_bytes(run(wide_args, tma_t), base));
-      ++variants;
-    }
-    for (const ssd_tile& tile : ssd::legal_tiles(ks)) {
-      CAPTURE(tile.m);
-      CAPTURE(tile.n);
-      CAPTURE(tile.k);
-      ssd::ForwardTuning tma_t, cp_t = cp_async;
-      tma_t.state_pass = cp_t.state_pass = tile;
-      const std::vector<uint8_t> base = run(a, cp_t);
-      CHECK(same_bytes(run(a, tma_t), base));
-      CHECK(same_bytes(run(wide_args, tma_t), base));
-      ++variants;
+    const std::pair<const ssd_kernel_config*, ssd_tile ssd::ForwardTuning::*> kernels[] = {
+        {&k, &ssd::ForwardTuning::scan}, {&ks, &ssd::ForwardTuning::state_pass}};
+    for (const auto& [kernel, slot] : kernels) {
+      CAPTURE(ssd::kernel_name(kernel->kernel));
+      for (const ssd_tile& tile : ssd::legal_tiles(*kernel)) {
+        CAPTURE(tile.m);
+        CAPTURE(tile.n);
+        CAPTURE(tile.k);
+        ssd::ForwardTuning tma_t, cp_t = cp_async;
+        tma_t.*slot = cp_t.*slot = tile;
+        const std::vector<uint8_t> base = run(a, cp_t);
+        CHECK(same_bytes(run(a, tma_t), base));
+        CHECK(same_bytes(run(wide_args, tma_t), base));
+        ++variants;
+      }
     }
     // Persistent grids (D4): a block walks several tiles, (b, c) items and heads, so the rings'
     // mbarrier parities carry across work items; the default tiles against the full grid's bits.
