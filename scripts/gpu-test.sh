@@ -142,7 +142,7 @@ if [ -n "$ab" ]; then
     done
     grep -E "^-- |chunk_scan_fwd|chunk_state_passing|total|host path:" "$out/ab.txt"
   else
-    tail -20 "$logs/build-base.log"; status=1
+    tail -20 "$logs/cmake-base.log" "$logs/build-base.log" 2>/dev/null; status=1
   fi
 fi
 if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then

@@ -18,7 +18,8 @@ mkdir -p "$out"
 prefix=$root/.deps/prefix
 ls "$root"/.deps/debs/*.deb >/dev/null 2>&1 || { echo "no .deps/debs: run scripts/fetch-gpu-deps.sh here and carry .deps" >&2; exit 2; }
 for deb in "$root"/.deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+# (Printed, not kept in $OUT: the device tool returns 8 files, gpu-test.sh says why.)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 pylib=$root/build-gpu/pylib
 rm -rf "$pylib"
@@ -26,8 +27,8 @@ start=$(date +%s)
 # A kept build directory: a second call on a warm machine rebuilds nothing.
 if ! CMAKE_PREFIX_PATH="$prefix/usr" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) SKBUILD_BUILD_DIR="$root/build-gpu/skbuild" \
     python3 -m pip install "$root/python" --no-build-isolation --no-deps --no-index --target "$pylib" -v \
-    >"$out/pip-install.log" 2>&1; then
-  tail -40 "$out/pip-install.log"
+    >"$root/build-gpu/pip-install.log" 2>&1; then
+  tail -40 "$root/build-gpu/pip-install.log"
   echo "python-gpu-test.sh: pip install ./python failed"
   exit 1
 fi
