@@ -2,24 +2,37 @@
 // positions l <= λ_c (t = cQ + l < L):
 //
 //   ŷ_l = e_l · Σ_n C[t, g, n] · P_c[p, n]                              (state part, contraction over n)
-//       + Σ_{s ≤ l} W(l, s) · x[cQ+s, h, p]                              (intra part, contraction over s)
-//   e_l    = η_c(l) ? exp(A(l)) : 0,   η_c(l) = [seq_idx(t) == seq_idx(cQ-1)], seq_idx(-1) := 0
-//   W(l,s) = (s <= l) ? (CB[l, s] · exp(min(A(l) - A(s), 0))) · Δ_s : 0
+//       + Σ_{s ≤ l} CB[l, s] · exp(A(l) - A(s)) · Δ_s · x[cQ+s, h, p]      (intra part, contraction over s)
+//   e_l = η_c(l) ? exp(A(l)) : 0,   η_c(l) = [seq_idx(t) == seq_idx(cQ-1)], seq_idx(-1) := 0
+// evaluated with the row's 64-block r = 64 ⌊l / 64⌋ (a property of the position, not of a tile)
+// factored out of the positions below it:
+//   ŷ_l = f(l) · (e'_l · Σ_n C·P  +  Σ_{s < r} V(l, s) · x_s)  +  Σ_{r ≤ s ≤ l} W(l, s) · x_s   (r > 0)
+//   ŷ_l =         e_l  · Σ_n C·P                             +  Σ_{0 ≤ s ≤ l} W(l, s) · x_s   (r = 0)
+//   e'_l   = η_c(l) ? exp(A(r)) : 0,   f(l) = exp(A(l) - A(r))
+//   V(l,s) = CB[l, s] · u_r(s),   u_r(s) = exp(A(r) - A(s)) · Δ_s          (s < r <= l: no mask)
+//   W(l,s) = (s <= l) ? (CB[l, s] · exp(min(A(l) - A(s), 0))) · Δ_s : 0    (the direct form)
+// (below r the product exp(A(l) - A(r)) · exp(A(r) - A(s)) is exp(A(l) - A(s)) unclamped, as the math;
+// one multiply per element of V instead of W's exp: most of the intra work lies below the block.)
 //   y_l = ŷ_l + D ⊙ x_l (D per head or per (head, p));  out_l = y_l · (z_l · sigmoid(z_l)) with z
 //   (and out_x_l = y_l), else out_l = y_l.  out / out_x are stored in x's dtype T.
 //
 // Operand precision (math §1.4, as upstream): P_c is converted to T before the mma (it comes in
-// the state type S: fp32 or T); W(l, s) is formed in fp32, selected (masked entries are 0, never
-// multiplied), then rounded to T; both contractions accumulate in fp32 on the tensor cores. The
-// e_l row scale multiplies the fp32 state-part accumulator before the intra part is added. exp is
+// the state type S: fp32 or T); V(l, s) and W(l, s) are formed in fp32 (W selected: masked entries
+// are 0, never multiplied), then rounded to T; both contractions accumulate in fp32 on the tensor
+// cores. The e_l (e'_l) row scale multiplies the fp32 state-part accumulator before the intra part
+// is added, f(l) the fp32 accumulator after the last position below r. exp is
 // __expf (ex2.approx, like tl.exp); sigmoid is 1 / (1 + __expf(-z)) with an IEEE division (its bits,
 // formed eight at a time without a branch per element: primitives/sigmoid.cuh).
 //
 // Reduction order per output (l, p), one fp32 accumulator starting from 0:
 //   1. K loop over n in min(BLOCK_K, N) steps, increasing n, each a chain of K/16 mma.m16n8k16 in
-//      increasing n;  2. multiply by e_l;  3. K loop over s = 0 .. min(m0 + BLOCK_M, λ_c + 1) - 1 in
-//      BLOCK_K steps, increasing s, each a chain of BLOCK_K/16 mma in increasing s (entries with
-//      s > l contribute exact zeros);  4. + x·D (fp32 FMA), 5. gating in fp32, one rounding to T.
+//      increasing n;  2. multiply by e_l (e'_l where r > 0);  3. K loop over s = 0 .. r - 1 in BLOCK_K
+//      steps (BLOCK_K divides 64), increasing s, each a chain of BLOCK_K/16 mma of V in increasing s;
+//      then, where r > 0, multiply by f(l);  4. the K loop continued over s = r .. min(m0 + BLOCK_M,
+//      λ_c + 1) - 1 with W (entries with s > l contribute exact zeros);  5. + x·D (fp32 FMA),
+//      6. gating in fp32, one rounding to T. u_r(s) = __expf(A(r) - A(s)) * Δ_s and f(l) =
+//      __expf(A(l) - A(r)) as fp32 expressions (the wgmma kernel forms u_r once per tile in shared
+//      memory, this one per k16 slice: the same expression, the same bits).
 // Tiles only move data: the chains above are the same for every (BLOCK_M, BLOCK_N, BLOCK_K), except
 // that BLOCK_M decides how many all-zero s-steps are skipped (adding exact zeros changes nothing
 // but the sign of a zero result).
@@ -282,7 +295,10 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
           __syncthreads();  // phase-A buffers are reused by phase B
         }
 
-        // Row scale e_l, and the rows' A(l) for phase B.
+        // The warp's rows lie in one 64-block r (WM <= 32 rows from a multiple of WM). Row scale: e_l =
+        // exp(A(l)) where r = 0, else exp(A(r)), the row factor f(l) = exp(A(l) - A(r)) following the
+        // steps below r; the rows' A(l) for the direct W of the steps from r on.
+        const int r_w = (m0 + wm0) & ~63;
         float a_row[MI][2];
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
@@ -293,7 +309,7 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
             a_row[i][half] = al;
             bool keep = l < valid;
             if (Spec::kSeqIdx) keep = keep && s_seq[l] == q_prev;
-            const float e = keep ? __expf(al) : 0.f;
+            const float e = keep ? __expf(r_w > 0 ? s_dA[r_w] : al) : 0.f;
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
               acc[i][j].x[2 * half] *= e;
@@ -325,6 +341,53 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
             ring.begin(ks, load_stage);
             const float* scb = sCB(ks % STAGES);
             const T* sx = sX(ks % STAGES);
+            if (r_w > 0 && ks * BLOCK_K == r_w) {  // the steps below r are done: × f(l) = exp(A(l) - A(r))
+              const float a_r = s_dA[r_w];
+#pragma unroll
+              for (int i = 0; i < MI; ++i) {
+                const float f0 = __expf(a_row[i][0] - a_r), f1 = __expf(a_row[i][1] - a_r);
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) {
+                  acc[i][j].x[0] *= f0;
+                  acc[i][j].x[1] *= f0;
+                  acc[i][j].x[2] *= f1;
+                  acc[i][j].x[3] *= f1;
+                }
+              }
+            }
+            if (ks * BLOCK_K < r_w) {  // wholly below the warp's 64-block (BLOCK_K divides 64): the factored W
+#pragma unroll
+              for (int kk = 0; kk < BLOCK_K; kk += 16) {
+                const int s01 = ks * BLOCK_K + kk + 2 * lt;
+                // u_r(s) = __expf(A(r) - A(s)) · Δ_s: the wgmma kernel's shared row, by the same expression.
+                const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
+                const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
+                const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
+                const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
+                const float a_r = s_dA[r_w];
+                const float u0 = __expf(a_r - as01.x) * dt01.x, u1 = __expf(a_r - as01.y) * dt01.y;
+                const float u8 = __expf(a_r - as89.x) * dt89.x, u9 = __expf(a_r - as89.y) * dt89.y;
+                FragB bf[NJ];
+#pragma unroll
+                for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sx + kk * LDX + 8 * j, LDX);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                  FragA a;
+#pragma unroll
+                  for (int half = 0; half < 2; ++half) {
+                    const int r = wm0 + 16 * i + lg + 8 * half;
+                    const float* cbr = scb + r * LDCB + kk + 2 * lt;
+                    const float2 c01 = *reinterpret_cast<const float2*>(cbr);
+                    const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
+                    a.x[half] = ptx::pack2<T>(c01.x * u0, c01.y * u1);
+                    a.x[2 + half] = ptx::pack2<T>(c89.x * u8, c89.y * u9);
+                  }
+#pragma unroll
+                  for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a, bf[j]);
+                }
+              }
+              continue;
+            }
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               const int s01 = ks * BLOCK_K + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)

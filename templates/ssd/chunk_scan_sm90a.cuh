@@ -4,13 +4,15 @@
 // (src/kernels/chunk_scan.cpp) sets Spec::kWgmma for sm_90a configs whose shape fits
 // (fwd_geom::chunk_scan_wg_shape), and every other config keeps the mma.sync kernel.
 //
-// Per output (l, p), one fp32 accumulator from 0 (the same chain as the mma.sync kernel):
+// Per output (l, p), one fp32 accumulator from 0 (the same chain as the mma.sync kernel; r = 64 ⌊l/64⌋):
 //   1. n = 0, 16, 32, ... N-16: acc += C[l, n..n+15] · rn_T(P_c)[p, n..n+15] (one HGMMA k16 step
-//      each, in increasing n);  2. acc *= e_l;
-//   3. s = 0, 16, ... up to min(m0 + BLOCK_M, λ_c + 1) rounded up to 64 (the steps past it are
-//      all-zero and skipped; the ones before it past l contribute exact zeros): acc += rn_T(W(l,
-//      s..s+15)) · x[s..s+15, p], W formed in fp32 by the same expression as the mma.sync kernel;
-//   4. the same epilogue (D, z gate, one rounding) through the same shared fp32 tile.
+//      each, in increasing n);  2. acc *= e_l (exp(A(r)) in place of exp(A(l)) where r > 0);
+//   3. s = 0, 16, ... r-16: acc += rn_T(CB(l, s..s+15) · u_r(s..s+15)) · x[s..s+15, p]; then, where
+//      r > 0, acc *= f(l);  4. s = r, r+16, ... up to min(m0 + BLOCK_M, λ_c + 1) rounded up to 64 (the
+//      steps past it are all-zero and skipped; the ones before it past l contribute exact zeros):
+//      acc += rn_T(W(l, s..s+15)) · x[s..s+15, p], W the direct form; every fp32 factor formed by the
+//      same expression as the mma.sync kernel;
+//   5. the same epilogue (D, z gate, one rounding) through the same shared fp32 tile.
 // If an HGMMA k16 step gives the bits of an HMMA m16n8k16 step (its products and its sum onto the
 // accumulator), the outputs equal the mma.sync kernel's bitwise; tests/gpu/test_ssd_forward.cpp
 // compares the two on the device ("chunk_scan_fwd: sm_90a (wgmma) against sm_80 (mma.sync)").
@@ -23,11 +25,12 @@
 //   phase A (N / 64 steps): wgmma m64nBLOCK_Nk16, A = C tile [l][n], B = P tile [p][n], both K-major
 //     in 128-byte swizzled shared tiles (mma_ss<T, 0, 0>);
 //   phase B (ceil(kend / 64) steps): A = W from registers (each thread forms its FragA from the fp32
-//     CB tile and the chunk's A, Δ rows in shared memory, one k16 step's while the previous step's
-//     wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>). W is formed without a branch
-//     per element (the value, then the select), in three loops of one variant each: steps wholly
-//     below the diagonal without the mask, the others with it, and where a bound on the tile's
-//     exponents cannot exclude subnormal exps the guarded __expf for every step (sm90a_detail::decay).
+//     CB tile and, below the warpgroup's 64-block, its u_r row in shared memory (formed once per tile,
+//     one multiply per element), from it on the chunk's A, Δ rows; one k16 step's while the previous
+//     step's wgmma runs), B = x tile [s][p] MN-major, swizzled (mma_rs<T, 1>). W is formed without a
+//     branch per element (the value, then the select), in three loops of one variant each: the steps
+//     below the block (factored, no mask), the others with the mask, and there, where a bound on the
+//     exponents cannot exclude subnormal exps, the guarded __expf (sm90a_detail::decay).
 // Each phase runs a cp.async ring over the same shared body: phase B of fwd_geom::chunk_scan_wg_stages()
 // stages, phase A of chunk_scan_wg_stages_a() smaller ones (3 at 64 x 64). cp.async writes
 // through the generic proxy: each thread waits for its copies, fences (fence.proxy.async) and the
@@ -200,10 +203,10 @@ struct CbSwizzle {
 // in fp32 (the mma.sync kernel's expression (CB · decay) · Δ, masked to s <= l) and rounded to T, then
 // the wgmma with the x slice (MN-major at descriptor low word x_lo). One slice at a time: its fragment
 // is formed while the previous slice's wgmma runs (forming more at once needs more registers).
-// kBelow: every position of the step is at or before every row of the warpgroup (no mask); kPlain:
-// decay<true> is exact for every element (the caller's bound). CB's tile: rows LDCB floats apart, or
-// with kSwCB the TMA layout of CbSwizzle (BLOCK_M rows per box).
-template <class T, bool kBelow, bool kPlain, int LDCB, bool kSwCB, int BLOCK_M, int N>
+// The steps from the warpgroup's 64-block r on (below it: w_step_below). kPlain: decay<true> is exact
+// for every element (the caller's bound). CB's tile: rows LDCB floats apart, or with kSwCB the TMA
+// layout of CbSwizzle (BLOCK_M rows per box).
+template <class T, bool kPlain, int LDCB, bool kSwCB, int BLOCK_M, int N>
 __device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const float* s_dt, const float* scb,
                                        const float (&a_row)[2], int ks, int m0, int r_lo, int lt, unsigned x_lo,
                                        const CbSwizzle& sw) {
@@ -235,18 +238,54 @@ __device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const f
       float w1 = c01.y * decay<kPlain>(al, as01.y) * dt01.y;
       float w8 = c89.x * decay<kPlain>(al, as89.x) * dt89.x;
       float w9 = c89.y * decay<kPlain>(al, as89.y) * dt89.y;
-      if constexpr (!kBelow) {
-        w0 = keep_if(w0, s01 <= l);
-        w1 = keep_if(w1, s01 + 1 <= l);
-        w8 = keep_if(w8, s01 + 8 <= l);
-        w9 = keep_if(w9, s01 + 9 <= l);
-      }
+      w0 = keep_if(w0, s01 <= l);
+      w1 = keep_if(w1, s01 + 1 <= l);
+      w8 = keep_if(w8, s01 + 8 <= l);
+      w9 = keep_if(w9, s01 + 9 <= l);
       a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
       a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
     }
     warpgroup::fence_operand(acc);
     warpgroup::fence();
     warpgroup::mma_rs<T, 1>(acc, a, smem::desc_sw128(x_lo + kk * 128 / 16), true);  // k16 slices 16 rows apart
+    warpgroup::commit_group();
+    warpgroup::fence_operand(acc);
+  }
+}
+
+// One phase-B step wholly below this warpgroup's 64-block r (every position s < r <= l of its rows):
+// the factored W's first factor, rn_T(CB(l, s) · u_r(s)), u_r(s) = __expf(A(r) - A(s)) · Δ_s from the
+// warpgroup's shared row s_u (formed once per tile), one multiply per element and no mask; otherwise
+// as w_step. The row factor f(l) multiplies the accumulator after the last such step.
+template <class T, int LDCB, bool kSwCB, int BLOCK_M, int N>
+__device__ __forceinline__ void w_step_below(WgAcc<N>& acc, const float* s_u, const float* scb, int ks, int r_lo,
+                                             int lt, unsigned x_lo, const CbSwizzle& sw) {
+#pragma unroll
+  for (int kq = 0; kq < 4; ++kq) {
+    FragA a;
+    const int kk = 16 * kq;
+    const int s01 = ks * 64 + kk + 2 * lt;
+    const float2 u01 = *reinterpret_cast<const float2*>(s_u + s01);
+    const float2 u89 = *reinterpret_cast<const float2*>(s_u + s01 + 8);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = r_lo + 8 * half;
+      float2 c01, c89;
+      if constexpr (kSwCB) {
+        const unsigned char* cbr = reinterpret_cast<const unsigned char*>(scb) + (kk >> 5) * (BLOCK_M * 128) + r * 128;
+        c01 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][0]);
+        c89 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][1]);
+      } else {
+        const float* cbr = scb + r * LDCB + kk + 2 * lt;
+        c01 = *reinterpret_cast<const float2*>(cbr);
+        c89 = *reinterpret_cast<const float2*>(cbr + 8);
+      }
+      a.x[half] = ptx::pack2<T>(c01.x * u01.x, c01.y * u01.y);
+      a.x[2 + half] = ptx::pack2<T>(c89.x * u89.x, c89.y * u89.y);
+    }
+    warpgroup::fence_operand(acc);
+    warpgroup::fence();
+    warpgroup::mma_rs<T, 1>(acc, a, smem::desc_sw128(x_lo + kk * 128 / 16), true);
     warpgroup::commit_group();
     warpgroup::fence_operand(acc);
   }
@@ -299,13 +338,17 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
   float* s_dA = reinterpret_cast<float*>(s_dyn);
   float* s_dt = s_dA + Q;
   int* s_seq = reinterpret_cast<int*>(s_dt + Q);  // Q entries with seq_idx
-  unsigned char* s_body = smem::align1024(s_dyn + chunk_scan_wg_fixed_bytes(Q, Spec::kSeqIdx, kTma));
+  unsigned char* s_body = smem::align1024(s_dyn + chunk_scan_wg_fixed_bytes(Q, BLOCK_M, Spec::kSeqIdx, kTma));
   const unsigned body_addr = ptx::smem_addr(s_body);
   // With kTma: full barriers of phase A's slots (0..3), phase B's (4, 5) and the chunk's A, Δ rows (7),
   // one arrival each (thread 0's arrive.expect_tx) plus the copies' bytes. Every thread waits once for
   // every phase of the barriers it reads through, so each keeps the same parity bits (one per barrier).
   unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx));
   constexpr int kBarB = 4, kBarRows = 7;
+  // The factored W's u rows (chunk_scan_wg_u_bytes: Δ's row itself with 64 rows, else one of Q per
+  // warpgroup), written and read by ordinary accesses.
+  float* const s_u_rows =
+      reinterpret_cast<float*>(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx) + (kTma ? chunk_scan_wg_barriers() * 8 : 0));
   MbarrierParities parity;
   auto wait_bar = [&](int i) { parity.wait(s_bar, i); };
 
@@ -314,6 +357,7 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
   const int lane = tid & 31;
   const int lg = lane >> 2, lt = lane & 3;
   const int r_lo = 64 * wg + 16 * ((tid >> 5) & 3) + lg;  // this thread's tile rows: r_lo and r_lo + 8
+  float* const s_u = BLOCK_M == 64 ? s_dt : s_u_rows + wg * Q;  // this warpgroup's u_r row
   sm90a_detail::CbSwizzle cb_sw;
   if constexpr (kTma) {
     cb_sw.init(lg, lt);
@@ -486,9 +530,13 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
         }
 
         if (rows_bulk) wait_bar(kBarRows);  // the chunk's A, Δ rows (long since landed)
-        // Row scale e_l, and the rows' A(l) for phase B.
+        // The rows' 64-block r = row0 (the warpgroup's first row). Row scale: e_l = exp(A(l)) where
+        // r = 0, else exp(A(r)), the row factor f(l) = exp(A(l) - A(r)) following the steps below r;
+        // the rows' A(l) for the direct W of the steps from r on.
+        const int row0 = m0 + 64 * wg;
         float a_row[2];
         {
+          const float a_r = s_dA[row0];
           float e[2];
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
@@ -497,11 +545,17 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
             a_row[half] = al;
             bool keep = l < valid;
             if (Spec::kSeqIdx) keep = keep && s_seq[l] == q_prev;
-            e[half] = keep ? __expf(al) : 0.f;
+            e[half] = keep ? __expf(row0 > 0 ? a_r : al) : 0.f;
           }
 #pragma unroll
           for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] *= e[(i >> 1) & 1];
         }
+        // u_r(s) = exp(A(r) - A(s)) · Δ_s for s < r, this warpgroup's row (read after phase B's first
+        // barrier; the previous tile's reads ended at its last barrier). With 64 rows in place over
+        // Δ_s, each element read and rewritten by one thread: the steps from r on read Δ_s for s >= r
+        // only. (The next tile's copies rewrite the row: the cp.async ones through the same proxy,
+        // the bulk copy after the end-of-tile proxy fence.)
+        for (int s = tid & 127; s < row0; s += 128) s_u[s] = __expf(s_dA[row0] - s_dA[s]) * s_dt[s];
 
         // ---------------- Phase B: acc += W · X (contraction over s, 64 per step) ----------------
         {
@@ -510,15 +564,16 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
             if (st < KB && !(kEarlyB && st == 0)) load_b((st + B0) % STAGES, st);
             if constexpr (!kTma) ptx::cp_async_commit();
           }
-          // Phase B's exponents are t = rn(min(A(l) - A(s), 0) · log2 e) (decay). Over this thread's
-          // rows (A(l) >= al_lo) and the positions s < KB · 64 (A(s) <= as_hi) rounding is monotonic,
-          // so every t >= rn(min(al_lo - as_hi, 0) · log2 e); an A(l) or A(s) that is NaN gives
-          // min(NaN, 0) = 0 (fminf / fmaxf drop NaNs from the bounds; a bound that is NaN fails the
-          // test). When that bound is >= -126 for every thread of the block, the tile uses decay<true>:
-          // the same bits without the subnormal guard. One loop per variant: a choice per step inside
-          // one loop makes ptxas spill.
-          float as_hi = s_dA[lane];  // every warp the same: the largest A(s) over the tile's steps
-          for (int pos = lane + 32; pos < KB * 64; pos += 32) as_hi = fmaxf(as_hi, s_dA[pos]);
+          // The direct W's exponents (the steps from the warpgroup's 64-block r on; the factored W
+          // below it takes u_r, formed by the guarded __expf) are t = rn(min(A(l) - A(s), 0) · log2 e)
+          // (decay). Over this thread's rows (A(l) >= al_lo) and the positions r <= s < KB · 64
+          // (A(s) <= as_hi) rounding is monotonic, so every t >= rn(min(al_lo - as_hi, 0) · log2 e); an
+          // A(l) or A(s) that is NaN gives min(NaN, 0) = 0 (fminf / fmaxf drop NaNs from the bounds; a
+          // bound that is NaN fails the test). When that bound is >= -126 for every thread of the
+          // block, the tile uses decay<true>: the same bits without the subnormal guard. One loop per
+          // variant: a choice per step inside one loop makes ptxas spill.
+          float as_hi = s_dA[row0 + lane];  // every warp of the warpgroup the same: the largest A(s) it needs
+          for (int pos = row0 + lane + 32; pos < KB * 64; pos += 32) as_hi = fmaxf(as_hi, s_dA[pos]);
 #pragma unroll
           for (int o = 16; o >= 1; o >>= 1) as_hi = fmaxf(as_hi, __shfl_xor_sync(0xffffffffu, as_hi, o));
           const float al_lo = fminf(a_row[0], a_row[1]);
@@ -532,8 +587,8 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
             ptx::fence_proxy_async_shared();
           }
           const bool plain = __syncthreads_and(plain_here) != 0;
-          const int row0 = m0 + 64 * wg;  // this warpgroup's first row
           int sb = B0 % STAGES;  // (ks + B0) % STAGES
+          // kBelow: the factored W (w_step_below); else the direct W with the mask.
           auto run = [&](const bool kPlain, const bool kBelow, int ks_begin, int ks_end) {
 #pragma unroll 1
             for (int ks = ks_begin; ks < ks_end; ++ks) {
@@ -551,27 +606,33 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
               const float* scb = reinterpret_cast<const float*>(s_body + sb * STAGE + TILE0);
               // x [s][p], MN-major: the k16 slices 16 rows of 128 bytes apart.
               const unsigned x_lo = smem::desc_lo_sw128(body_addr + sb * STAGE, 64 * 128);
-              if (kPlain && kBelow)
-                sm90a_detail::w_step<T, true, true, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
-                                                                        x_lo, cb_sw);
+              if (kBelow)
+                sm90a_detail::w_step_below<T, LDCB, kTma, BLOCK_M>(acc, s_u, scb, ks, r_lo, lt, x_lo, cb_sw);
               else if (kPlain)
-                sm90a_detail::w_step<T, false, true, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
+                sm90a_detail::w_step<T, true, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
                                                                          x_lo, cb_sw);
               else
-                sm90a_detail::w_step<T, false, false, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
+                sm90a_detail::w_step<T, false, LDCB, kTma, BLOCK_M>(acc, s_dA, s_dt, scb, a_row, ks, m0, r_lo, lt,
                                                                           x_lo, cb_sw);
               warpgroup::wait_group<0>();
               warpgroup::fence_operand(acc);
               sb = sb + 1 == STAGES ? 0 : sb + 1;
             }
           };
-          // Steps ks < kb_below are wholly at or before the warpgroup's first row (no mask).
+          // Steps ks < kb_below lie wholly before the warpgroup's 64-block r: the factored W, then
+          // the row factor f(l); the steps from r on: the direct W.
           const int kb_below = row0 / 64 < KB ? row0 / 64 : KB;
-          if (plain) {
+          if (kb_below > 0) {
             run(true, true, 0, kb_below);
+            const float a_r = s_dA[row0];  // f(l) formed here: no registers held over the loop
+            const float f_row[2] = {__expf(a_row[0] - a_r), __expf(a_row[1] - a_r)};
+#pragma unroll
+            for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] *= f_row[(i >> 1) & 1];
+          }
+          if (plain) {
             run(true, false, kb_below, KB);
           } else {
-            run(false, false, 0, KB);
+            run(false, false, kb_below, KB);
           }
         }
         if constexpr (!kTma) ptx::cp_async_wait<0>();

@@ -79,8 +79,9 @@ struct ChunkStatePassingFwdTmaParams : ChunkStatePassingFwdParams {
   TensorMap map_x, map_b;
 };
 
-// F5: ŷ_l = Σ_{s ≤ l} CB(l, s) exp(min(A(l) - A(s), 0)) Δ_s x_s + η_c(l) exp(A(l)) P_c C_l;
+// F5: ŷ_l = Σ_{s ≤ l} CB(l, s) exp(A(l) - A(s)) Δ_s x_s + η_c(l) exp(A(l)) P_c C_l;
 //     y = ŷ + D ⊙ x;  out = y · silu(z) (out_x = y) with z, else out = y.   Stored in x's dtype.
+//     (Evaluated with the row's 64-block r factored out below it: chunk_scan.cuh's header.)
 struct ChunkScanFwdParams {
   TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q, unit s-stride; only entries with s <= l are read
   TensorRef<const void, 4> x;  // (b, L, h, p), element type
@@ -330,11 +331,15 @@ SSD_HOST_DEVICE constexpr int chunk_scan_wg_stages_a(int bm, int bn, bool tma = 
 }
 // The TMA rings' mbarriers: phase A's slots (at most 4), phase B's (2), the chunk's A and Δ rows.
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_barriers() { return 8; }
-SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, bool seq, bool tma = false) {
-  return two_phase_fixed_bytes(q, seq) + (tma ? chunk_scan_wg_barriers() * 8 : 0);
+// The factored W's per-position factors u_r(s), s < r (chunk_scan.cuh's header; r = 64 ⌊l / 64⌋ is
+// the warpgroup's own): with 64 rows in Δ's row itself (the steps from r on read Δ_s only for s >= r),
+// with 128 one fp32 row of q per warpgroup after the barriers (the two warpgroups' r differ).
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_u_bytes(int q, int bm) { return bm == 64 ? 0 : (bm / 64) * q * 4; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, int bm, bool seq, bool tma = false) {
+  return two_phase_fixed_bytes(q, seq) + (tma ? chunk_scan_wg_barriers() * 8 : 0) + chunk_scan_wg_u_bytes(q, bm);
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq, bool tma = false) {
-  return chunk_scan_wg_fixed_bytes(q, seq, tma) + 1024 + chunk_scan_wg_body_bytes(bm, bn, tma);
+  return chunk_scan_wg_fixed_bytes(q, bm, seq, tma) + 1024 + chunk_scan_wg_body_bytes(bm, bn, tma);
 }
 // Resident blocks per SM (__launch_bounds__'s second argument, so also the register cap): shared
 // memory (228 KiB per SM, 1 KiB reserved per block) and the 64 K registers per SM at `regs` per

@@ -108,7 +108,8 @@ TEST_CASE("chunk_scan_fwd sm_90a: the preset takes the wgmma kernel, 64x64x64, d
   const GeneratedUnit u128 = unit_of(m128);
   CHECK(u128.block_threads == 256);
   CHECK(contains(u128.source, "__launch_bounds__(256, 2)"));
-  CHECK(u128.dynamic_shared_bytes == 2 * 52 * 1024 + 2 * 1024 + 1024);
+  // ... and a row of the factored W's u_r per warpgroup (with 64 rows u_r takes Δ's row).
+  CHECK(u128.dynamic_shared_bytes == 2 * 52 * 1024 + 2 * 1024 + 2 * 1024 + 1024);
 }
 
 TEST_CASE("chunk_scan_fwd sm_90a: headdim 128 has three tiles; 128 columns run 2 blocks per SM") {
@@ -206,12 +207,14 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     const std::string ty = k.dtype == SSD_DTYPE_BF16 ? ".bf16.bf16" : ".f16.f16";
     const std::string n = std::to_string(k.tile.n);
     // Phase A (both operands from shared memory) and phase B (W from registers) in its three loops
-    // (no mask, mask, guarded exp): 4 + 3 x 4 k16 steps.
+    // (the factored W below the rows' 64-block, the direct W with the mask, with the guarded exp):
+    // 4 + 3 x 4 k16 steps.
     CHECK(count(cubin->ptx, "wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32" + ty) == 16);
     CHECK(count(cubin->ptx, "wgmma.mma_async") == 16);
-    // W's exp: unguarded (ex2.approx.ftz) in the first two loops, __expf (ex2.approx.f32, which ptxas
-    // guards against subnormal results) in the third; 8 elements per k16 step each.
-    CHECK(count(cubin->ptx, "ex2.approx.ftz.f32") == 2 * 4 * 8);
+    // The direct W's exp: unguarded (ex2.approx.ftz) in the second loop, __expf (ex2.approx.f32,
+    // which ptxas guards against subnormal results) in the third; 8 elements per k16 step each. The
+    // factored loop forms none (its u_r and f(l) are __expf's, once per position and row).
+    CHECK(count(cubin->ptx, "ex2.approx.ftz.f32") == 4 * 8);
     // With z, the gate's eight reciprocals on its branch-free fast path (primitives/sigmoid.cuh).
     CHECK(count(cubin->ptx, "rcp.approx.ftz.f32") == ((k.flags & SSD_FLAG_Z) ? 8u : 0u));
     CHECK(contains(cubin->ptx, "cp.async.cg.shared.global"));
@@ -220,10 +223,10 @@ TEST_CASE("chunk_scan_fwd sm_90a: NVRTC compiles the wgmma kernel (preset, all o
     // ptxas warns when it serializes wgmma (a fragment or accumulator touched while in flight).
     CHECK_FALSE(contains(cubin->log, "wgmma"));
     // 128 rows at 2 blocks per SM (128 registers) spill a few bytes, and so do 64 rows with z and
-    // headdim 64 at 4 blocks (128 registers: 4-16 bytes, measured faster than 3 blocks without the
-    // spill, docs/perf.md); everything else none.
+    // headdim 64 at 4 blocks (128 registers: 4-28 bytes, loaded outside the K loops; measured faster
+    // than 3 blocks without the spill, docs/perf.md); everything else none.
     const bool z_at_128 = rows == 64 && k.headdim == 64 && (k.flags & SSD_FLAG_Z) && (k.flags & SSD_FLAG_STATES_IN_DTYPE);
-    if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 64 : z_at_128 ? 16 : 0));
+    if (cubin->report.registers > 0) CHECK(cubin->report.spill_bytes <= (rows == 128 ? 64 : z_at_128 ? 32 : 0));
   }
 }
 
