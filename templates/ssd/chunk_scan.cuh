@@ -355,39 +355,8 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
                 }
               }
             }
-            if (ks * BLOCK_K < r_w) {  // wholly below the warp's 64-block (BLOCK_K divides 64): the factored W
-#pragma unroll
-              for (int kk = 0; kk < BLOCK_K; kk += 16) {
-                const int s01 = ks * BLOCK_K + kk + 2 * lt;
-                // u_r(s) = __expf(A(r) - A(s)) · Δ_s: the wgmma kernel's shared row, by the same expression.
-                const float2 as01 = *reinterpret_cast<const float2*>(s_dA + s01);
-                const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
-                const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
-                const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
-                const float a_r = s_dA[r_w];
-                const float u0 = __expf(a_r - as01.x) * dt01.x, u1 = __expf(a_r - as01.y) * dt01.y;
-                const float u8 = __expf(a_r - as89.x) * dt89.x, u9 = __expf(a_r - as89.y) * dt89.y;
-                FragB bf[NJ];
-#pragma unroll
-                for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sx + kk * LDX + 8 * j, LDX);
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                  FragA a;
-#pragma unroll
-                  for (int half = 0; half < 2; ++half) {
-                    const int r = wm0 + 16 * i + lg + 8 * half;
-                    const float* cbr = scb + r * LDCB + kk + 2 * lt;
-                    const float2 c01 = *reinterpret_cast<const float2*>(cbr);
-                    const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
-                    a.x[half] = ptx::pack2<T>(c01.x * u0, c01.y * u1);
-                    a.x[2 + half] = ptx::pack2<T>(c89.x * u8, c89.y * u9);
-                  }
-#pragma unroll
-                  for (int j = 0; j < NJ; ++j) warp::mma<T>(acc[i][j], a, bf[j]);
-                }
-              }
-              continue;
-            }
+            // Wholly below the warp's 64-block (BLOCK_K divides 64): the factored W, else the direct one.
+            const bool below = ks * BLOCK_K < r_w;
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               const int s01 = ks * BLOCK_K + kk + 2 * lt;  // chunk positions of columns 2t, 2t+1 (+8, +9)
@@ -395,6 +364,13 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
               const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
               const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
               const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
+              // u_r(s) = __expf(A(r) - A(s)) · Δ_s: the wgmma kernel's shared row, by the same expression.
+              float u0 = 0.f, u1 = 0.f, u8 = 0.f, u9 = 0.f;
+              if (below) {
+                const float a_r = s_dA[r_w];
+                u0 = __expf(a_r - as01.x) * dt01.x, u1 = __expf(a_r - as01.y) * dt01.y;
+                u8 = __expf(a_r - as89.x) * dt89.x, u9 = __expf(a_r - as89.y) * dt89.y;
+              }
               FragB bf[NJ];
 #pragma unroll
               for (int j = 0; j < NJ; j += 2) warp::load_b2_trans(bf[j], bf[j + 1], sx + kk * LDX + 8 * j, LDX);
@@ -409,10 +385,15 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
                   const float* cbr = scb + r * LDCB + kk + 2 * lt;
                   const float2 c01 = *reinterpret_cast<const float2*>(cbr);
                   const float2 c89 = *reinterpret_cast<const float2*>(cbr + 8);
-                  const float w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
-                  const float w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
-                  const float w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
-                  const float w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
+                  float w0, w1, w8, w9;
+                  if (below) {  // s < r <= l: no mask
+                    w0 = c01.x * u0, w1 = c01.y * u1, w8 = c89.x * u8, w9 = c89.y * u9;
+                  } else {
+                    w0 = s01 <= l ? c01.x * __expf(fminf(al - as01.x, 0.f)) * dt01.x : 0.f;
+                    w1 = s01 + 1 <= l ? c01.y * __expf(fminf(al - as01.y, 0.f)) * dt01.y : 0.f;
+                    w8 = s01 + 8 <= l ? c89.x * __expf(fminf(al - as89.x, 0.f)) * dt89.x : 0.f;
+                    w9 = s01 + 9 <= l ? c89.y * __expf(fminf(al - as89.y, 0.f)) * dt89.y : 0.f;
+                  }
                   a.x[half] = ptx::pack2<T>(w0, w1);      // a[0] (row g) / a[1] (row g+8), k = 2t, 2t+1
                   a.x[2 + half] = ptx::pack2<T>(w8, w9);  // a[2] / a[3], k = 2t+8, 2t+9
                 }

@@ -199,6 +199,22 @@ struct CbSwizzle {
   }
 };
 
+// This thread's CB(r, kk + 2t, +1) and CB(r, kk + 2t + 8, +9) from the stage's CB tile: rows LDCB
+// floats apart, or with kSwCB the TMA layout of CbSwizzle (BLOCK_M rows per box of 32 floats).
+template <bool kSwCB, int LDCB, int BLOCK_M>
+__device__ __forceinline__ void cb_pairs(const float* scb, int kk, int r, int lt, const CbSwizzle& sw, float2& c01,
+                                         float2& c89) {
+  if constexpr (kSwCB) {
+    const unsigned char* cbr = reinterpret_cast<const unsigned char*>(scb) + (kk >> 5) * (BLOCK_M * 128) + r * 128;
+    c01 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][0]);
+    c89 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][1]);
+  } else {
+    const float* cbr = scb + r * LDCB + kk + 2 * lt;
+    c01 = *reinterpret_cast<const float2*>(cbr);
+    c89 = *reinterpret_cast<const float2*>(cbr + 8);
+  }
+}
+
 // One phase-B step (64 positions from ks * 64) of this thread: per k16 slice its A fragment of W, formed
 // in fp32 (the mma.sync kernel's expression (CB · decay) · Δ, masked to s <= l) and rounded to T, then
 // the wgmma with the x slice (MN-major at descriptor low word x_lo). One slice at a time: its fragment
@@ -225,15 +241,7 @@ __device__ __forceinline__ void w_step(WgAcc<N>& acc, const float* s_dA, const f
       const int l = m0 + r;
       const float al = a_row[half];
       float2 c01, c89;
-      if constexpr (kSwCB) {
-        const unsigned char* cbr = reinterpret_cast<const unsigned char*>(scb) + (kk >> 5) * (BLOCK_M * 128) + r * 128;
-        c01 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][0]);
-        c89 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][1]);
-      } else {
-        const float* cbr = scb + r * LDCB + kk + 2 * lt;
-        c01 = *reinterpret_cast<const float2*>(cbr);
-        c89 = *reinterpret_cast<const float2*>(cbr + 8);
-      }
+      cb_pairs<kSwCB, LDCB, BLOCK_M>(scb, kk, r, lt, sw, c01, c89);
       float w0 = c01.x * decay<kPlain>(al, as01.x) * dt01.x;
       float w1 = c01.y * decay<kPlain>(al, as01.y) * dt01.y;
       float w8 = c89.x * decay<kPlain>(al, as89.x) * dt89.x;
@@ -271,15 +279,7 @@ __device__ __forceinline__ void w_step_below(WgAcc<N>& acc, const float* s_u, co
     for (int half = 0; half < 2; ++half) {
       const int r = r_lo + 8 * half;
       float2 c01, c89;
-      if constexpr (kSwCB) {
-        const unsigned char* cbr = reinterpret_cast<const unsigned char*>(scb) + (kk >> 5) * (BLOCK_M * 128) + r * 128;
-        c01 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][0]);
-        c89 = *reinterpret_cast<const float2*>(cbr + sw.off[(kk >> 4) & 1][1]);
-      } else {
-        const float* cbr = scb + r * LDCB + kk + 2 * lt;
-        c01 = *reinterpret_cast<const float2*>(cbr);
-        c89 = *reinterpret_cast<const float2*>(cbr + 8);
-      }
+      cb_pairs<kSwCB, LDCB, BLOCK_M>(scb, kk, r, lt, sw, c01, c89);
       a.x[half] = ptx::pack2<T>(c01.x * u01.x, c01.y * u01.y);
       a.x[2 + half] = ptx::pack2<T>(c89.x * u89.x, c89.y * u89.y);
     }
