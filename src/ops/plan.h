@@ -3,16 +3,31 @@
 // applied), and how it binds its parameter block and grid. The plan is also the operation's
 // kernel list (prepare, `ssdgen compile --shape`, the presets build plan_configs). fetch_plan gets
 // every kernel before anything is allocated or launched; launch_plan then launches the stages in
-// order (run_plan does both).
+// order (run_plan does both). Each stage names the stages whose outputs it reads (`after`); eager
+// launches keep the stream order anyway, and a launch graph (runtime/launch_graph.h) gives a stage's
+// node edges to those stages' nodes only, so independent stages run side by side in a replay.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/launch_graph.h"
 #include "runtime/runtime.h"
 
 namespace ssd {
+
+// Stage::after: every earlier stage (the stream order), or a mask of earlier stages' indices in the
+// plan (bit i: stage i; a stage that does not run for the call is passed over). A stage may name
+// fewer only if it reads no output of the others and writes nothing they read or write.
+inline constexpr uint32_t kAfterEveryStage = ~uint32_t(0);
+constexpr uint32_t after_stages(std::initializer_list<int> stages) {
+  uint32_t m = 0;
+  for (int s : stages) m |= uint32_t(1) << s;
+  return m;
+}
 
 template <class Call>
 struct Stage {
@@ -21,6 +36,7 @@ struct Stage {
   bool (*runs)(const Call& call);                // nullptr: always
   ssd_kernel_config (*config)(const Call& call);
   Status (*launch)(const Call& call, const ssd_kernel& kernel, CUstream stream);
+  uint32_t after = kAfterEveryStage;             // the stages whose outputs it reads
 };
 
 template <class Call>
@@ -48,12 +64,32 @@ Result<std::vector<const ssd_kernel*>> fetch_plan(ssd_runtime& rt, const Call& c
 }
 
 // Launches the stages with the kernels fetch_plan gave for this call.
+// While the launches are recorded, each stage's `after` becomes its launch's mask of the earlier
+// launches (CallRecording::next_launch_after); a stage records one launch.
 template <class Call>
 Status launch_plan(const Call& call, const std::vector<Stage<Call>>& stages,
                    const std::vector<const ssd_kernel*>& kernels, CUstream stream,
                    const std::function<void(int)>& after_stage) {
+  std::vector<int> launch_of(stages.size(), -1);  // the recorded launch of each stage that ran
+  bool one_each = true;  // every stage so far recorded exactly one launch (else masks fall back to all)
   for (size_t i = 0; i < stages.size(); ++i) {
-    if (kernels[i]) SSD_RETURN_IF_ERROR(stages[i].launch(call, *kernels[i], stream));
+    if (kernels[i]) {
+      const int before = CallRecording::recorded_launches();
+      if (before >= 0 && one_each && stages[i].after != kAfterEveryStage) {
+        uint64_t mask = 0;
+        for (size_t j = 0; j < i && j < 32; ++j)
+          if ((stages[i].after >> j & 1) && launch_of[j] >= 0 && launch_of[j] < 64) mask |= uint64_t(1) << launch_of[j];
+        CallRecording::next_launch_after(mask);
+      }
+      SSD_RETURN_IF_ERROR(stages[i].launch(call, *kernels[i], stream));
+      if (before >= 0) {
+        if (CallRecording::recorded_launches() == before + 1) {
+          launch_of[i] = before;
+        } else {
+          one_each = false;
+        }
+      }
+    }
     // Reported whether or not the stage ran: a benchmark's events stay in step.
     if (after_stage && stages[i].report >= 0) after_stage(stages[i].report);
   }

@@ -371,13 +371,17 @@ Status scan_launch(const F& c, const ssd_kernel& k, CUstream stream) {
       grid_yz(c.d.h, c.max_blocks), params, stream);
 }
 
+// The data flow (Stage::after): chunk_cumsum_fwd writes Δ and 𝒜 from dt; bmm_chunk_fwd writes CB
+// from the caller's C, B (and seq_idx) alone, so it follows nothing and runs beside the cumsum and
+// the state pass in a launch graph; the state pass (fused, or the staged chunk_state then
+// state_passing) reads Δ, 𝒜, x, B and writes P and the final states; chunk_scan_fwd reads all of it.
 const std::vector<Stage<F>>& forward_plan() {
   static const std::vector<Stage<F>> plan = {
       {"chunk_cumsum_fwd", 0, nullptr, cumsum_config, cumsum_launch},
-      {"bmm_chunk_fwd", 1, nullptr, bmm_config, bmm_launch},
-      {"chunk_state_fwd", 2, staged, state_config, state_launch},
-      {"state_passing_fwd", 3, staged, passing_config, passing_launch},
-      {"chunk_state_passing_fwd", 4, fused, state_pass_config, state_pass_launch},
+      {"bmm_chunk_fwd", 1, nullptr, bmm_config, bmm_launch, after_stages({})},
+      {"chunk_state_fwd", 2, staged, state_config, state_launch, after_stages({0})},
+      {"state_passing_fwd", 3, staged, passing_config, passing_launch, after_stages({0, 2})},
+      {"chunk_state_passing_fwd", 4, fused, state_pass_config, state_pass_launch, after_stages({0})},
       {"chunk_scan_fwd", 5, scan_runs, scan_config, scan_launch},
   };
   return plan;

@@ -102,16 +102,28 @@ struct LaunchGraphs::Entry {
     bytes.clear();
   }
 
-  // One kernel node per launch, each depending on the previous one (the stream's order).
+  // One kernel node per launch. A launch with `after` = kAfterAll depends on every earlier node:
+  // edges to the nodes that have no dependent yet (a chain where every launch is so); otherwise on the
+  // launches its mask names.
   Status instantiate(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches) {
     RelaxedCaptureMode relaxed(d);
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphCreate(&graph, 0), "cuGraphCreate"));
     nodes.assign(launches.size(), nullptr);
+    std::vector<bool> has_dependent(launches.size(), false);
     for (size_t i = 0; i < launches.size(); ++i) {
+      std::vector<CUgraphNode> deps;
+      for (size_t j = 0; j < i; ++j) {
+        const bool named = launches[i].after == RecordedLaunch::kAfterAll ? !has_dependent[j]
+                                                                          : j < 64 && (launches[i].after >> j & 1);
+        if (!named) continue;
+        deps.push_back(nodes[j]);
+        has_dependent[j] = true;
+      }
       std::vector<void*> ptrs = param_pointers(launches[i]);
       const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
       SSD_RETURN_IF_ERROR(cuda::check(
-          d.cuGraphAddKernelNode(&nodes[i], graph, i ? &nodes[i - 1] : nullptr, i ? 1 : 0, &p), "cuGraphAddKernelNode"));
+          d.cuGraphAddKernelNode(&nodes[i], graph, deps.empty() ? nullptr : deps.data(), deps.size(), &p),
+          "cuGraphAddKernelNode"));
     }
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags"));
     bytes.clear();
@@ -163,6 +175,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     key.push_back(l.grid[2]);
     key.push_back(uint64_t(l.kernel->built->unit.block_threads));
     key.push_back(uint64_t(l.kernel->built->unit.dynamic_shared_bytes));
+    key.push_back(l.after);
   }
 
   std::shared_ptr<Entry> entry;
@@ -280,9 +293,25 @@ bool CallRecording::record(const ssd_kernel& kernel, unsigned gx, unsigned gy, u
   l.bytes.assign(kernel.param_bytes, 0);
   for (size_t i = 0; i < kernel.param_offsets.size(); ++i)
     std::memcpy(l.bytes.data() + kernel.param_offsets[i], params[i], kernel.param_sizes[i]);
+  // A mask names earlier launches only (bits of launches not yet recorded, or past 64, are dropped).
+  const size_t n = r->launches_.size();
+  l.after = r->next_after_ == RecordedLaunch::kAfterAll ? RecordedLaunch::kAfterAll
+            : n >= 64                                    ? RecordedLaunch::kAfterAll
+                                                         : r->next_after_ & ((uint64_t(1) << n) - 1);
+  r->next_after_ = RecordedLaunch::kAfterAll;
   r->launches_.push_back(std::move(l));
   *out = Status::Ok();
   return true;
+}
+
+int CallRecording::recorded_launches() {
+  CallRecording* r = t_recording;
+  return r && r->active_ ? int(r->launches_.size()) : -1;
+}
+
+void CallRecording::next_launch_after(uint64_t mask) {
+  CallRecording* r = t_recording;
+  if (r && r->active_) r->next_after_ = mask;
 }
 
 Status flush_recorded_launches() {

@@ -4,11 +4,14 @@
 // path at one graph launch per call"). So while a call runs, its launches are recorded (kernel,
 // grid, parameter bytes) instead of enqueued, and at its end:
 //   - a launch sequence seen for the first time is launched eagerly, in order, as recorded;
-//   - seen before, it is instantiated once as a graph of kernel nodes in the same order (each node
-//     depending on the previous one: the stream order), and replayed: the nodes whose parameter
+//   - seen before, it is instantiated once as a graph of kernel nodes in the same order, each node
+//     depending on every node before it (the stream order; as edges: on the nodes that have no
+//     dependent yet) unless its launch names the earlier launches it follows (RecordedLaunch::after,
+//     from the plan's data flow: src/ops/plan.h), and replayed: the nodes whose parameter
 //     bytes changed since the last replay are updated (cuGraphExecKernelNodeSetParams), then one
 //     cuGraphLaunch on the call's stream.
-// The same kernels, grids and parameters in the same stream order: the same bits as eager launches.
+// The same kernels, grids and parameters, each after every launch whose outputs it reads: the same
+// bits as eager launches (each kernel's result is independent of what runs beside it).
 // A sequence is per stream (the key holds it): launches of one graph are serialized by CUDA across
 // streams, so sharing one between streams would order calls that eager launches leave independent.
 // Not recorded (eager, as before): calls on a stream that is being captured (the caller's graph
@@ -33,11 +36,14 @@ struct ssd_runtime;
 
 namespace ssd {
 
-// One recorded kernel launch: everything cuLaunchKernel takes, the parameter values copied.
+// One recorded kernel launch: everything cuLaunchKernel takes, the parameter values copied, and the
+// earlier launches of the call it must follow in a graph.
 struct RecordedLaunch {
+  static constexpr uint64_t kAfterAll = ~uint64_t(0);  // every earlier launch (the stream order)
   const ssd_kernel* kernel = nullptr;
   unsigned grid[3] = {1, 1, 1};
   std::vector<unsigned char> bytes;  // the parameters at the kernel's offsets (ssd_kernel::param_offsets)
+  uint64_t after = kAfterAll;        // else bit i: launch i of the call (i < 64); 0: none
 };
 
 // The graphs of one runtime, by launch sequence (stream, context, then per launch: function, grid,
@@ -90,6 +96,12 @@ class CallRecording {
   // recording's status for this launch).
   static bool record(const ssd_kernel& kernel, unsigned gx, unsigned gy, unsigned gz, void** params, CUstream stream,
                      Status* out);
+  // The launches this thread's active recording holds (its next launch's index), or -1 when none is
+  // active (then launches go eagerly, in stream order).
+  static int recorded_launches();
+  // The next launch this thread records follows only the launches of `mask` (bit i: launch i); the
+  // launch after it again every earlier one. No effect without an active recording.
+  static void next_launch_after(uint64_t mask);
 
  private:
   friend Status flush_recorded_launches();
@@ -99,6 +111,7 @@ class CallRecording {
   bool active_ = false;
   Status outer_flush_;  // a nested recording's flush of the outer one
   std::vector<RecordedLaunch> launches_;
+  uint64_t next_after_ = RecordedLaunch::kAfterAll;
 };
 
 // Before enqueueing anything but a kernel launch (a memset) during a call: launches what this

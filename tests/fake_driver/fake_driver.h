@@ -16,7 +16,8 @@ struct FakeCudaState {
     uint64_t param = 0;  // the launch's (or node's) one 8-byte parameter
   };
   std::vector<Event> events;
-  std::vector<uintptr_t> node_dependencies;  // per node added: the node it depends on (0: none)
+  std::vector<uintptr_t> node_dependencies;  // per node added: the first node it depends on (0: none)
+  std::vector<std::vector<uintptr_t>> node_dependency_lists;  // per node added: every node it depends on
   int graphs_created = 0, instantiated = 0, execs_destroyed = 0, mode_exchanges = 0;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;  // the (one) thread mode, as exchanged
   int graph_calls_not_relaxed = 0;  // create / add / instantiate / set / destroy outside the relaxed mode

@@ -64,6 +64,9 @@ static CUresult s_add_node(CUgraphNode* n, CUgraph, const CUgraphNode* deps, siz
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   graph_call();
   g_state.node_dependencies.push_back(ndeps ? uintptr_t(deps[0]) : 0);
+  std::vector<uintptr_t> all;
+  for (size_t i = 0; i < ndeps; ++i) all.push_back(uintptr_t(deps[i]));
+  g_state.node_dependency_lists.push_back(all);
   *n = reinterpret_cast<CUgraphNode>(uintptr_t(g_state.node_dependencies.size()));
   record(FakeCudaState::Op::AddNode, nullptr, p->func, p->kernelParams, uintptr_t(*n));
   return CUDA_SUCCESS;

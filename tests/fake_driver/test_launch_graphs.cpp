@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fake_driver.h"
+#include "ops/plan.h"
 #include "runtime/launch_graph.h"
 #include "runtime/runtime.h"
 
@@ -357,4 +358,109 @@ TEST_CASE("launch graphs: CU_STREAM_PER_THREAD is another stream on each thread:
   CHECK(after.eager - before.eager == 2);  // each thread's first call
   CHECK(after.instantiated - before.instantiated == 2);
   CHECK(after.replays - before.replays == 4);
+}
+
+TEST_CASE("launch graphs: a launch that names the earlier launches it follows gets edges to those alone") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(4);
+  const CUstream s = stream_handle(0x61);
+  // Launch 1 follows none, launch 2 launch 0 (and a bit of a launch not yet made, dropped), launch 3
+  // every earlier one: the shape of the forward (cumsum; bmm beside it; the state pass; chunk_scan).
+  auto masked_call = [&](std::vector<uint64_t> params) {
+    ssd::CallRecording rec(*rt, s, true);
+    CHECK(ssd::CallRecording::recorded_launches() == 0);
+    SSD_RETURN_IF_ERROR(launch_with(*ks[0], params[0], s));
+    ssd::CallRecording::next_launch_after(0);
+    SSD_RETURN_IF_ERROR(launch_with(*ks[1], params[1], s));
+    ssd::CallRecording::next_launch_after(uint64_t(1) << 0 | uint64_t(1) << 5);
+    SSD_RETURN_IF_ERROR(launch_with(*ks[2], params[2], s));
+    SSD_RETURN_IF_ERROR(launch_with(*ks[3], params[3], s));
+    CHECK(ssd::CallRecording::recorded_launches() == 4);
+    return rec.finish(ssd::Status::Ok());
+  };
+  size_t mark = fake().events.size();
+  REQUIRE(masked_call({1, 2, 3, 4}).ok());  // first sighting: eager, in order
+  CHECK(since(mark) == Ev{{Op::Launch, 1}, {Op::Launch, 2}, {Op::Launch, 3}, {Op::Launch, 4}});
+  const size_t n0 = fake().node_dependency_lists.size();
+  mark = fake().events.size();
+  REQUIRE(masked_call({5, 6, 7, 8}).ok());
+  CHECK(since(mark) == Ev{{Op::AddNode, 5}, {Op::AddNode, 6}, {Op::AddNode, 7}, {Op::AddNode, 8}, {Op::GraphLaunch, 0}});
+  REQUIRE(fake().node_dependency_lists.size() == n0 + 4);
+  using Deps = std::vector<uintptr_t>;
+  const uintptr_t a = n0 + 1, b = n0 + 2, c = n0 + 3;  // the fake's node ids: 1-based creation order
+  CHECK(fake().node_dependency_lists[n0] == Deps{});
+  CHECK(fake().node_dependency_lists[n0 + 1] == Deps{});
+  CHECK(fake().node_dependency_lists[n0 + 2] == Deps{a});
+  CHECK(fake().node_dependency_lists[n0 + 3] == Deps{b, c});  // every node without a dependent yet
+  // The same launches as a plain chain are another sequence (the masks are part of the key).
+  mark = fake().events.size();
+  REQUIRE(call(*rt, ks, {5, 6, 7, 8}, s, 1).ok());
+  CHECK(since(mark) == Ev{{Op::Launch, 5}, {Op::Launch, 6}, {Op::Launch, 7}, {Op::Launch, 8}});
+  // Without a recording the calls do nothing and report none.
+  CHECK(ssd::CallRecording::recorded_launches() == -1);
+  ssd::CallRecording::next_launch_after(0);
+  mark = fake().events.size();
+  REQUIRE(launch_with(*ks[0], 9, s).ok());
+  CHECK(since(mark) == Ev{{Op::Launch, 9}});
+}
+
+namespace {
+// A plan of four stages over fabricated kernels (stage i launches kernel i with parameter 100 + i):
+// stage 1 follows none, stage 2 runs only when `with_two`, stage 3 follows stages 0 and 2.
+struct PlanCall {
+  const std::vector<std::unique_ptr<ssd_kernel>>* ks;
+  CUstream stream;
+  bool with_two;
+};
+template <int I>
+ssd::Status plan_launch(const PlanCall& c, const ssd_kernel& k, CUstream s) {
+  return launch_with(k, 100 + I, s);
+}
+ssd_kernel_config plan_config(const PlanCall&) { return ssd_kernel_config{}; }
+bool runs_two(const PlanCall& c) { return c.with_two; }
+const std::vector<ssd::Stage<PlanCall>>& test_plan() {
+  static const std::vector<ssd::Stage<PlanCall>> plan = {
+      {"zero", -1, nullptr, plan_config, plan_launch<0>},
+      {"one", -1, nullptr, plan_config, plan_launch<1>, ssd::after_stages({})},
+      {"two", -1, runs_two, plan_config, plan_launch<2>, ssd::after_stages({0})},
+      {"three", -1, nullptr, plan_config, plan_launch<3>, ssd::after_stages({0, 2})},
+      {"four", -1, nullptr, plan_config, plan_launch<4>},
+  };
+  return plan;
+}
+}  // namespace
+
+TEST_CASE("launch graphs: a plan's stages become launches after the stages they name; skipped stages are passed over") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(5);
+  const CUstream s = stream_handle(0x62);
+  using Deps = std::vector<uintptr_t>;
+  for (bool with_two : {true, false}) {
+    CAPTURE(with_two);
+    PlanCall pc{&ks, s, with_two};
+    std::vector<const ssd_kernel*> kernels;
+    for (size_t i = 0; i < ks.size(); ++i)
+      kernels.push_back(i == 2 && !with_two ? nullptr : ks[i].get());
+    auto run = [&] {
+      ssd::CallRecording rec(*rt, s, true);
+      return rec.finish(ssd::launch_plan(pc, test_plan(), kernels, s, nullptr));
+    };
+    REQUIRE(run().ok());  // eager
+    const size_t n0 = fake().node_dependency_lists.size();
+    REQUIRE(run().ok());  // instantiated
+    const uintptr_t n = n0 + 1;  // node id of the call's first launch
+    if (with_two) {
+      REQUIRE(fake().node_dependency_lists.size() == n0 + 5);
+      CHECK(fake().node_dependency_lists[n0 + 0] == Deps{});
+      CHECK(fake().node_dependency_lists[n0 + 1] == Deps{});            // one: none
+      CHECK(fake().node_dependency_lists[n0 + 2] == Deps{n});           // two: zero
+      CHECK(fake().node_dependency_lists[n0 + 3] == Deps{n, n + 2});    // three: zero and two
+      CHECK(fake().node_dependency_lists[n0 + 4] == Deps{n + 1, n + 3});  // four: all (the sinks)
+    } else {
+      REQUIRE(fake().node_dependency_lists.size() == n0 + 4);
+      CHECK(fake().node_dependency_lists[n0 + 1] == Deps{});
+      CHECK(fake().node_dependency_lists[n0 + 2] == Deps{n});             // three: zero (two did not run)
+      CHECK(fake().node_dependency_lists[n0 + 3] == Deps{n + 1, n + 2});  // four: all
+    }
+  }
 }
