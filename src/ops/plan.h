@@ -81,7 +81,10 @@ Status launch_plan(const Call& call, const std::vector<Stage<Call>>& stages,
           if ((stages[i].after >> j & 1) && launch_of[j] >= 0 && launch_of[j] < 64) mask |= uint64_t(1) << launch_of[j];
         CallRecording::next_launch_after(mask);
       }
-      SSD_RETURN_IF_ERROR(stages[i].launch(call, *kernels[i], stream));
+      const Status launched = stages[i].launch(call, *kernels[i], stream);
+      // A mask not taken by a launch (the stage launched nothing) must not reach the next stage's.
+      if (before >= 0) CallRecording::next_launch_after(RecordedLaunch::kAfterAll);
+      SSD_RETURN_IF_ERROR(launched);
       if (before >= 0) {
         if (CallRecording::recorded_launches() == before + 1) {
           launch_of[i] = before;

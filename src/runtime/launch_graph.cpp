@@ -163,7 +163,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   Key key;
-  key.reserve(3 + 6 * launches.size());
+  key.reserve(3 + 7 * launches.size());
   key.push_back(reinterpret_cast<uintptr_t>(stream));
   // CU_STREAM_PER_THREAD names another stream on each thread: the thread is part of the key.
   key.push_back(stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0);

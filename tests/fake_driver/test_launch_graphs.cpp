@@ -418,6 +418,17 @@ ssd::Status plan_launch(const PlanCall& c, const ssd_kernel& k, CUstream s) {
 }
 ssd_kernel_config plan_config(const PlanCall&) { return ssd_kernel_config{}; }
 bool runs_two(const PlanCall& c) { return c.with_two; }
+ssd::Status launch_nothing(const PlanCall&, const ssd_kernel&, CUstream) { return ssd::Status::Ok(); }
+// A stage with a mask that launches nothing, then one that names no stage in particular.
+const std::vector<ssd::Stage<PlanCall>>& empty_stage_plan() {
+  static const std::vector<ssd::Stage<PlanCall>> plan = {
+      {"zero", -1, nullptr, plan_config, plan_launch<0>},
+      {"one", -1, nullptr, plan_config, plan_launch<1>},
+      {"nothing", -1, nullptr, plan_config, launch_nothing, ssd::after_stages({})},
+      {"three", -1, nullptr, plan_config, plan_launch<3>},
+  };
+  return plan;
+}
 const std::vector<ssd::Stage<PlanCall>>& test_plan() {
   static const std::vector<ssd::Stage<PlanCall>> plan = {
       {"zero", -1, nullptr, plan_config, plan_launch<0>},
@@ -463,4 +474,21 @@ TEST_CASE("launch graphs: a plan's stages become launches after the stages they 
       CHECK(fake().node_dependency_lists[n0 + 3] == Deps{n + 1, n + 2});  // four: all
     }
   }
+}
+
+TEST_CASE("launch graphs: a stage's mask that no launch took does not pass to the next stage") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(4);
+  const CUstream s = stream_handle(0x63);
+  PlanCall pc{&ks, s, true};
+  const std::vector<const ssd_kernel*> kernels{ks[0].get(), ks[1].get(), ks[2].get(), ks[3].get()};
+  auto run = [&] {
+    ssd::CallRecording rec(*rt, s, true);
+    return rec.finish(ssd::launch_plan(pc, empty_stage_plan(), kernels, s, nullptr));
+  };
+  REQUIRE(run().ok());
+  const size_t n0 = fake().node_dependency_lists.size();
+  REQUIRE(run().ok());
+  REQUIRE(fake().node_dependency_lists.size() == n0 + 3);
+  CHECK(fake().node_dependency_lists[n0 + 2] == std::vector<uintptr_t>{n0 + 2});  // three: after one (the chain)
 }
