@@ -120,6 +120,10 @@ __device__ __forceinline__ ChunkScanVec chunk_scan_vec(const Params& p) {
   return v;
 }
 
+// The factored W's fp32 factors (the header's u_r(s), f(l)), one expression each for both kernels,
+// whose bits must agree: u_r(s) = exp(A(r) - A(s)) · Δ_s; f(l) = exp(A(l) - A(r)).
+__device__ __forceinline__ float factored_u(float a_r, float a_s, float dt_s) { return __expf(a_r - a_s) * dt_s; }
+__device__ __forceinline__ float row_factor(float a_l, float a_r) { return __expf(a_l - a_r); }
 
 }  // namespace detail
 }  // namespace ssd_kernels
@@ -345,7 +349,7 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
               const float a_r = s_dA[r_w];
 #pragma unroll
               for (int i = 0; i < MI; ++i) {
-                const float f0 = __expf(a_row[i][0] - a_r), f1 = __expf(a_row[i][1] - a_r);
+                const float f0 = detail::row_factor(a_row[i][0], a_r), f1 = detail::row_factor(a_row[i][1], a_r);
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) {
                   acc[i][j].x[0] *= f0;
@@ -364,12 +368,12 @@ __device__ void chunk_scan_fwd_mma(const ChunkScanFwdParams& p) {
               const float2 as89 = *reinterpret_cast<const float2*>(s_dA + s01 + 8);
               const float2 dt01 = *reinterpret_cast<const float2*>(s_dt + s01);
               const float2 dt89 = *reinterpret_cast<const float2*>(s_dt + s01 + 8);
-              // u_r(s) = __expf(A(r) - A(s)) · Δ_s: the wgmma kernel's shared row, by the same expression.
+              // u_r(s): the wgmma kernel's shared row, by the same expression (detail::factored_u).
               float u0 = 0.f, u1 = 0.f, u8 = 0.f, u9 = 0.f;
               if (below) {
                 const float a_r = s_dA[r_w];
-                u0 = __expf(a_r - as01.x) * dt01.x, u1 = __expf(a_r - as01.y) * dt01.y;
-                u8 = __expf(a_r - as89.x) * dt89.x, u9 = __expf(a_r - as89.y) * dt89.y;
+                u0 = detail::factored_u(a_r, as01.x, dt01.x), u1 = detail::factored_u(a_r, as01.y, dt01.y);
+                u8 = detail::factored_u(a_r, as89.x, dt89.x), u9 = detail::factored_u(a_r, as89.y, dt89.y);
               }
               FragB bf[NJ];
 #pragma unroll

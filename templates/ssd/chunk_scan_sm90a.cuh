@@ -347,8 +347,7 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
   constexpr int kBarB = 4, kBarRows = 7;
   // The factored W's u rows (chunk_scan_wg_u_bytes: Δ's row itself with 64 rows, else one of Q per
   // warpgroup), written and read by ordinary accesses.
-  float* const s_u_rows =
-      reinterpret_cast<float*>(s_dyn + two_phase_fixed_bytes(Q, Spec::kSeqIdx) + (kTma ? chunk_scan_wg_barriers() * 8 : 0));
+  float* const s_u_rows = reinterpret_cast<float*>(s_dyn + chunk_scan_wg_u_offset(Q, Spec::kSeqIdx, kTma));
   MbarrierParities parity;
   auto wait_bar = [&](int i) { parity.wait(s_bar, i); };
 
@@ -555,7 +554,7 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
         // Δ_s, each element read and rewritten by one thread: the steps from r on read Δ_s for s >= r
         // only. (The next tile's copies rewrite the row: the cp.async ones through the same proxy,
         // the bulk copy after the end-of-tile proxy fence.)
-        for (int s = tid & 127; s < row0; s += 128) s_u[s] = __expf(s_dA[row0] - s_dA[s]) * s_dt[s];
+        for (int s = tid & 127; s < row0; s += 128) s_u[s] = detail::factored_u(s_dA[row0], s_dA[s], s_dt[s]);
 
         // ---------------- Phase B: acc += W · X (contraction over s, 64 per step) ----------------
         {
@@ -625,7 +624,7 @@ __device__ void chunk_scan_fwd_wgmma(const Params& p) {
           if (kb_below > 0) {
             run(true, true, 0, kb_below);
             const float a_r = s_dA[row0];  // f(l) formed here: no registers held over the loop
-            const float f_row[2] = {__expf(a_row[0] - a_r), __expf(a_row[1] - a_r)};
+            const float f_row[2] = {detail::row_factor(a_row[0], a_r), detail::row_factor(a_row[1], a_r)};
 #pragma unroll
             for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] *= f_row[(i >> 1) & 1];
           }

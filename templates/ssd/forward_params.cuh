@@ -335,8 +335,11 @@ SSD_HOST_DEVICE constexpr int chunk_scan_wg_barriers() { return 8; }
 // the warpgroup's own): with 64 rows in Δ's row itself (the steps from r on read Δ_s only for s >= r),
 // with 128 one fp32 row of q per warpgroup after the barriers (the two warpgroups' r differ).
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_u_bytes(int q, int bm) { return bm == 64 ? 0 : (bm / 64) * q * 4; }
+SSD_HOST_DEVICE constexpr int chunk_scan_wg_u_offset(int q, bool seq, bool tma) {
+  return two_phase_fixed_bytes(q, seq) + (tma ? chunk_scan_wg_barriers() * 8 : 0);
+}
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_fixed_bytes(int q, int bm, bool seq, bool tma = false) {
-  return two_phase_fixed_bytes(q, seq) + (tma ? chunk_scan_wg_barriers() * 8 : 0) + chunk_scan_wg_u_bytes(q, bm);
+  return chunk_scan_wg_u_offset(q, seq, tma) + chunk_scan_wg_u_bytes(q, bm);
 }
 SSD_HOST_DEVICE constexpr int chunk_scan_wg_smem_bytes(int q, int bm, int bn, bool seq, bool tma = false) {
   return chunk_scan_wg_fixed_bytes(q, bm, seq, tma) + 1024 + chunk_scan_wg_body_bytes(bm, bn, tma);
