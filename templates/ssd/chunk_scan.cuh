@@ -8,10 +8,11 @@
 // factored out of the positions below it:
 //   ŷ_l = f(l) · (e'_l · Σ_n C·P  +  Σ_{s < r} V(l, s) · x_s)  +  Σ_{r ≤ s ≤ l} W(l, s) · x_s   (r > 0)
 //   ŷ_l =         e_l  · Σ_n C·P                             +  Σ_{0 ≤ s ≤ l} W(l, s) · x_s   (r = 0)
-//   e'_l   = η_c(l) ? exp(A(r)) : 0,   f(l) = exp(A(l) - A(r))
-//   V(l,s) = CB[l, s] · u_r(s),   u_r(s) = exp(A(r) - A(s)) · Δ_s          (s < r <= l: no mask)
+//   e'_l   = η_c(l) ? exp(A(r)) : 0,   f(l) = exp(min(A(l) - A(r), 88))
+//   V(l,s) = CB[l, s] · u_r(s),   u_r(s) = exp(min(A(r) - A(s), 88)) · Δ_s  (s < r <= l: no mask)
 //   W(l,s) = (s <= l) ? (CB[l, s] · exp(min(A(l) - A(s), 0))) · Δ_s : 0    (the direct form)
-// (below r the product exp(A(l) - A(r)) · exp(A(r) - A(s)) is exp(A(l) - A(s)) unclamped, as the math;
+// (below r the product exp(A(l) - A(r)) · exp(A(r) - A(s)) is exp(A(l) - A(s)) unclamped, as the math,
+// wherever A falls; the caps at 88 only keep a rising A (negative Δ) from overflowing to inf;
 // one multiply per element of V instead of W's exp: most of the intra work lies below the block.)
 //   y_l = ŷ_l + D ⊙ x_l (D per head or per (head, p));  out_l = y_l · (z_l · sigmoid(z_l)) with z
 //   (and out_x_l = y_l), else out_l = y_l.  out / out_x are stored in x's dtype T.
@@ -30,8 +31,8 @@
 //      steps (BLOCK_K divides 64), increasing s, each a chain of BLOCK_K/16 mma of V in increasing s;
 //      then, where r > 0, multiply by f(l);  4. the K loop continued over s = r .. min(m0 + BLOCK_M,
 //      λ_c + 1) - 1 with W (entries with s > l contribute exact zeros);  5. + x·D (fp32 FMA),
-//      6. gating in fp32, one rounding to T. u_r(s) = __expf(A(r) - A(s)) * Δ_s and f(l) =
-//      __expf(A(l) - A(r)) as fp32 expressions (the wgmma kernel forms u_r once per tile in shared
+//      6. gating in fp32, one rounding to T. u_r(s) = __expf(min(A(r) - A(s), 88)) * Δ_s and
+//      f(l) = __expf(min(A(l) - A(r), 88)) as fp32 expressions (the wgmma kernel forms u_r once per tile in shared
 //      memory, this one per k16 slice: the same expression, the same bits).
 // Tiles only move data: the chains above are the same for every (BLOCK_M, BLOCK_N, BLOCK_K), except
 // that BLOCK_M decides how many all-zero s-steps are skipped (adding exact zeros changes nothing
@@ -121,9 +122,14 @@ __device__ __forceinline__ ChunkScanVec chunk_scan_vec(const Params& p) {
 }
 
 // The factored W's fp32 factors (the header's u_r(s), f(l)), one expression each for both kernels,
-// whose bits must agree: u_r(s) = exp(A(r) - A(s)) · Δ_s; f(l) = exp(A(l) - A(r)).
-__device__ __forceinline__ float factored_u(float a_r, float a_s, float dt_s) { return __expf(a_r - a_s) * dt_s; }
-__device__ __forceinline__ float row_factor(float a_l, float a_r) { return __expf(a_l - a_r); }
+// whose bits must agree: u_r(s) = exp(min(A(r) - A(s), 88)) · Δ_s; f(l) = exp(min(A(l) - A(r), 88)).
+// The cap changes nothing where A falls (every exponent <= 0 with Δ >= 0); where A rises by more than
+// 88 inside a chunk (negative Δ) it keeps u_r finite, so a CB of 0 across a seq_idx boundary gives 0
+// instead of 0 · inf = NaN (the direct form's min(·, 0) did the same).
+__device__ __forceinline__ float factored_u(float a_r, float a_s, float dt_s) {
+  return __expf(fminf(a_r - a_s, 88.0f)) * dt_s;
+}
+__device__ __forceinline__ float row_factor(float a_l, float a_r) { return __expf(fminf(a_l - a_r, 88.0f)); }
 
 }  // namespace detail
 }  // namespace ssd_kernels

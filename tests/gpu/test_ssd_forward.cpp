@@ -162,6 +162,43 @@ TEST_CASE("ssd_forward matches the float64 oracle, stage by stage" * doctest::sk
   });
 }
 
+// A sequence that starts with Δ = -100 (dt_limit_lo = -inf, no softplus): 𝒜 jumps by +100 to its
+// first position r = 192, so the factored W's u_r(s) = exp(𝒜(r) − 𝒜(s)) · Δ_s for the previous
+// sequence's s < r exceeds fp32 unless capped; CB is 0 there (seq_idx), and 0 · inf would make the
+// new sequence's rows NaN. With the cap (chunk_scan.cuh, detail::factored_u) they match the oracle.
+TEST_CASE("ssd_forward: a sequence whose 𝒜 rises by 100 at its start keeps every row finite" *
+          doctest::skip(!gpu_available())) {
+  const FwdCase cases[] = {
+      {1, 512, 4, 64, 2, 64, 256, SSD_DTYPE_BF16, true, false, false, false, false, false, true},
+      {1, 512, 4, 64, 1, 128, 256, SSD_DTYPE_FP16, true, false, true, false, false, false, true},
+  };
+  for_each_case(cases, [&](ssd_runtime* rt, const FwdCase& c) {
+    FwdProblem prob(c);
+    constexpr int64_t kStart = 192;  // the new sequence's first position: a 64-block start, r > 0
+    std::vector<double> dt = uniform(size_t(c.b * c.L * c.h), 0.01, 0.2);
+    for (int64_t hh = 0; hh < c.h; ++hh) dt[size_t(kStart * c.h + hh)] = -100.0;
+    prob.dt = make_array(c.dtype, dt);
+    prob.d_dt = upload_array(prob.dt);
+    for (int64_t t = 0; t < c.L; ++t) prob.seq[size_t(t)] = t < kStart ? 0 : 1;
+    prob.d_seq.upload(prob.seq.data(), prob.seq.size() * 4);
+    ssd_forward_args a = prob.args();
+    a.dt_limit_lo = -INFINITY;
+    poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
+    GPU_CHECK_SSD(ssd_forward(rt, &a, nullptr, nullptr));
+    ssd::ref::SsdProblem q = prob.oracle_problem();
+    q.dt_limit_lo = -INFINITY;
+    const ssd::ref::SsdForwardResult ref = ssd::ref::forward_chunked(q);
+    const size_t nx = size_t(c.b * c.L * c.h * c.p);
+    std::vector<double> out = download_values(prob.d_out, c.dtype, nx);
+    size_t nonfinite = 0;
+    for (double v : out) nonfinite += !std::isfinite(v);
+    const double e_out = ssd::ref::rel_l2(out.data(), ref.out.data(), nx);
+    MESSAGE("rising A " << describe(c) << ": " << nonfinite << " non-finite outputs, rel_l2 out " << e_out);
+    CHECK(nonfinite == 0);
+    CHECK(e_out < (c.dtype == SSD_DTYPE_BF16 ? 3e-3 : 1e-3));
+  });
+}
+
 TEST_CASE("ssd_forward: ten repeats give identical bits" * doctest::skip(!gpu_available())) {
   RuntimeHolder rt;
   FwdProblem prob(kFwdCases[4]);
