@@ -321,7 +321,70 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   size_t cumsum = 0;
   SSD_ASSIGN_OR_RETURN(cumsum, chunk_cumsum_bwd_workspace_bytes(d.b, d.L, d.h, d.nc, a.dt_bias.data != nullptr, mode));
   l.cumsum = take(cumsum);
+  l.slice_bytes = at;
   l.total = at;
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
+  return l;
+}
+
+// ---- Group slices. Every sum of the backward lies inside one group's heads (dB, dC and dCB over
+// the heads of a group; everything else per head), so the groups g0 .. g0 + G - 1 with their heads
+// form a sub-problem whose outputs are those of the whole, bit for bit: the kernels see the same
+// per-head data through views that start at the slice's first head or group. Slicing bounds the
+// workspace, whose S-sized intermediates (ds, ds_lo, states_t, states_t_lo, the states) grow with
+// b·L·h: a slice's are 1/slices of them.
+
+ForwardDims slice_dims(const ForwardDims& d, int64_t slices) {
+  ForwardDims s = d;
+  s.h = d.h / slices;
+  s.g = d.g / slices;
+  return s;
+}
+
+// The view of `t` over [start, start + count) of axis `axis` (an absent tensor stays absent).
+ssd_tensor axis_slice(const ssd_tensor& t, int axis, int64_t start, int64_t count) {
+  if (!t.data) return t;
+  ssd_tensor v = t;
+  v.data = static_cast<char*>(t.data) + start * t.strides[axis] * int64_t(dtype_size(t.dtype));
+  v.shape[axis] = count;
+  return v;
+}
+
+// The arguments of slice `i` of `slices`: its heads of x, dt, A, D, z, dt_bias, the states and
+// every gradient, its groups of B, C, dB, dC; seq_idx and the scalars as they are.
+ssd_backward_args slice_args(const ssd_backward_args& a, const ForwardDims& d, int64_t slices, int64_t i) {
+  const int64_t hs = d.h / slices, gs = d.g / slices, h0 = i * hs, g0 = i * gs;
+  ssd_backward_args s = a;
+  for (ssd_tensor* t : {&s.x, &s.z, &s.out_x, &s.dout, &s.dx, &s.dz, &s.dt, &s.ddt}) *t = axis_slice(*t, 2, h0, hs);
+  for (ssd_tensor* t : {&s.B, &s.C, &s.dB, &s.dC}) *t = axis_slice(*t, 2, g0, gs);
+  for (ssd_tensor* t : {&s.A, &s.dA, &s.dt_bias, &s.ddt_bias, &s.D, &s.dD}) *t = axis_slice(*t, 0, h0, hs);
+  for (ssd_tensor* t : {&s.initial_states, &s.dinitial_states, &s.dfinal_states}) *t = axis_slice(*t, 1, h0, hs);
+  return s;
+}
+
+// The layout of the call: the slicing (tuning's, else the default) and one slice's layout.
+Result<BackwardLayout> sliced_layout_for(const ssd_backward_args& a, const ForwardDims& d, ssd_mode mode,
+                                         const BackwardTuning& tn) {
+  int64_t slices = tn.group_slices;
+  if (slices < 0 || (slices > 0 && d.g % slices != 0))
+    return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("tuning.group_slices: {} does not divide ngroups {}",
+                                                              tn.group_slices, d.g));
+  if (tn.slice_buffers < 0)
+    return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("tuning.slice_buffers: {} (legal: 0 default, >= 1)",
+                                                              tn.slice_buffers));
+  BackwardLayout l{};
+  if (slices == 0) {  // the fewest slices within the target, else one group each
+    for (slices = 1; slices < d.g; ++slices) {
+      if (d.g % slices != 0) continue;
+      SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), mode, tn));
+      if (l.slice_bytes <= kSliceTargetBytes) break;
+    }
+  }
+  SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), mode, tn));
+  l.slices = slices;
+  l.buffers = std::min<int64_t>(slices, tn.slice_buffers > 0 ? tn.slice_buffers : kSliceBuffers);
+  CheckedSize z;
+  l.total = z.mul({int64_t(l.slice_bytes), int64_t(l.buffers)});
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
   return l;
 }
@@ -712,7 +775,7 @@ Result<BackwardLayout> backward_layout(const ssd_backward_args* user_args, int32
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   if (mode < 0) mode = a.mode >= 0 ? a.mode : SSD_MODE_DETERMINISTIC;
-  return layout_for(a, d, backward_kernel_mode(ssd_mode(mode), tuning), tuning ? *tuning : BackwardTuning{});
+  return sliced_layout_for(a, d, backward_kernel_mode(ssd_mode(mode), tuning), tuning ? *tuning : BackwardTuning{});
 }
 
 Result<std::vector<ssd_kernel_config>> backward_kernel_configs(const ssd_backward_args* user_args, ssd_arch arch,
@@ -733,7 +796,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
   const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
   const ssd_mode mode = backward_kernel_mode(a.mode >= 0 ? ssd_mode(a.mode) : rt.mode, &tn);
-  auto layout = layout_for(a, d, mode, tn);
+  auto layout = sliced_layout_for(a, d, mode, tn);
   if (!layout.ok()) return layout.status();
   const BackwardLayout& L = layout.value();
   if (workspace && workspace_bytes < L.total)
@@ -744,12 +807,21 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
 
-  // Every kernel first: nothing is allocated or launched unless all of them are available.
-  const ssd_forward_args f = forward_inputs(a);
-  ForwardCall recompute{f, d, mode, arch.value(), ForwardBuffers{}, tn.max_blocks, tn.forward, false};
+  // Every kernel first: nothing is allocated or launched unless all of them are available. Every
+  // slice runs the same kernels (the specializations depend on the shape per head and group, not on
+  // the counts), so slice 0's list serves them all.
+  const ForwardDims ds = slice_dims(d, L.slices);
+  std::vector<ssd_backward_args> sliced;
+  if (L.slices > 1)
+    for (int64_t i = 0; i < L.slices; ++i) sliced.push_back(slice_args(a, d, L.slices, i));
+  const ssd_backward_args& a0 = L.slices > 1 ? sliced[0] : a;
   PlanKernels recompute_kernels, kernels;
-  SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, recompute));
-  SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, BackwardCall{a, d, mode, arch.value(), tn, L, nullptr}, backward_plan()));
+  {
+    const ssd_forward_args f = forward_inputs(a0);
+    SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, arch.value(), ForwardBuffers{},
+                                                                               tn.max_blocks, tn.forward, false}));
+    SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, BackwardCall{a0, ds, mode, arch.value(), tn, L, nullptr}, backward_plan()));
+  }
 
   CallWorkspace ws;
   // Formatted only when the call allocates (the host path of a call with a workspace stays short).
@@ -758,16 +830,25 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
                 : fmt::format("ssd_backward: no workspace given; allocating {} bytes per call on the stream (pass "
                               "ssd_backward_workspace_size bytes to avoid this)", L.total);
   SSD_RETURN_IF_ERROR(ws.acquire(rt, workspace, L.total, stream, warning.c_str()));
-  char* base = ws.base();
-  auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
-  recompute.buf = ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)};
   // The recompute's launches and the backward's, recorded and launched as one cached graph
-  // (runtime/launch_graph.h) unless the caller times the stages.
+  // (runtime/launch_graph.h) unless the caller times the stages. Each slice is a segment of the
+  // graph that follows only the slice before it in its buffer.
   CallRecording recording(rt, stream, !after_stage);
-  Status s = launch_forward_plan(recompute, recompute_kernels, stream);
-  if (s.ok()) stage_done(kBwdRecompute);
-  if (s.ok())
-    s = launch_plan(BackwardCall{a, d, mode, arch.value(), tn, L, base}, backward_plan(), kernels, stream, after_stage);
+  std::vector<int> segment_of(size_t(L.slices), -1);
+  Status s;
+  for (int64_t i = 0; i < L.slices && s.ok(); ++i) {
+    const ssd_backward_args& ai = L.slices > 1 ? sliced[size_t(i)] : a;
+    if (L.slices > 1) segment_of[size_t(i)] = CallRecording::begin_segment(i >= L.buffers ? segment_of[size_t(i - L.buffers)] : -1);
+    char* base = ws.base() + size_t(i % L.buffers) * L.slice_bytes;
+    auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
+    const ssd_forward_args f = forward_inputs(ai);
+    ForwardCall recompute{f, ds, mode, arch.value(), ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)},
+                          tn.max_blocks, tn.forward, false};
+    s = launch_forward_plan(recompute, recompute_kernels, stream);
+    if (s.ok()) stage_done(kBwdRecompute);
+    if (s.ok())
+      s = launch_plan(BackwardCall{ai, ds, mode, arch.value(), tn, L, base}, backward_plan(), kernels, stream, after_stage);
+  }
   return ws.release(recording.finish(s));
 }
 

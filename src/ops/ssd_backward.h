@@ -50,7 +50,19 @@ struct BackwardTuning {
   // of it fits: on the H200 it measured no faster than the pair (docs/perf.md, session 14), so it is
   // reached only through this flag (its tests, `ssdgen bench bwd --fused-intra`).
   bool fused_dcb_intra = false;
+  // Group slices (docs/api.md, "Workspace"): the backward runs as `group_slices` sub-problems of
+  // ngroups / group_slices groups each (the groups share nothing but the workspace), one after
+  // another through `slice_buffers` workspace buffers taken in turn (in a launch graph a slice
+  // overlaps the slices of the other buffers). 0: the default (kSliceTargetBytes, kSliceBuffers).
+  // The same bits for every choice: every sum the backward forms lies inside one group's heads.
+  int32_t group_slices = 0;
+  int32_t slice_buffers = 0;
 };
+
+// The default slicing: the fewest slices (a divisor of ngroups) whose workspace is at most
+// kSliceTargetBytes, each of kSliceBuffers buffers (fewer if there are fewer slices).
+inline constexpr size_t kSliceTargetBytes = size_t(128) << 20;
+inline constexpr int32_t kSliceBuffers = 2;
 
 // The mode whose kernels a backward call in mode `requested` runs (the layout, the configs and the
 // launches all follow it): SSD_MODE_FAST runs the deterministic kernels unless tuning->fast_kernels.
@@ -63,10 +75,13 @@ enum BackwardStage {
 };
 const char* backward_stage_name(int stage);
 
-// Byte offsets of the intermediates in the workspace (each 256-byte aligned).
+// Byte offsets of the intermediates in one slice's workspace buffer (each 256-byte aligned; the
+// buffer of slice s starts at (s % buffers) · slice_bytes), and the workspace's total size.
 struct BackwardLayout {
   size_t dt_out, dA_cumsum, CB, states, dy, dy_lo, dP, ds, ds_lo, states_t, states_t_lo, rho, ddt_x, w, v, ddA, dCB, intra,
-      dtx_intra, gate, cumsum, total;
+      dtx_intra, gate, cumsum, slice_bytes;
+  int64_t slices = 1, buffers = 1;  // group slices, and the workspace buffers they take in turn
+  size_t total;                     // buffers · slice_bytes
 };
 // mode: the mode the call will run in (-1: the args' mode, else deterministic); tuning: the call's
 // (only fast_kernels and staged_state_pass matter here: the layout is that of the kernels the call

@@ -102,23 +102,38 @@ struct LaunchGraphs::Entry {
     bytes.clear();
   }
 
-  // One kernel node per launch. A launch with `after` = kAfterAll depends on every earlier node:
-  // edges to the nodes that have no dependent yet (a chain where every launch is so); otherwise on the
-  // launches its mask names.
+  // One kernel node per launch. Within a segment, a launch with `after` = kAfterAll depends on every
+  // earlier node of its segment: edges to the ones that have no dependent yet (a chain where every
+  // launch is so); otherwise on the launches its mask names. A launch that so depends on nothing
+  // follows the whole of segment `segment_after`: edges to that segment's nodes without a dependent
+  // in it. Segments are recorded one after another, so a segment's launches are contiguous.
   Status instantiate(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches) {
     RelaxedCaptureMode relaxed(d);
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphCreate(&graph, 0), "cuGraphCreate"));
     nodes.assign(launches.size(), nullptr);
-    std::vector<bool> has_dependent(launches.size(), false);
+    std::vector<bool> has_dependent(launches.size(), false);  // within its segment
+    std::vector<size_t> segment_start(1, 0), segment_end(1, 0);  // [start, end) per segment
     for (size_t i = 0; i < launches.size(); ++i) {
+      const size_t seg = size_t(launches[i].segment);
+      if (seg >= segment_start.size()) {
+        segment_start.resize(seg + 1, i);
+        segment_end.resize(seg + 1, i);
+      }
+      const size_t first = segment_start[seg];
       std::vector<CUgraphNode> deps;
-      for (size_t j = 0; j < i; ++j) {
+      for (size_t j = first; j < i; ++j) {
+        const size_t k = j - first;
         const bool named = launches[i].after == RecordedLaunch::kAfterAll ? !has_dependent[j]
-                                                                          : j < 64 && (launches[i].after >> j & 1);
+                                                                          : k < 64 && (launches[i].after >> k & 1);
         if (!named) continue;
         deps.push_back(nodes[j]);
         has_dependent[j] = true;
       }
+      const int32_t prior = launches[i].segment_after;
+      if (deps.empty() && prior >= 0 && size_t(prior) < seg)
+        for (size_t j = segment_start[size_t(prior)]; j < segment_end[size_t(prior)]; ++j)
+          if (!has_dependent[j]) deps.push_back(nodes[j]);
+      segment_end[seg] = i + 1;
       std::vector<void*> ptrs = param_pointers(launches[i]);
       const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
       SSD_RETURN_IF_ERROR(cuda::check(
@@ -163,7 +178,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   Key key;
-  key.reserve(3 + 7 * launches.size());
+  key.reserve(3 + 8 * launches.size());
   key.push_back(reinterpret_cast<uintptr_t>(stream));
   // CU_STREAM_PER_THREAD names another stream on each thread: the thread is part of the key.
   key.push_back(stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0);
@@ -176,6 +191,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     key.push_back(uint64_t(l.kernel->built->unit.block_threads));
     key.push_back(uint64_t(l.kernel->built->unit.dynamic_shared_bytes));
     key.push_back(l.after);
+    key.push_back(uint64_t(uint32_t(l.segment)) << 32 | uint32_t(l.segment_after));
   }
 
   std::shared_ptr<Entry> entry;
@@ -293,11 +309,14 @@ bool CallRecording::record(const ssd_kernel& kernel, unsigned gx, unsigned gy, u
   l.bytes.assign(kernel.param_bytes, 0);
   for (size_t i = 0; i < kernel.param_offsets.size(); ++i)
     std::memcpy(l.bytes.data() + kernel.param_offsets[i], params[i], kernel.param_sizes[i]);
-  // A mask names earlier launches only (bits of launches not yet recorded, or past 64, are dropped).
-  const size_t n = r->launches_.size();
+  // A mask names earlier launches of the segment only (bits of launches not yet recorded, or past
+  // 64, are dropped).
+  const size_t n = r->launches_.size() - r->segment_start_;
   l.after = r->next_after_ == RecordedLaunch::kAfterAll ? RecordedLaunch::kAfterAll
             : n >= 64                                    ? RecordedLaunch::kAfterAll
                                                          : r->next_after_ & ((uint64_t(1) << n) - 1);
+  l.segment = r->segment_;
+  l.segment_after = r->segment_after_;
   r->next_after_ = RecordedLaunch::kAfterAll;
   r->launches_.push_back(std::move(l));
   *out = Status::Ok();
@@ -306,7 +325,20 @@ bool CallRecording::record(const ssd_kernel& kernel, unsigned gx, unsigned gy, u
 
 int CallRecording::recorded_launches() {
   CallRecording* r = t_recording;
-  return r && r->active_ ? int(r->launches_.size()) : -1;
+  return r && r->active_ ? int(r->launches_.size() - r->segment_start_) : -1;
+}
+
+int CallRecording::begin_segment(int after_segment) {
+  CallRecording* r = t_recording;
+  if (!r || !r->active_) return -1;
+  // An empty segment is reused (its number names no launch another segment could follow).
+  if (r->launches_.size() > r->segment_start_) {
+    ++r->segment_;
+    r->segment_start_ = r->launches_.size();
+  }
+  r->segment_after_ = after_segment >= 0 && after_segment < r->segment_ ? after_segment : -1;
+  r->next_after_ = RecordedLaunch::kAfterAll;
+  return r->segment_;
 }
 
 void CallRecording::next_launch_after(uint64_t mask) {

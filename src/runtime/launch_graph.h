@@ -7,7 +7,9 @@
 //   - seen before, it is instantiated once as a graph of kernel nodes in the same order, each node
 //     depending on every node before it (the stream order; as edges: on the nodes that have no
 //     dependent yet) unless its launch names the earlier launches it follows (RecordedLaunch::after,
-//     from the plan's data flow: src/ops/plan.h), and replayed: the nodes whose parameter
+//     from the plan's data flow: src/ops/plan.h) or starts a segment (a part of the call that
+//     shares only a workspace buffer with an earlier part: the backward's group slices), and
+//     replayed: the nodes whose parameter
 //     bytes changed since the last replay are updated (cuGraphExecKernelNodeSetParams), then one
 //     cuGraphLaunch on the call's stream.
 // The same kernels, grids and parameters, each after every launch whose outputs it reads: the same
@@ -43,7 +45,13 @@ struct RecordedLaunch {
   const ssd_kernel* kernel = nullptr;
   unsigned grid[3] = {1, 1, 1};
   std::vector<unsigned char> bytes;  // the parameters at the kernel's offsets (ssd_kernel::param_offsets)
-  uint64_t after = kAfterAll;        // else bit i: launch i of the call (i < 64); 0: none
+  uint64_t after = kAfterAll;        // else bit i: launch i of its segment (i < 64); 0: none
+  // Segments (CallRecording::begin_segment): a call in parts that share no data but a workspace
+  // buffer. `after` counts launches from its segment's first one, and kAfterAll means every earlier
+  // launch of the segment; a launch that follows nothing in its segment follows every launch of
+  // segment `segment_after` (-1: none, it may start at once).
+  int32_t segment = 0;
+  int32_t segment_after = -1;
 };
 
 // The graphs of one runtime, by launch sequence (stream, context, then per launch: function, grid,
@@ -96,12 +104,17 @@ class CallRecording {
   // recording's status for this launch).
   static bool record(const ssd_kernel& kernel, unsigned gx, unsigned gy, unsigned gz, void** params, CUstream stream,
                      Status* out);
-  // The launches this thread's active recording holds (its next launch's index), or -1 when none is
-  // active (then launches go eagerly, in stream order).
+  // The launches of the current segment this thread's active recording holds (its next launch's
+  // index in the segment), or -1 when none is active (then launches go eagerly, in stream order).
   static int recorded_launches();
-  // The next launch this thread records follows only the launches of `mask` (bit i: launch i); the
-  // launch after it again every earlier one. No effect without an active recording.
+  // The next launch this thread records follows only the launches of `mask` (bit i: launch i of the
+  // segment); the launch after it again every earlier one. No effect without an active recording.
   static void next_launch_after(uint64_t mask);
+  // The launches from here on form a new segment: they follow none of the earlier segments' launches
+  // but those of segment `after_segment` (the one whose workspace buffer they reuse; -1: none). The
+  // first segment (0) starts with the recording. Returns the new segment's number (-1 when no
+  // recording is active: eager launches keep the stream order).
+  static int begin_segment(int after_segment);
 
  private:
   friend Status flush_recorded_launches();
@@ -112,6 +125,8 @@ class CallRecording {
   Status outer_flush_;  // a nested recording's flush of the outer one
   std::vector<RecordedLaunch> launches_;
   uint64_t next_after_ = RecordedLaunch::kAfterAll;
+  size_t segment_start_ = 0;  // index of the current segment's first launch in launches_
+  int32_t segment_ = 0, segment_after_ = -1;
 };
 
 // Before enqueueing anything but a kernel launch (a memset) during a call: launches what this

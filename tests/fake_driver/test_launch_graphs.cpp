@@ -404,6 +404,51 @@ TEST_CASE("launch graphs: a launch that names the earlier launches it follows ge
   CHECK(since(mark) == Ev{{Op::Launch, 9}});
 }
 
+TEST_CASE("launch graphs: segments follow only the segment whose buffer they reuse") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(3);
+  const CUstream s = stream_handle(0x62);
+  // Three segments of two launches (the backward's group slices through two workspace buffers):
+  // segment 0 and 1 start at once, segment 2 follows segment 0. Inside a segment the second launch
+  // follows the first (the default), and masks count from the segment's first launch.
+  auto segmented_call = [&](uint64_t p) {
+    ssd::CallRecording rec(*rt, s, true);
+    int seg[3];
+    for (int i = 0; i < 3; ++i) {
+      seg[i] = ssd::CallRecording::begin_segment(i >= 2 ? seg[i - 2] : -1);
+      CHECK(seg[i] == i);
+      CHECK(ssd::CallRecording::recorded_launches() == 0);
+      SSD_RETURN_IF_ERROR(launch_with(*ks[0], p + 10 * uint64_t(i), s));
+      if (i == 1) ssd::CallRecording::next_launch_after(uint64_t(1) << 0 | uint64_t(1) << 1);  // bit 1: not yet made
+      SSD_RETURN_IF_ERROR(launch_with(*ks[1], p + 10 * uint64_t(i) + 1, s));
+      CHECK(ssd::CallRecording::recorded_launches() == 2);
+    }
+    // An empty segment is not counted: the next one keeps the number.
+    CHECK(ssd::CallRecording::begin_segment(-1) == 3);
+    CHECK(ssd::CallRecording::begin_segment(0) == 3);
+    SSD_RETURN_IF_ERROR(launch_with(*ks[2], p + 30, s));
+    return rec.finish(ssd::Status::Ok());
+  };
+  size_t mark = fake().events.size();
+  REQUIRE(segmented_call(100).ok());  // eager: the stream order
+  CHECK(since(mark) == Ev{{Op::Launch, 100}, {Op::Launch, 101}, {Op::Launch, 110}, {Op::Launch, 111},
+                          {Op::Launch, 120}, {Op::Launch, 121}, {Op::Launch, 130}});
+  const size_t n0 = fake().node_dependency_lists.size();
+  REQUIRE(segmented_call(200).ok());
+  REQUIRE(fake().node_dependency_lists.size() == n0 + 7);
+  using Deps = std::vector<uintptr_t>;
+  const uintptr_t s0a = n0 + 1, s0b = n0 + 2, s1a = n0 + 3, s2a = n0 + 5;  // the fake's node ids: 1-based
+  CHECK(fake().node_dependency_lists[n0] == Deps{});          // segment 0
+  CHECK(fake().node_dependency_lists[n0 + 1] == Deps{s0a});
+  CHECK(fake().node_dependency_lists[n0 + 2] == Deps{});      // segment 1: beside segment 0
+  CHECK(fake().node_dependency_lists[n0 + 3] == Deps{s1a});   // its mask, counted in the segment
+  CHECK(fake().node_dependency_lists[n0 + 4] == Deps{s0b});   // segment 2: after segment 0's last
+  CHECK(fake().node_dependency_lists[n0 + 5] == Deps{s2a});
+  CHECK(fake().node_dependency_lists[n0 + 6] == Deps{s0b});   // segment 3: after segment 0 too
+  // Without a recording there are no segments.
+  CHECK(ssd::CallRecording::begin_segment(-1) == -1);
+}
+
 namespace {
 // A plan of four stages over fabricated kernels (stage i launches kernel i with parameter 100 + i):
 // stage 1 follows none, stage 2 runs only when `with_two`, stage 3 follows stages 0 and 2.

@@ -688,6 +688,78 @@ TEST_CASE("ssd_backward D3: a sample's gradients do not depend on the batch arou
                      "dinit); dA, dD, ddt_bias equal the ordered per-sample sums");
 }
 
+// Group slices (BackwardTuning::group_slices, the default above kSliceTargetBytes): the sub-problems
+// of ngroups / slices groups give the whole problem's gradients bit for bit, through one buffer
+// (slices in stream order) or two (in a launch graph, a slice beside the one of the other buffer).
+// Each call twice: the first launches eagerly, the second replays the call's launch graph.
+TEST_CASE("ssd_backward: group slices give the whole problem's bits, one or two buffers, eager and replayed" *
+          doctest::skip(!gpu_available())) {
+  RuntimeHolder rt;
+  std::vector<BwdCase> cases;
+  for (const BwdCase& c : kBwdCases)
+    if (c.g >= 2) cases.push_back(c);
+  // sm_90a's wgmma kernels (every extent a multiple of 64) with every option.
+  cases.push_back(BwdCase{2, 1024, 32, 64, 4, 64, 256, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true});
+  int compared = 0;
+  for (const BwdCase& c : cases) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    ssd::BackwardTuning whole;
+    whole.group_slices = 1;
+    const std::vector<uint8_t> ref = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &whole);
+    for (int32_t slices = 2; slices <= c.g; ++slices) {
+      if (c.g % slices != 0) continue;
+      for (int32_t buffers : {1, 2}) {
+        CAPTURE(slices);
+        CAPTURE(buffers);
+        ssd::BackwardTuning tn;
+        tn.group_slices = slices;
+        tn.slice_buffers = buffers;
+        const ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
+        auto l = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &tn);
+        REQUIRE_MESSAGE(l.ok(), l.status().detail);
+        CHECK(l->slices == slices);
+        CHECK(l->buffers == std::min(buffers, slices));
+        if (l->total > prob.ws_bytes) {
+          prob.d_ws = DeviceBuffer(l->total);
+          prob.ws_bytes = l->total;
+        }
+        for (int round = 0; round < 2; ++round) {
+          CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), ref));
+          ++compared;
+        }
+      }
+    }
+    // The library's own workspace, sliced.
+    ssd::BackwardTuning all;
+    all.group_slices = int32_t(c.g);
+    CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &all, /*caller_workspace=*/false), ref));
+  }
+  // A problem the default slices (its whole workspace is over kSliceTargetBytes): the C API's size,
+  // the default's bits against the whole problem's.
+  BwdProblem big(BwdCase{1, 4096, 64, 64, 4, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, true, false});
+  const ssd_backward_args a = big.args(SSD_MODE_DETERMINISTIC);
+  auto dl = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC);
+  REQUIRE(dl.ok());
+  CHECK(dl->slices == 2);
+  size_t api_bytes = 0;
+  GPU_CHECK_SSD(ssd_backward_workspace_size(&a, &api_bytes));
+  CHECK(api_bytes == dl->total);
+  ssd::BackwardTuning whole;
+  whole.group_slices = 1;
+  auto wl = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &whole);
+  REQUIRE(wl.ok());
+  if (wl->total > big.ws_bytes) {
+    big.d_ws = DeviceBuffer(wl->total);
+    big.ws_bytes = wl->total;
+  }
+  const std::vector<uint8_t> ref = big.run(rt.rt, SSD_MODE_DETERMINISTIC, &whole);
+  for (int round = 0; round < 2; ++round) CHECK(same_bytes(big.run(rt.rt), ref));
+  MESSAGE("group slices: " << compared << " sliced calls on " << cases.size() << " problems bitwise the whole problem's; "
+          << describe(big.c) << ": default " << dl->slices << " slices in " << dl->buffers << " buffers, workspace "
+          << dl->total << " bytes (whole " << wl->total << "), bitwise the whole's");
+}
+
 TEST_CASE("ssd_backward: bad arguments are refused by name, nothing written" * doctest::skip(!gpu_available())) {
   RuntimeHolder rt;
   BwdProblem prob(kBwdCases[0]);

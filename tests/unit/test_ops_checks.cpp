@@ -192,6 +192,79 @@ TEST_CASE("workspace sizes: the backward's gate and cumsum sections are pure fun
   }
 }
 
+TEST_CASE("workspace sizes: the backward slices its groups to bound the workspace, and says how") {
+  // nemotronh-56b at b=4 L=2048 (h=256, p=64, n=256, g=8, chunk 256): 1.73 GiB unsliced; the default
+  // takes the fewest slices (a divisor of g) of at most kSliceTargetBytes each, here one group each,
+  // through two buffers: under issue 10's 0.45 GiB.
+  const Shape big{4, 2048, 256, 64, 8, 256, 256};
+  ssd_backward_args a = backward_args(big);
+  a.D = dense(SSD_DTYPE_FP32, {big.h});
+  a.dD = dense(SSD_DTYPE_FP32, {big.h});
+  a.dt_bias = dense(SSD_DTYPE_FP32, {big.h});
+  a.ddt_bias = dense(SSD_DTYPE_FP32, {big.h});
+  BackwardTuning whole;
+  whole.group_slices = 1;
+  auto full = backward_layout(&a, SSD_MODE_DETERMINISTIC, &whole);
+  REQUIRE(full.ok());
+  CHECK(full->slices == 1);
+  CHECK(full->buffers == 1);
+  CHECK(full->total == full->slice_bytes);
+  CHECK(full->total > (size_t(17) << 30) / 10);  // 1.7 GiB
+  auto dflt = backward_layout(&a, SSD_MODE_DETERMINISTIC);
+  REQUIRE(dflt.ok());
+  CHECK(dflt->slices == 8);
+  CHECK(dflt->buffers == 2);
+  CHECK(dflt->slice_bytes > kSliceTargetBytes);  // no divisor of g reaches the target: one group each
+  CHECK(dflt->total == 2 * dflt->slice_bytes);
+  CHECK(dflt->total <= (size_t(45) << 30) / 100);  // 0.45 GiB
+  MESSAGE("nemotronh b=4 L=2048: " << full->total << " bytes whole, " << dflt->total << " sliced");
+  // Each slice's layout is the whole layout of the problem with h / slices heads and g / slices groups.
+  ssd_backward_args one_group = backward_args(Shape{4, 2048, 32, 64, 1, 256, 256});
+  one_group.D = dense(SSD_DTYPE_FP32, {32});
+  one_group.dD = dense(SSD_DTYPE_FP32, {32});
+  one_group.dt_bias = dense(SSD_DTYPE_FP32, {32});
+  one_group.ddt_bias = dense(SSD_DTYPE_FP32, {32});
+  auto per_group = backward_layout(&one_group, SSD_MODE_DETERMINISTIC);
+  REQUIRE(per_group.ok());
+  CHECK(per_group->slices == 1);  // one group: nothing to slice
+  CHECK(per_group->slice_bytes == dflt->slice_bytes);
+  CHECK(per_group->ds == dflt->ds);
+  // Linear in b·L at a fixed slicing; the default grows the slice count with the problem up to g.
+  for (int64_t L : {512, 1024, 4096}) {
+    CAPTURE(L);
+    ssd_backward_args al = a;
+    const Shape sh{4, L, 256, 64, 8, 256, 256};
+    al = backward_args(sh);
+    BackwardTuning eight;
+    eight.group_slices = 8;
+    auto l = backward_layout(&al, SSD_MODE_DETERMINISTIC, &eight);
+    REQUIRE(l.ok());
+    auto l2048 = backward_layout(&static_cast<const ssd_backward_args&>(backward_args(big)), SSD_MODE_DETERMINISTIC, &eight);
+    REQUIRE(l2048.ok());
+    const double ratio = double(l->total) / double(l2048->total);
+    CHECK(ratio == doctest::Approx(double(L) / 2048).epsilon(0.01));
+    auto d = backward_layout(&al, SSD_MODE_DETERMINISTIC);
+    REQUIRE(d.ok());
+    CHECK(d->slice_bytes <= std::max<size_t>(kSliceTargetBytes, l->slice_bytes));
+  }
+  // A small problem is not sliced.
+  const Shape small{2, 1000, 8, 64, 2, 64, 64};
+  auto s1 = backward_layout(&static_cast<const ssd_backward_args&>(backward_args(small)), SSD_MODE_DETERMINISTIC);
+  REQUIRE(s1.ok());
+  CHECK(s1->slices == 1);
+  // The tuning's slicing is checked, naming the field.
+  BackwardTuning bad;
+  bad.group_slices = 3;
+  auto b3 = backward_layout(&a, SSD_MODE_DETERMINISTIC, &bad);
+  REQUIRE(!b3.ok());
+  CHECK(b3.status().detail == "tuning.group_slices: 3 does not divide ngroups 8");
+  bad.group_slices = 4;
+  bad.slice_buffers = 8;  // more buffers than slices: one per slice
+  auto b4 = backward_layout(&a, SSD_MODE_DETERMINISTIC, &bad);
+  REQUIRE(b4.ok());
+  CHECK(b4->buffers == 4);
+}
+
 TEST_CASE("fast mode: the backward runs the deterministic kernels unless the fast kernels are asked for") {
   // Issue 10: SSD_MODE_FAST keeps the fast (atomic) kernels only where they are faster; on the H200
   // the whole fast backward was slower (docs/perf.md), so a fast-mode call runs the deterministic

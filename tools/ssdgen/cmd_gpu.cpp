@@ -138,6 +138,7 @@ struct GpuArgs {
   bool z = false;       // bench: with the z gate (out = y · silu(z), out_x = y): add_z_gate
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
   int32_t max_blocks = 0;  // --max-blocks: every grid axis of the timed calls capped (grid-stride kernels)
+  int32_t slices = 0, slice_buffers = 0;  // bench bwd --slices / --slice-buffers (0: the default)
 };
 
 // " arch sm_90" when --arch was given (the report's header), else "".
@@ -169,6 +170,14 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
       auto n = parse_positive_int(*v, "--seqlen", 1 << 24);
       if (!n.ok()) return fail(ctx, n.status());
       out.seqlen = n.value();
+    } else if (auto v = cur.value("--slices")) {
+      auto n = parse_positive_int(*v, "--slices", 1 << 16);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.slices = int32_t(n.value());
+    } else if (auto v = cur.value("--slice-buffers")) {
+      auto n = parse_positive_int(*v, "--slice-buffers", 1 << 16);
+      if (!n.ok()) return fail(ctx, n.status());
+      out.slice_buffers = int32_t(n.value());
     } else if (auto v = cur.value("--max-blocks")) {
       auto n = parse_positive_int(*v, "--max-blocks", 65535);
       if (!n.ok()) return fail(ctx, n.status());
@@ -367,31 +376,70 @@ ssd::Status measure_graph_replay(const Driver& drv, CUstream stream, int rounds,
 
 // `bench bwd`: the whole backward and each of its stages, deterministic then fast mode.
 // Event timing of one operation with `stages` stages: `call(after_stage)` runs it once on `stream`
-// (after_stage(i) once stage i is enqueued); warm-up calls first, then `iters` timed ones, each
-// waited for. ev: stages + 1 events.
+// (after_stage(i) once stage i is enqueued; a stage may report several times, once per group slice
+// of the backward: its time is the sum of the intervals that end at its reports); warm-up calls
+// first, then `iters` timed ones, each waited for. ev: the event pool (grown as needed).
 struct StageTimes {
   std::vector<float> total;               // ms of each timed call
   std::vector<std::vector<float>> stage;  // [stage] ms of each timed call
 };
-ssd::Status time_stages(const Driver& drv, CUstream stream, const std::vector<CUevent>& ev, int warmup, int iters,
+ssd::Status time_stages(const Driver& drv, CUstream stream, std::vector<CUevent>& ev, int stages, int warmup, int iters,
                         const std::function<ssd::Status(const std::function<void(int)>&)>& call, StageTimes& out) {
-  const int stages = int(ev.size()) - 1;
   out.total.clear();
   out.stage.assign(stages, {});
+  std::vector<int> reported;  // the stage of each event after the first
   for (int it = 0; it < warmup + iters; ++it) {
+    reported.clear();
     drv.cuEventRecord(ev[0], stream);
-    SSD_RETURN_IF_ERROR(call([&](int i) { drv.cuEventRecord(ev[i + 1], stream); }));
-    SSD_RETURN_IF_ERROR(ssd::cuda::check(drv.cuEventSynchronize(ev[stages]), "cuEventSynchronize"));
+    ssd::Status recorded;
+    SSD_RETURN_IF_ERROR(call([&](int i) {
+      const size_t e = reported.size() + 1;
+      if (e == ev.size()) {
+        ev.emplace_back();
+        if (recorded.ok()) recorded = ssd::cuda::check(drv.cuEventCreate(&ev.back(), CU_EVENT_DEFAULT), "cuEventCreate");
+      }
+      drv.cuEventRecord(ev[e], stream);
+      reported.push_back(i);
+    }));
+    SSD_RETURN_IF_ERROR(recorded);
+    const CUevent last = ev[reported.size()];
+    SSD_RETURN_IF_ERROR(ssd::cuda::check(drv.cuEventSynchronize(last), "cuEventSynchronize"));
     if (it < warmup) continue;
     float ms = 0;
-    drv.cuEventElapsedTime(&ms, ev[0], ev[stages]);
+    drv.cuEventElapsedTime(&ms, ev[0], last);
     out.total.push_back(ms);
-    for (int i = 0; i < stages; ++i) {
-      drv.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
-      out.stage[i].push_back(ms);
+    std::vector<float> sum(size_t(stages), 0.0f);
+    for (size_t e = 0; e < reported.size(); ++e) {
+      drv.cuEventElapsedTime(&ms, ev[e], ev[e + 1]);
+      if (reported[e] >= 0 && reported[e] < stages) sum[size_t(reported[e])] += ms;
     }
+    for (int i = 0; i < stages; ++i) out.stage[size_t(i)].push_back(sum[size_t(i)]);
   }
   return ssd::Status::Ok();
+}
+
+// The median ms of `iters` calls of `call` after `warmup`, each between two events and waited for:
+// the whole call as it runs without stage events (the backward: one launch graph replay).
+ssd::Status time_calls(const Driver& drv, CUstream stream, int warmup, int iters, const std::function<ssd::Status()>& call,
+                       float& median_ms) {
+  CUevent e0, e1;
+  drv.cuEventCreate(&e0, CU_EVENT_DEFAULT);
+  drv.cuEventCreate(&e1, CU_EVENT_DEFAULT);
+  std::vector<float> ms;
+  ssd::Status s;
+  for (int it = 0; it < warmup + iters && s.ok(); ++it) {
+    drv.cuEventRecord(e0, stream);
+    s = call();
+    drv.cuEventRecord(e1, stream);
+    if (s.ok()) s = ssd::cuda::check(drv.cuEventSynchronize(e1), "cuEventSynchronize");
+    float t = 0;
+    drv.cuEventElapsedTime(&t, e0, e1);
+    if (it >= warmup) ms.push_back(t);
+  }
+  drv.cuEventDestroy(e0);
+  drv.cuEventDestroy(e1);
+  median_ms = ms.empty() ? 0.0f : median(ms);
+  return s;
 }
 
 int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const ssd::BackwardTuning& tuning) {
@@ -465,9 +513,16 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
     auto l = ssd::backward_layout(&a, mode, &tn);
     if (!l.ok()) return fail(ctx, l.status());
     StageTimes times;
-    ssd::Status s = time_stages(drv, stream, ev, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
+    ssd::Status s = time_stages(drv, stream, ev, kStages, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
       return ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tn, after_stage);
     }, times);
+    if (!s.ok()) return fail(ctx, s);
+    // The same call without stage events: its launches as one launch graph (from the second call
+    // on), group slices side by side where they have their own buffers.
+    float graph_ms = 0;
+    s = time_calls(drv, stream, ga.warmup, ga.iters, [&] {
+      return ssd::ssd_backward(*session.rt, &a, ws.ptr_void(), ws_bytes, stream, &tn);
+    }, graph_ms);
     if (!s.ok()) return fail(ctx, s);
     // The host path (issue 10), once, with the deterministic pass: a C-API call runs the
     // deterministic kernels in either mode (the fast ones only through BackwardTuning), the default
@@ -497,7 +552,8 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
     const std::vector<std::vector<float>>& stage = times.stage;
     const char* mname = mode == SSD_MODE_DETERMINISTIC ? "deterministic" : "fast kernels";
     if (ctx.json) {
-      nlohmann::json j{{"median_ms", median(total)}, {"workspace_bytes", l->total}};
+      nlohmann::json j{{"median_ms", median(total)}, {"graph_median_ms", graph_ms}, {"workspace_bytes", l->total},
+                       {"group_slices", l->slices}, {"slice_buffers", l->buffers}};
       if (with_host_path) {
         j["host_cpu_us_per_call"] = host.cpu_us;
         j["host_wall_us_per_call"] = host.wall_us;
@@ -514,7 +570,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
                      (tuning.fused_dcb_intra ? " fused dcb + ddA_intra" : ""),
                  arch_note(ga));
       for (int i = 0; i < kStages; ++i) fmt::print("  {:<42} {:8.3f} ms\n", ssd::backward_stage_name(i), median(stage[i]));
-      fmt::print("  {:<42} {:8.3f} ms   (workspace {})\n", "total", median(total), format_bytes(l->total));
+      fmt::print("  {:<42} {:8.3f} ms   (workspace {}: {} group slice{}, {} buffer{})\n", "total", median(total),
+                 format_bytes(l->total), l->slices, l->slices == 1 ? "" : "s", l->buffers, l->buffers == 1 ? "" : "s");
+      fmt::print("  {:<42} {:8.3f} ms\n", "total, one launch graph (no stage events)", graph_ms);
       if (with_host_path) {
         fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_backward calls in {} "
                    "rounds, C API, workspace given, kernels loaded)\n", host.cpu_us, host.wall_us,
@@ -549,6 +607,8 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     tuning->fused_dcb_intra = ga.fused_intra;   // the fused dcb + ddA_intra instead of the pair
     tuning->forward.cp_async = ga.cp_async;     // the recompute's state pass with cp.async stages
     tuning->max_blocks = ga.max_blocks;         // 0: one block per work item
+    tuning->group_slices = ga.slices;           // 0: the default slicing
+    tuning->slice_buffers = ga.slice_buffers;
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
     if (ga.z) {
@@ -590,7 +650,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   std::vector<CUevent> ev(kStages + 1);
   for (CUevent& e : ev) drv.cuEventCreate(&e, CU_EVENT_DEFAULT);
   StageTimes times;
-  ssd::Status timed = time_stages(drv, stream, ev, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
+  ssd::Status timed = time_stages(drv, stream, ev, kStages, ga.warmup, ga.iters, [&](const std::function<void(int)>& after_stage) {
     return ssd::ssd_forward(*session.rt, &a, nullptr, stream, after_stage, &tiles);
   }, times);
   if (!timed.ok()) return fail(ctx, timed);
