@@ -66,11 +66,14 @@ Result<std::vector<const ssd_kernel*>> fetch_plan(ssd_runtime& rt, const Call& c
 // Launches the stages with the kernels fetch_plan gave for this call.
 // While the launches are recorded, each stage's `after` becomes its launch's mask of the earlier
 // launches (CallRecording::next_launch_after); a stage records one launch.
+// launch_of_stage (optional): each stage's launch in the recording's current segment (-1: none).
 template <class Call>
 Status launch_plan(const Call& call, const std::vector<Stage<Call>>& stages,
                    const std::vector<const ssd_kernel*>& kernels, CUstream stream,
-                   const std::function<void(int)>& after_stage) {
-  std::vector<int> launch_of(stages.size(), -1);  // the recorded launch of each stage that ran
+                   const std::function<void(int)>& after_stage, std::vector<int>* launch_of_stage = nullptr) {
+  std::vector<int> local;
+  std::vector<int>& launch_of = launch_of_stage ? *launch_of_stage : local;
+  launch_of.assign(stages.size(), -1);  // the recorded launch of each stage that ran
   bool one_each = true;  // every stage so far recorded exactly one launch (else masks fall back to all)
   for (size_t i = 0; i < stages.size(); ++i) {
     if (kernels[i]) {

@@ -272,26 +272,48 @@ bool fused_state_pass(ssd_mode mode, const BackwardTuning& tn) {
   return mode == SSD_MODE_DETERMINISTIC && !tn.staged_state_pass;
 }
 
-Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims& d, ssd_mode mode,
-                                  const BackwardTuning& tn) {
+// gate_bwd runs over the whole problem, before the group slices, unless it writes dy (with z: dy and
+// dy_lo are x-sized, so they are a slice's); without z its only output is dD's partials.
+bool gate_in_slices(const ssd_backward_args& a) { return a.z.data != nullptr; }
+
+// One slice's sections (d: the slice's extents) at the start of a buffer, the whole problem's
+// (w: the call's extents; the (b, h, nchunks, Q) vectors the per-head scans read, and their
+// partials) in `whole` after it: the offsets of whole sections are relative to the whole region
+// until sliced_layout_for places it after the buffers.
+Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims& d, const ForwardDims& w, ssd_mode mode,
+                                  const BackwardTuning& tn, size_t& whole_bytes) {
   const bool det = mode == SSD_MODE_DETERMINISTIC;
   const int64_t T = int64_t(dtype_size(a.x.dtype));
   // Checked: absurd shapes must not wrap into a small total with overlapping regions.
   CheckedSize z;
   const size_t chunked = z.mul({d.b, d.h, d.nc, d.Q, 4});
+  const size_t whole_chunked = z.mul({w.b, w.h, w.nc, w.Q, 4});
   const size_t states = z.mul({d.b, d.h, d.nc, d.p, d.n});
   const size_t cb = z.mul({d.b, d.nc, d.g, d.Q, d.Q});
   BackwardLayout l{};
-  size_t at = 0;
+  size_t at = 0, at_whole = 0;
   auto take = [&](size_t bytes) {
     const size_t off = at;
     at = z.add(at, z.align_up(bytes, kAlign));
     return off;
   };
-  l.dt_out = take(chunked);
-  l.dA_cumsum = take(chunked);
+  auto take_whole = [&](size_t bytes) {
+    const size_t off = at_whole;
+    at_whole = z.add(at_whole, z.align_up(bytes, kAlign));
+    return off;
+  };
+  // The (b, h, nchunks, Q) vectors laid out as dA_cumsum: one stride set for every kernel that
+  // reads them, so they are the whole problem's, and a slice sees its heads of them.
+  l.dt_out = take_whole(whole_chunked);
+  l.dA_cumsum = take_whole(whole_chunked);
+  l.ddt_x = take_whole(whole_chunked);
+  l.w = take_whole(whole_chunked);
+  l.v = take_whole(whole_chunked);
+  l.ddA = take_whole(whole_chunked);
   l.CB = take(z.mul({int64_t(cb), 4}));
-  l.states = take(z.mul({int64_t(states), 4}));
+  // P (fp32) lives from the recompute's state pass to the backward's state pass, the first part of a
+  // slice: one copy serves every buffer (a slice starts after the previous slice's state pass).
+  l.states = take_whole(z.mul({int64_t(states), 4}));
   l.dy = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);
   l.dy_lo = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);  // dy's second term, laid out as dy
   l.dP = take(fused_state_pass(mode, tn) ? 0 : z.mul({int64_t(states), 4}));  // fused: dP stays on chip
@@ -300,30 +322,30 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.states_t = take(z.mul({int64_t(states), T}));
   l.states_t_lo = take(z.mul({int64_t(states), T}));
   l.rho = take(det ? z.mul({d.b, d.h, d.nc, d.p * d.n / 32, int64_t(sizeof(double))}) : z.mul({d.b, d.h, d.nc, 4}));
-  l.ddt_x = take(chunked);
-  l.w = take(chunked);
-  l.v = take(chunked);
-  l.ddA = take(chunked);
   l.dCB = take(z.mul({int64_t(cb), T}));
   // ddA_intra's T and U: one slot per 64-row group (deterministic) or one atomic sum (fast) per position.
   const size_t intra = det ? z.mul({int64_t(chunked), d.Q / ssd_kernels::kIntraRowGroup}) : chunked;
   l.intra = take(intra);
   l.dtx_intra = take(intra);
   // Before the gate's and the cumsum's own sizing, which multiply the same extents.
-  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(w); }));
   // Pure functions of the extents (check_backward has validated every tensor): the dD partials
-  // (deterministic mode, with D) and chunk_cumsum_bwd's fp64 partials.
+  // (deterministic mode, with D: the slice's with z, else the whole problem's) and chunk_cumsum_bwd's
+  // fp64 partials (the whole problem's: it runs after the slices).
   size_t gate = 0;
+  const ForwardDims& gd = gate_in_slices(a) ? d : w;
   if (a.D.data && det) {
-    SSD_ASSIGN_OR_RETURN(gate, partial_bytes(a.D.ndim == 2, GateDims{d.b, d.L, d.h, d.p, d.nc}));
+    SSD_ASSIGN_OR_RETURN(gate, partial_bytes(a.D.ndim == 2, GateDims{gd.b, gd.L, gd.h, gd.p, gd.nc}));
   }
-  l.gate = take(gate);
+  l.gate = gate_in_slices(a) ? take(gate) : take_whole(gate);
   size_t cumsum = 0;
-  SSD_ASSIGN_OR_RETURN(cumsum, chunk_cumsum_bwd_workspace_bytes(d.b, d.L, d.h, d.nc, a.dt_bias.data != nullptr, mode));
-  l.cumsum = take(cumsum);
+  SSD_ASSIGN_OR_RETURN(cumsum, chunk_cumsum_bwd_workspace_bytes(w.b, w.L, w.h, w.nc, a.dt_bias.data != nullptr, mode));
+  l.cumsum = take_whole(cumsum);
   l.slice_bytes = at;
-  l.total = at;
-  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
+  whole_bytes = at_whole;
+  l.total = z.add(at, at_whole);
+  l.whole = at;
+  SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(w); }));
   return l;
 }
 
@@ -373,18 +395,24 @@ Result<BackwardLayout> sliced_layout_for(const ssd_backward_args& a, const Forwa
     return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("tuning.slice_buffers: {} (legal: 0 default, >= 1)",
                                                               tn.slice_buffers));
   BackwardLayout l{};
+  size_t whole_bytes = 0;
   if (slices == 0) {  // the fewest slices within the target, else one group each
     for (slices = 1; slices < d.g; ++slices) {
       if (d.g % slices != 0) continue;
-      SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), mode, tn));
+      SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, whole_bytes));
       if (l.slice_bytes <= kSliceTargetBytes) break;
     }
   }
-  SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), mode, tn));
+  SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, whole_bytes));
   l.slices = slices;
   l.buffers = std::min<int64_t>(slices, tn.slice_buffers > 0 ? tn.slice_buffers : kSliceBuffers);
+  // The buffers first, then the whole problem's sections: their offsets move past the buffers.
   CheckedSize z;
-  l.total = z.mul({int64_t(l.slice_bytes), int64_t(l.buffers)});
+  l.whole = z.mul({int64_t(l.slice_bytes), int64_t(l.buffers)});
+  for (size_t* off : {&l.dt_out, &l.dA_cumsum, &l.ddt_x, &l.w, &l.v, &l.ddA, &l.states, &l.cumsum})
+    *off = z.add(*off, l.whole);
+  if (!gate_in_slices(a)) l.gate = z.add(l.gate, l.whole);
+  l.total = z.add(l.whole, whole_bytes);
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
   return l;
 }
@@ -403,25 +431,39 @@ Status memset_zero(void* p, size_t floats, CUstream stream) {
 // Each stage binds its parameter block from a BackwardCall of validated arguments; fast mode zeroes
 // what its atomics accumulate into right before the stage that needs it.
 
+// The parts of a sliced call (BackwardCall::parts): the whole problem's stages before the slices
+// (gate_bwd without z), each slice's, the whole problem's after them (chunk_cumsum_bwd and its
+// reduction); an unsliced call runs every part as one.
+enum BackwardPart : uint8_t { kPartBefore = 1, kPartSlice = 2, kPartAfter = 4, kEveryPart = 7 };
+
 struct BackwardCall {
-  const ssd_backward_args& a;
-  const ForwardDims& d;
+  const ssd_backward_args& a;  // the slice's views (the whole problem's for kPartBefore / kPartAfter)
+  const ForwardDims& d;        // their extents
   ssd_mode mode;
   ssd_arch arch;
   const BackwardTuning& tn;
   const BackwardLayout& L;
-  char* base;  // the workspace (null while only listing the kernels)
+  char* base;                  // the workspace (null while only listing the kernels)
+  size_t buffer = 0;           // the slice's buffer: (slice % buffers) · slice_bytes
+  int64_t head0 = 0;           // the slice's first head in the whole problem's sections
+  int64_t heads = 0;           // the whole problem's heads (0: d.h)
+  uint8_t parts = kEveryPart;
   bool det() const { return mode == SSD_MODE_DETERMINISTIC; }
-  float* f32(size_t offset) const { return reinterpret_cast<float*>(base + offset); }
+  bool in(BackwardPart part) const { return (parts & part) != 0; }
+  // A section's address: the slice's buffer, or past L.whole the whole problem's sections.
+  char* at(size_t offset) const { return base + (offset >= L.whole ? offset : buffer + offset); }
+  float* f32(size_t offset) const { return reinterpret_cast<float*>(at(offset)); }
+  // A (b, h, nchunks, Q) vector of the whole problem (laid out as dA_cumsum): the slice's heads.
+  float* vec(size_t offset) const { return f32(offset) + head0 * d.nc * d.Q; }
   // dy: gate_bwd's output with z, else dout itself.
   ssd_tensor dy() const {
-    return a.z.data ? contiguous_tensor(base + L.dy, a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
+    return a.z.data ? contiguous_tensor(at(L.dy), a.x.dtype, {d.b, d.L, d.h, d.p}) : a.dout;
   }
   // dy's second term (gate_bwd's dy_lo, laid out as dy()), bound where dy enters dA's terms; only
   // with z (without z dy is the caller's dout, exact, and the kernels are specialized without it).
-  const void* dy_lo() const { return a.z.data && base ? base + L.dy_lo : nullptr; }
+  const void* dy_lo() const { return a.z.data && base ? at(L.dy_lo) : nullptr; }
   GateBwdTensors gate() const {
-    return gate_tensors(a, d, base ? base + L.dy : nullptr, base ? base + L.dy_lo : nullptr);
+    return gate_tensors(a, d, base ? at(L.dy) : nullptr, base ? at(L.dy_lo) : nullptr);
   }
   GateDims gate_dims() const { return GateDims{d.b, d.L, d.h, d.p, d.nc}; }
   SsdShape shape() const { return SsdShape{d.Q, int32_t(d.p), int32_t(d.n), int32_t(d.h / d.g), a.x.dtype}; }
@@ -431,21 +473,22 @@ struct BackwardCall {
   unsigned gy() const { return grid_yz(d.b * d.nc, tn.max_blocks); }
   unsigned gh() const { return grid_yz(d.h, tn.max_blocks); }
   unsigned gg() const { return grid_yz(d.g, tn.max_blocks); }
-  // Workspace intermediates, contiguous, viewed over their leading axes.
+  // Workspace intermediates viewed over their leading axes: the whole problem's (b, h, nchunks, Q)
+  // vectors at the slice's heads, the slice's own sections contiguous.
   template <class T, int N>
   TensorRef<T, N> chunked(size_t offset) const {
-    const long long shape[] = {d.b, d.h, d.nc, d.Q};
-    return contiguous_ref<T, N>(reinterpret_cast<T*>(base + offset), shape);
+    const long long shape[] = {d.b, heads > 0 ? heads : d.h, d.nc, d.Q};
+    return contiguous_ref<T, N>(reinterpret_cast<T*>(vec(offset)), shape);
   }
   template <class T, int N>
   TensorRef<T, N> states(size_t offset) const {  // (b, nc, h, p*n) for state_passing_bwd
     const long long shape[] = {d.b, d.nc, d.h, d.p, d.n};
-    return contiguous_ref<T, N>(reinterpret_cast<T*>(base + offset), shape);
+    return contiguous_ref<T, N>(reinterpret_cast<T*>(at(offset)), shape);
   }
   template <class T, int N>
   TensorRef<T, N> cb(size_t offset) const {
     const long long shape[] = {d.b, d.nc, d.g, d.Q, d.Q};
-    return contiguous_ref<T, N>(reinterpret_cast<T*>(base + offset), shape);
+    return contiguous_ref<T, N>(reinterpret_cast<T*>(at(offset)), shape);
   }
   ssd_kernels::ChunkCumsumBwdParams cumsum() const {
     ssd_kernels::ChunkCumsumBwdParams p{};
@@ -453,7 +496,7 @@ struct BackwardCall {
     p.ddA_cumsum = chunked<const float, 3>(L.ddA);
     p.ddt_out = chunked<const float, 3>(L.ddt_x);
     p.ddt = ref<void, 3>(a.ddt);
-    p.partials = reinterpret_cast<double*>(base + L.cumsum);
+    p.partials = reinterpret_cast<double*>(at(L.cumsum));
     p.dA = ref<float, 1>(a.dA);
     p.ddt_bias = ref<float, 1>(a.ddt_bias);
     return p;
@@ -462,16 +505,17 @@ struct BackwardCall {
 using B = BackwardCall;
 
 // B-a: dy, dz and the dD partials (fast mode: dD itself, zeroed first), with z or D.
-bool gate_runs(const B& c) { return c.a.z.data || c.a.D.data; }
+BackwardPart gate_part(const B& c) { return gate_in_slices(c.a) ? kPartSlice : kPartBefore; }
+bool gate_runs(const B& c) { return (c.a.z.data || c.a.D.data) && c.in(gate_part(c)); }
 ssd_kernel_config gate_cfg(const B& c) { return gate_config(c.gate(), c.gate_dims(), c.mode, c.arch); }
 Status gate_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   if (c.a.D.data && !c.det()) SSD_RETURN_IF_ERROR(zero_dD(c.gate(), c.gate_dims(), stream));
-  return launch_gate(k, c.gate(), c.gate_dims(), c.base + c.L.gate, c.tn.max_blocks, stream);
+  return launch_gate(k, c.gate(), c.gate_dims(), c.at(c.L.gate), c.tn.max_blocks, stream);
 }
-bool dD_reduce_runs(const B& c) { return c.a.D.data && c.det(); }
+bool dD_reduce_runs(const B& c) { return c.a.D.data && c.det() && c.in(gate_part(c)); }
 ssd_kernel_config dD_reduce_cfg(const B& c) { return reduce_head_partials_config(1, ssd_tile{}, c.mode, c.arch); }
 Status dD_reduce_launch(const B& c, const ssd_kernel& k, CUstream stream) {
-  return launch_dD_reduce(k, c.gate(), c.gate_dims(), c.base + c.L.gate, c.tn.max_blocks, stream);
+  return launch_dD_reduce(k, c.gate(), c.gate_dims(), c.at(c.L.gate), c.tn.max_blocks, stream);
 }
 
 // B-b: dP = dyᵀ diag(η e^A) C (chunk_state's template on (dy, C)).
@@ -508,13 +552,13 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.states = c.states<const float, 3>(c.L.states);
   p.dstates = c.states<const float, 3>(c.L.dP);
   p.ds = c.states<void, 3>(c.L.ds);
-  p.ds_lo = c.base + c.L.ds_lo;  // laid out as ds
-  p.states_t = c.base + c.L.states_t;
-  p.states_t_lo = c.base + c.L.states_t_lo;
+  p.ds_lo = c.at(c.L.ds_lo);  // laid out as ds
+  p.states_t = c.at(c.L.states_t);
+  p.states_t_lo = c.at(c.L.states_t_lo);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.dfinal_states = ref<const float, 2>(c.a.dfinal_states);
   p.dinit = ref<float, 2>(c.a.dinitial_states);
-  if (c.det()) p.rho_slots = reinterpret_cast<double*>(c.base + c.L.rho);
+  if (c.det()) p.rho_slots = reinterpret_cast<double*>(c.at(c.L.rho));
   else p.rho = rho;
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.batch = c.d.b; p.seqlen = c.d.L; p.nheads = c.d.h; p.nchunks = c.d.nc; p.state_size = c.d.p * c.d.n;
@@ -526,8 +570,9 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 }
 
 // B-b + B-c fused (deterministic mode's default): dP on chip, the same outputs bit for bit.
-bool staged_runs(const B& c) { return !fused_state_pass(c.mode, c.tn); }
-bool fused_runs(const B& c) { return fused_state_pass(c.mode, c.tn); }
+bool in_slice(const B& c) { return c.in(kPartSlice); }
+bool staged_runs(const B& c) { return !fused_state_pass(c.mode, c.tn) && in_slice(c); }
+bool fused_runs(const B& c) { return fused_state_pass(c.mode, c.tn) && in_slice(c); }
 ssd_kernel_config fused_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_STATE_PASSING_BWD, c.tn.state_pass); }
 Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkStatePassingBwdParams p{};
@@ -538,12 +583,12 @@ Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.states = c.states<const float, 3>(c.L.states);
   p.ds = c.states<void, 3>(c.L.ds);
-  p.ds_lo = c.base + c.L.ds_lo;  // laid out as ds
-  p.states_t = c.base + c.L.states_t;
-  p.states_t_lo = c.base + c.L.states_t_lo;
+  p.ds_lo = c.at(c.L.ds_lo);  // laid out as ds
+  p.states_t = c.at(c.L.states_t);
+  p.states_t_lo = c.at(c.L.states_t_lo);
   p.dfinal_states = ref<const float, 2>(c.a.dfinal_states);
   p.dinit = ref<float, 2>(c.a.dinitial_states);
-  p.rho_slots = reinterpret_cast<double*>(c.base + c.L.rho);
+  p.rho_slots = reinterpret_cast<double*>(c.at(c.L.rho));
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
   const ssd_tile t = k.built->config.tile;
   // The flattened (chunk, pass, K step) walk is a 32-bit index (two passes with z).
@@ -562,7 +607,7 @@ Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
   p.dy_lo = c.dy_lo();  // laid out as dy (null without z)
-  p.dt = c.f32(c.L.dt_out);
+  p.dt = c.vec(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.B = ref<const void, 4>(c.a.B);
   p.C = ref<const void, 4>(c.a.C);
@@ -573,7 +618,7 @@ Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.D = ref<const float, 2>(c.a.D);  // D (h): stride[1] = 0
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.dx = ref<void, 4>(c.a.dx);
-  p.ddt_x = c.f32(c.L.ddt_x); p.w = c.f32(c.L.w); p.v = c.f32(c.L.v);  // laid out as dA_cumsum
+  p.ddt_x = c.vec(c.L.ddt_x); p.w = c.vec(c.L.w); p.v = c.vec(c.L.v);  // laid out as dA_cumsum
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
   void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::dx_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
@@ -586,7 +631,7 @@ Status dcb_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkScanBwdDcbParams p{};
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
-  p.dt = c.f32(c.L.dt_out);
+  p.dt = c.vec(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.dCB = c.cb<void, 4>(c.L.dCB);
@@ -613,7 +658,7 @@ Status intra_params(const B& c, CUstream stream, ssd_kernels::ChunkScanBwdDdaInt
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
   p.dy_lo = c.dy_lo();  // laid out as dy (null without z)
-  p.dt = c.f32(c.L.dt_out);
+  p.dt = c.vec(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.intra = intra;
   p.dtx_intra = dtx_intra;
@@ -639,7 +684,8 @@ bool dcb_intra_fused(const B& c) {
   return ssd_kernels::bwd_geom::dcb_intra_tile_problem(int(c.d.Q), int(c.d.p), int(c.d.h / c.d.g), 64, 16, 16,
                                                        c.a.seq_idx.data != nullptr) == nullptr;
 }
-bool dcb_intra_split(const B& c) { return !dcb_intra_fused(c); }
+bool dcb_intra_split(const B& c) { return !dcb_intra_fused(c) && in_slice(c); }
+bool dcb_intra_one(const B& c) { return dcb_intra_fused(c) && in_slice(c); }
 ssd_kernel_config dcb_intra_cfg(const B& c) {
   return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DCB_DDA_INTRA, c.tn.dcb_intra);
 }
@@ -661,7 +707,7 @@ Status bc_launch(const B& c, const ssd_kernel& k, CUstream stream, bool is_dc) {
   p.state = c.states<const void, 4>(is_dc ? c.L.states_t : c.L.ds);
   p.dCB = c.cb<const void, 4>(c.L.dCB);
   p.other = ref<const void, 4>(is_dc ? c.a.B : c.a.C);
-  p.dt = c.f32(c.L.dt_out);
+  p.dt = c.vec(c.L.dt_out);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.out = ref<void, 4>(is_dc ? c.a.dC : c.a.dB);
@@ -682,13 +728,13 @@ Status dda_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::ChunkScanBwdDdaParams p{};
   p.intra = c.f32(c.L.intra);
   p.dtx_intra = c.f32(c.L.dtx_intra);
-  p.ddt_x = c.f32(c.L.ddt_x);
-  p.w = c.f32(c.L.w);
-  if (c.det()) p.rho_slots = reinterpret_cast<const double*>(c.base + c.L.rho);
+  p.ddt_x = c.vec(c.L.ddt_x);
+  p.w = c.vec(c.L.w);
+  if (c.det()) p.rho_slots = reinterpret_cast<const double*>(c.at(c.L.rho));
   else p.rho = c.f32(c.L.rho);
-  p.v = c.f32(c.L.v);
+  p.v = c.vec(c.L.v);
   p.dA_cumsum = c.chunked<const float, 3>(c.L.dA_cumsum);
-  p.ddA = c.f32(c.L.ddA);  // w, v, ddA: laid out as dA_cumsum
+  p.ddA = c.vec(c.L.ddA);  // w, v, ddA: laid out as dA_cumsum
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h; p.rho_slots_per_chunk = c.d.p * c.d.n / 32;
   void* params[] = {&p};
@@ -709,7 +755,8 @@ Status cumsum_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   if (!c.det()) SSD_RETURN_IF_ERROR(zero_head_sums(p, stream));
   return launch_chunk_cumsum_bwd(k, p, c.tn.max_blocks, stream);
 }
-bool sums_reduce_runs(const B& c) { return c.det(); }
+bool in_after(const B& c) { return c.in(kPartAfter); }
+bool sums_reduce_runs(const B& c) { return c.det() && in_after(c); }
 ssd_kernel_config sums_reduce_cfg(const B& c) {
   return reduce_head_partials_config(c.a.dt_bias.data ? 2 : 1, c.tn.reduce, c.mode, c.arch);
 }
@@ -724,14 +771,14 @@ const std::vector<Stage<B>>& backward_plan() {
       {"chunk_scan_bwd_dstates", kBwdDstates, staged_runs, dstates_cfg, dstates_launch},
       {"state_passing_bwd", kBwdPassing, staged_runs, passing_cfg, passing_launch},
       {"chunk_state_passing_bwd", kBwdPassing, fused_runs, fused_cfg, fused_launch},
-      {"chunk_scan_bwd_dx", kBwdDx, nullptr, dx_cfg, dx_launch},
+      {"chunk_scan_bwd_dx", kBwdDx, in_slice, dx_cfg, dx_launch},
       {"chunk_scan_bwd_dcb", kBwdDcb, dcb_intra_split, dcb_cfg, dcb_launch},
       {"chunk_scan_bwd_ddA_intra", kBwdIntra, dcb_intra_split, intra_cfg, intra_launch},
-      {"chunk_scan_bwd_dcb_ddA_intra", kBwdIntra, dcb_intra_fused, dcb_intra_cfg, dcb_intra_launch},
-      {"chunk_state_bwd_db", kBwdDb, nullptr, db_cfg, db_launch},
-      {"chunk_scan_bwd_dc", kBwdDc, nullptr, dc_cfg, dc_launch},
-      {"chunk_scan_bwd_ddA", kBwdDdA, nullptr, dda_cfg, dda_launch},
-      {"chunk_cumsum_bwd", -1, nullptr, cumsum_cfg, cumsum_launch},
+      {"chunk_scan_bwd_dcb_ddA_intra", kBwdIntra, dcb_intra_one, dcb_intra_cfg, dcb_intra_launch},
+      {"chunk_state_bwd_db", kBwdDb, in_slice, db_cfg, db_launch},
+      {"chunk_scan_bwd_dc", kBwdDc, in_slice, dc_cfg, dc_launch},
+      {"chunk_scan_bwd_ddA", kBwdDdA, in_slice, dda_cfg, dda_launch},
+      {"chunk_cumsum_bwd", -1, in_after, cumsum_cfg, cumsum_launch},
       {"reduce_head_partials (dA, ddt_bias)", kBwdCumsum, sums_reduce_runs, sums_reduce_cfg, sums_reduce_launch},
   };
   return plan;
@@ -809,18 +856,29 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
 
   // Every kernel first: nothing is allocated or launched unless all of them are available. Every
   // slice runs the same kernels (the specializations depend on the shape per head and group, not on
-  // the counts), so slice 0's list serves them all.
+  // the counts), so slice 0's list serves them all. Unsliced, one call runs every part.
+  const bool sliced_call = L.slices > 1;
   const ForwardDims ds = slice_dims(d, L.slices);
   std::vector<ssd_backward_args> sliced;
-  if (L.slices > 1)
+  if (sliced_call)
     for (int64_t i = 0; i < L.slices; ++i) sliced.push_back(slice_args(a, d, L.slices, i));
-  const ssd_backward_args& a0 = L.slices > 1 ? sliced[0] : a;
-  PlanKernels recompute_kernels, kernels;
+  const ssd_backward_args& a0 = sliced_call ? sliced[0] : a;
+  const ssd_arch ar = arch.value();
+  auto whole_call = [&](char* base, uint8_t parts) { return BackwardCall{a, d, mode, ar, tn, L, base, 0, 0, 0, parts}; };
+  auto slice_call = [&](const ssd_backward_args& ai, char* base, int64_t i) {
+    return BackwardCall{ai, ds, mode, ar, tn, L, base, size_t(i % L.buffers) * L.slice_bytes, i * ds.h, d.h,
+                        sliced_call ? uint8_t(kPartSlice) : uint8_t(kEveryPart)};
+  };
+  PlanKernels recompute_kernels, kernels, before_kernels, after_kernels;
   {
     const ssd_forward_args f = forward_inputs(a0);
-    SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, arch.value(), ForwardBuffers{},
+    SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, ar, ForwardBuffers{},
                                                                                tn.max_blocks, tn.forward, false}));
-    SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, BackwardCall{a0, ds, mode, arch.value(), tn, L, nullptr}, backward_plan()));
+    SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, slice_call(a0, nullptr, 0), backward_plan()));
+    if (sliced_call) {
+      SSD_ASSIGN_OR_RETURN(before_kernels, fetch_plan(rt, whole_call(nullptr, kPartBefore), backward_plan()));
+      SSD_ASSIGN_OR_RETURN(after_kernels, fetch_plan(rt, whole_call(nullptr, kPartAfter), backward_plan()));
+    }
   }
 
   CallWorkspace ws;
@@ -830,24 +888,43 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
                 : fmt::format("ssd_backward: no workspace given; allocating {} bytes per call on the stream (pass "
                               "ssd_backward_workspace_size bytes to avoid this)", L.total);
   SSD_RETURN_IF_ERROR(ws.acquire(rt, workspace, L.total, stream, warning.c_str()));
+  char* base = ws.base();
   // The recompute's launches and the backward's, recorded and launched as one cached graph
-  // (runtime/launch_graph.h) unless the caller times the stages. Each slice is a segment of the
-  // graph that follows only the slice before it in its buffer.
+  // (runtime/launch_graph.h) unless the caller times the stages. Sliced, each part is a segment of
+  // the graph: the stages before the slices, then each slice after only the slice before it in its
+  // buffer (so slices of different buffers run side by side), then the stages after every slice.
   CallRecording recording(rt, stream, !after_stage);
-  std::vector<int> segment_of(size_t(L.slices), -1);
   Status s;
+  if (sliced_call) {
+    CallRecording::begin_segment(-1);
+    s = launch_plan(whole_call(base, kPartBefore), backward_plan(), before_kernels, stream, after_stage);
+  }
+  // The stage that reads P last (the backward's state pass, fused or staged): the next slice, which
+  // rewrites P, starts after it.
+  const auto& plan = backward_plan();
+  size_t p_reader = 0;
+  for (size_t k = 0; k < plan.size(); ++k)
+    if (kernels[k] && plan[k].report == kBwdPassing) p_reader = k;
+  std::vector<int> segment_of(size_t(L.slices), -1), p_reader_launch(size_t(L.slices), -1), launch_of;
   for (int64_t i = 0; i < L.slices && s.ok(); ++i) {
-    const ssd_backward_args& ai = L.slices > 1 ? sliced[size_t(i)] : a;
-    if (L.slices > 1) segment_of[size_t(i)] = CallRecording::begin_segment(i >= L.buffers ? segment_of[size_t(i - L.buffers)] : -1);
-    char* base = ws.base() + size_t(i % L.buffers) * L.slice_bytes;
-    auto f32 = [&](size_t off) { return reinterpret_cast<float*>(base + off); };
+    const ssd_backward_args& ai = sliced_call ? sliced[size_t(i)] : a;
+    if (sliced_call)
+      segment_of[size_t(i)] = CallRecording::begin_segment(i >= L.buffers ? segment_of[size_t(i - L.buffers)] : -1,
+                                                           i > 0 ? segment_of[size_t(i - 1)] : -1,
+                                                           i > 0 ? p_reader_launch[size_t(i - 1)] : -1);
+    const BackwardCall c = slice_call(ai, base, i);
+    ForwardBuffers buf{c.f32(L.dt_out), c.f32(L.dA_cumsum), c.f32(L.CB), c.f32(L.states)};
+    buf.chunk_heads = d.h;  // the slice's heads of the whole problem's Δ and 𝒜
+    buf.chunk_head0 = c.head0;
     const ssd_forward_args f = forward_inputs(ai);
-    ForwardCall recompute{f, ds, mode, arch.value(), ForwardBuffers{f32(L.dt_out), f32(L.dA_cumsum), f32(L.CB), f32(L.states)},
-                          tn.max_blocks, tn.forward, false};
-    s = launch_forward_plan(recompute, recompute_kernels, stream);
+    s = launch_forward_plan(ForwardCall{f, ds, mode, ar, buf, tn.max_blocks, tn.forward, false}, recompute_kernels, stream);
     if (s.ok()) stage_done(kBwdRecompute);
-    if (s.ok())
-      s = launch_plan(BackwardCall{ai, ds, mode, arch.value(), tn, L, base}, backward_plan(), kernels, stream, after_stage);
+    if (s.ok()) s = launch_plan(c, plan, kernels, stream, after_stage, &launch_of);
+    p_reader_launch[size_t(i)] = launch_of[p_reader];
+  }
+  if (s.ok() && sliced_call) {
+    CallRecording::begin_segment(CallRecording::kAfterEverySegment);
+    s = launch_plan(whole_call(base, kPartAfter), backward_plan(), after_kernels, stream, after_stage);
   }
   return ws.release(recording.finish(s));
 }

@@ -75,13 +75,16 @@ enum BackwardStage {
 };
 const char* backward_stage_name(int stage);
 
-// Byte offsets of the intermediates in one slice's workspace buffer (each 256-byte aligned; the
-// buffer of slice s starts at (s % buffers) · slice_bytes), and the workspace's total size.
+// Byte offsets of the intermediates in the workspace (each 256-byte aligned): `buffers` buffers of
+// slice_bytes, which the group slices take in turn (slice s: (s % buffers) · slice_bytes on, the
+// offsets below < whole being those of buffer 0), then from `whole` on the whole problem's sections
+// (dt_out, dA_cumsum, ddt_x, w, v, ddA, cumsum; gate without z), which every slice shares.
 struct BackwardLayout {
   size_t dt_out, dA_cumsum, CB, states, dy, dy_lo, dP, ds, ds_lo, states_t, states_t_lo, rho, ddt_x, w, v, ddA, dCB, intra,
       dtx_intra, gate, cumsum, slice_bytes;
   int64_t slices = 1, buffers = 1;  // group slices, and the workspace buffers they take in turn
-  size_t total;                     // buffers · slice_bytes
+  size_t whole;                     // buffers · slice_bytes: where the whole problem's sections start
+  size_t total;
 };
 // mode: the mode the call will run in (-1: the args' mode, else deterministic); tuning: the call's
 // (only fast_kernels and staged_state_pass matter here: the layout is that of the kernels the call

@@ -137,8 +137,9 @@ ssd_kernel_config shaped(const F& c, ssd_kernel_id kernel, const ssd_tile& tile)
 // the states (b, nchunks, h, p, n), viewed over their leading axes.
 template <class T, int N>
 TensorRef<T, N> chunked(const F& c, float* p) {
-  const long long shape[] = {c.d.b, c.d.h, c.d.nc, c.d.Q};
-  return contiguous_ref<T, N>(p, shape);
+  const int64_t heads = c.buf.chunk_heads > 0 ? c.buf.chunk_heads : c.d.h;  // the buffer's heads
+  const long long shape[] = {c.d.b, heads, c.d.nc, c.d.Q};
+  return contiguous_ref<T, N>(p + c.buf.chunk_head0 * c.d.nc * c.d.Q, shape);
 }
 template <class T, int N>
 TensorRef<T, N> cb_ref(const F& c) {

@@ -33,6 +33,9 @@ struct ForwardBuffers {
   float* dA_cumsum;
   float* CB;
   void* states;  // P: x's dtype on the forward's output path, else fp32 (states_bytes)
+  // dt_out and dA_cumsum as heads [chunk_head0, chunk_head0 + h) of (b, chunk_heads, nchunks, Q)
+  // buffers (the backward's group slices share them); chunk_heads 0: (b, h, nchunks, Q) of the call.
+  int64_t chunk_heads = 0, chunk_head0 = 0;
 };
 struct ForwardTuning;
 // The layout ssd_forward needs (ssd_forward_workspace_layout: tuning null; the staged path of the

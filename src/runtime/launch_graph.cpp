@@ -1,6 +1,7 @@
 #include "runtime/launch_graph.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -105,8 +106,9 @@ struct LaunchGraphs::Entry {
   // One kernel node per launch. Within a segment, a launch with `after` = kAfterAll depends on every
   // earlier node of its segment: edges to the ones that have no dependent yet (a chain where every
   // launch is so); otherwise on the launches its mask names. A launch that so depends on nothing
-  // follows the whole of segment `segment_after`: edges to that segment's nodes without a dependent
-  // in it. Segments are recorded one after another, so a segment's launches are contiguous.
+  // follows the whole of segment `segment_after` (edges to that segment's nodes without a dependent
+  // in it; -2: of every earlier segment) and launch `also_after`. Segments are recorded one after
+  // another, so a segment's launches are contiguous.
   Status instantiate(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches) {
     RelaxedCaptureMode relaxed(d);
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphCreate(&graph, 0), "cuGraphCreate"));
@@ -129,10 +131,18 @@ struct LaunchGraphs::Entry {
         deps.push_back(nodes[j]);
         has_dependent[j] = true;
       }
+      const bool root = deps.empty();  // follows nothing in its segment
       const int32_t prior = launches[i].segment_after;
-      if (deps.empty() && prior >= 0 && size_t(prior) < seg)
-        for (size_t j = segment_start[size_t(prior)]; j < segment_end[size_t(prior)]; ++j)
-          if (!has_dependent[j]) deps.push_back(nodes[j]);
+      if (root && prior != -1)
+        for (size_t sg = 0; sg < seg; ++sg) {
+          if (prior >= 0 && sg != size_t(prior)) continue;  // -2 (kAfterEverySegment): every one
+          for (size_t j = segment_start[sg]; j < segment_end[sg]; ++j)
+            if (!has_dependent[j]) deps.push_back(nodes[j]);
+        }
+      const int32_t also = launches[i].also_after;
+      if (root && also >= 0 && size_t(also) < first &&
+          std::find(deps.begin(), deps.end(), nodes[size_t(also)]) == deps.end())
+        deps.push_back(nodes[size_t(also)]);
       segment_end[seg] = i + 1;
       std::vector<void*> ptrs = param_pointers(launches[i]);
       const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
@@ -178,7 +188,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
   Key key;
-  key.reserve(3 + 8 * launches.size());
+  key.reserve(3 + 9 * launches.size());
   key.push_back(reinterpret_cast<uintptr_t>(stream));
   // CU_STREAM_PER_THREAD names another stream on each thread: the thread is part of the key.
   key.push_back(stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0);
@@ -192,6 +202,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     key.push_back(uint64_t(l.kernel->built->unit.dynamic_shared_bytes));
     key.push_back(l.after);
     key.push_back(uint64_t(uint32_t(l.segment)) << 32 | uint32_t(l.segment_after));
+    key.push_back(uint64_t(uint32_t(l.also_after)));
   }
 
   std::shared_ptr<Entry> entry;
@@ -317,6 +328,7 @@ bool CallRecording::record(const ssd_kernel& kernel, unsigned gx, unsigned gy, u
                                                          : r->next_after_ & ((uint64_t(1) << n) - 1);
   l.segment = r->segment_;
   l.segment_after = r->segment_after_;
+  l.also_after = r->also_after_;
   r->next_after_ = RecordedLaunch::kAfterAll;
   r->launches_.push_back(std::move(l));
   *out = Status::Ok();
@@ -328,15 +340,25 @@ int CallRecording::recorded_launches() {
   return r && r->active_ ? int(r->launches_.size() - r->segment_start_) : -1;
 }
 
-int CallRecording::begin_segment(int after_segment) {
+int CallRecording::begin_segment(int after_segment, int also_segment, int also_index) {
   CallRecording* r = t_recording;
   if (!r || !r->active_) return -1;
   // An empty segment is reused (its number names no launch another segment could follow).
   if (r->launches_.size() > r->segment_start_) {
     ++r->segment_;
     r->segment_start_ = r->launches_.size();
+    r->segment_starts_.push_back(r->segment_start_);
   }
-  r->segment_after_ = after_segment >= 0 && after_segment < r->segment_ ? after_segment : -1;
+  r->also_after_ = -1;
+  if (also_segment >= 0 && also_segment < r->segment_ && also_index >= 0) {
+    const size_t at = r->segment_starts_[size_t(also_segment)] + size_t(also_index);
+    const size_t end = size_t(also_segment) + 1 < r->segment_starts_.size() ? r->segment_starts_[size_t(also_segment) + 1]
+                                                                           : r->launches_.size();
+    if (at < end) r->also_after_ = int32_t(at);
+  }
+  r->segment_after_ = after_segment == kAfterEverySegment                ? kAfterEverySegment
+                      : after_segment >= 0 && after_segment < r->segment_ ? after_segment
+                                                                          : -1;
   r->next_after_ = RecordedLaunch::kAfterAll;
   return r->segment_;
 }

@@ -49,9 +49,10 @@ struct RecordedLaunch {
   // Segments (CallRecording::begin_segment): a call in parts that share no data but a workspace
   // buffer. `after` counts launches from its segment's first one, and kAfterAll means every earlier
   // launch of the segment; a launch that follows nothing in its segment follows every launch of
-  // segment `segment_after` (-1: none, it may start at once).
+  // segment `segment_after` (-1: none, it may start at once; -2: of every earlier segment).
   int32_t segment = 0;
   int32_t segment_after = -1;
+  int32_t also_after = -1;  // such a launch also follows this launch of the call (-1: none)
 };
 
 // The graphs of one runtime, by launch sequence (stream, context, then per launch: function, grid,
@@ -111,10 +112,13 @@ class CallRecording {
   // segment); the launch after it again every earlier one. No effect without an active recording.
   static void next_launch_after(uint64_t mask);
   // The launches from here on form a new segment: they follow none of the earlier segments' launches
-  // but those of segment `after_segment` (the one whose workspace buffer they reuse; -1: none). The
-  // first segment (0) starts with the recording. Returns the new segment's number (-1 when no
-  // recording is active: eager launches keep the stream order).
-  static int begin_segment(int after_segment);
+  // but those of segment `after_segment` (the one whose workspace buffer they reuse; -1: none;
+  // kAfterEverySegment: all of them). The first segment (0) starts with the recording. Returns the
+  // new segment's number (-1 when no recording is active: eager launches keep the stream order).
+  // Its launches that follow nothing in it also follow launch `also_index` of segment `also_segment`
+  // (a part of an earlier segment that held a buffer this one reuses; -1: none).
+  static constexpr int kAfterEverySegment = -2;
+  static int begin_segment(int after_segment, int also_segment = -1, int also_index = -1);
 
  private:
   friend Status flush_recorded_launches();
@@ -126,7 +130,8 @@ class CallRecording {
   std::vector<RecordedLaunch> launches_;
   uint64_t next_after_ = RecordedLaunch::kAfterAll;
   size_t segment_start_ = 0;  // index of the current segment's first launch in launches_
-  int32_t segment_ = 0, segment_after_ = -1;
+  int32_t segment_ = 0, segment_after_ = -1, also_after_ = -1;
+  std::vector<size_t> segment_starts_{0};  // each segment's first launch
 };
 
 // Before enqueueing anything but a kernel launch (a memset) during a call: launches what this

@@ -404,7 +404,7 @@ TEST_CASE("launch graphs: a launch that names the earlier launches it follows ge
   CHECK(since(mark) == Ev{{Op::Launch, 9}});
 }
 
-TEST_CASE("launch graphs: segments follow only the segment whose buffer they reuse") {
+TEST_CASE("launch graphs: segments follow only the segment whose buffer they reuse, or every earlier one") {
   auto rt = make_runtime();
   auto ks = make_kernels(3);
   const CUstream s = stream_handle(0x62);
@@ -427,15 +427,25 @@ TEST_CASE("launch graphs: segments follow only the segment whose buffer they reu
     CHECK(ssd::CallRecording::begin_segment(-1) == 3);
     CHECK(ssd::CallRecording::begin_segment(0) == 3);
     SSD_RETURN_IF_ERROR(launch_with(*ks[2], p + 30, s));
+    // The part after every slice: after each earlier segment's last launches.
+    CHECK(ssd::CallRecording::begin_segment(ssd::CallRecording::kAfterEverySegment) == 4);
+    SSD_RETURN_IF_ERROR(launch_with(*ks[2], p + 40, s));
+    SSD_RETURN_IF_ERROR(launch_with(*ks[2], p + 41, s));
+    // A segment after segment 2 that also follows launch 0 of segment 1 (a shared buffer's reader).
+    CHECK(ssd::CallRecording::begin_segment(2, 1, 0) == 5);
+    ssd::CallRecording::next_launch_after(0);
+    SSD_RETURN_IF_ERROR(launch_with(*ks[0], p + 50, s));
+    SSD_RETURN_IF_ERROR(launch_with(*ks[0], p + 51, s));
     return rec.finish(ssd::Status::Ok());
   };
   size_t mark = fake().events.size();
   REQUIRE(segmented_call(100).ok());  // eager: the stream order
   CHECK(since(mark) == Ev{{Op::Launch, 100}, {Op::Launch, 101}, {Op::Launch, 110}, {Op::Launch, 111},
-                          {Op::Launch, 120}, {Op::Launch, 121}, {Op::Launch, 130}});
+                          {Op::Launch, 120}, {Op::Launch, 121}, {Op::Launch, 130}, {Op::Launch, 140},
+                          {Op::Launch, 141}, {Op::Launch, 150}, {Op::Launch, 151}});
   const size_t n0 = fake().node_dependency_lists.size();
   REQUIRE(segmented_call(200).ok());
-  REQUIRE(fake().node_dependency_lists.size() == n0 + 7);
+  REQUIRE(fake().node_dependency_lists.size() == n0 + 11);
   using Deps = std::vector<uintptr_t>;
   const uintptr_t s0a = n0 + 1, s0b = n0 + 2, s1a = n0 + 3, s2a = n0 + 5;  // the fake's node ids: 1-based
   CHECK(fake().node_dependency_lists[n0] == Deps{});          // segment 0
@@ -445,6 +455,10 @@ TEST_CASE("launch graphs: segments follow only the segment whose buffer they reu
   CHECK(fake().node_dependency_lists[n0 + 4] == Deps{s0b});   // segment 2: after segment 0's last
   CHECK(fake().node_dependency_lists[n0 + 5] == Deps{s2a});
   CHECK(fake().node_dependency_lists[n0 + 6] == Deps{s0b});   // segment 3: after segment 0 too
+  CHECK(fake().node_dependency_lists[n0 + 7] == (Deps{s0b, n0 + 4, n0 + 6, n0 + 7}));  // segment 4: every sink
+  CHECK(fake().node_dependency_lists[n0 + 8] == Deps{n0 + 8});
+  CHECK(fake().node_dependency_lists[n0 + 9] == (Deps{n0 + 6, s1a}));  // segment 5: after 2, and 1's first
+  CHECK(fake().node_dependency_lists[n0 + 10] == Deps{n0 + 10});
   // Without a recording there are no segments.
   CHECK(ssd::CallRecording::begin_segment(-1) == -1);
 }

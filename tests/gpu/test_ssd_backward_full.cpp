@@ -509,12 +509,12 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
     auto staged_layout = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &staged);
     REQUIRE(fused_layout.ok());
     REQUIRE(staged_layout.ok());
-    // [ds, ddt_x): ds, ds_lo, states_t, states_t_lo, the rho slots (the same sizes in both layouts).
+    // [ds, dCB): ds, ds_lo, states_t, states_t_lo, the rho slots (the same sizes in both layouts).
     auto pass_bytes = [&](const ssd::BackwardLayout& L) {
       const std::vector<uint8_t> ws = download_bytes(prob.d_ws);
-      return std::vector<uint8_t>(ws.begin() + long(L.ds), ws.begin() + long(L.ddt_x));
+      return std::vector<uint8_t>(ws.begin() + long(L.ds), ws.begin() + long(L.dCB));
     };
-    REQUIRE(fused_layout->ddt_x - fused_layout->ds == staged_layout->ddt_x - staged_layout->ds);
+    REQUIRE(fused_layout->dCB - fused_layout->ds == staged_layout->dCB - staged_layout->ds);
     std::vector<ssd_kernel_config> fused_configs;
     for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC))
       if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) fused_configs.push_back(k);

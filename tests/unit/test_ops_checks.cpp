@@ -195,7 +195,8 @@ TEST_CASE("workspace sizes: the backward's gate and cumsum sections are pure fun
 TEST_CASE("workspace sizes: the backward slices its groups to bound the workspace, and says how") {
   // nemotronh-56b at b=4 L=2048 (h=256, p=64, n=256, g=8, chunk 256): 1.73 GiB unsliced; the default
   // takes the fewest slices (a divisor of g) of at most kSliceTargetBytes each, here one group each,
-  // through two buffers: under issue 10's 0.45 GiB.
+  // through two buffers, beside one copy of P and the whole problem's (b, h, nchunks, Q) vectors:
+  // under issue 10's 0.45 GiB.
   const Shape big{4, 2048, 256, 64, 8, 256, 256};
   ssd_backward_args a = backward_args(big);
   a.D = dense(SSD_DTYPE_FP32, {big.h});
@@ -208,14 +209,19 @@ TEST_CASE("workspace sizes: the backward slices its groups to bound the workspac
   REQUIRE(full.ok());
   CHECK(full->slices == 1);
   CHECK(full->buffers == 1);
-  CHECK(full->total == full->slice_bytes);
+  CHECK(full->whole == full->slice_bytes);  // one buffer, then the whole problem's sections
+  CHECK(full->total > full->whole);
   CHECK(full->total > (size_t(17) << 30) / 10);  // 1.7 GiB
   auto dflt = backward_layout(&a, SSD_MODE_DETERMINISTIC);
   REQUIRE(dflt.ok());
   CHECK(dflt->slices == 8);
   CHECK(dflt->buffers == 2);
   CHECK(dflt->slice_bytes > kSliceTargetBytes);  // no divisor of g reaches the target: one group each
-  CHECK(dflt->total == 2 * dflt->slice_bytes);
+  CHECK(dflt->whole == 2 * dflt->slice_bytes);
+  CHECK(dflt->ds < dflt->slice_bytes);  // a slice's sections lie in its buffer, the whole problem's past both
+  CHECK(dflt->dA_cumsum >= dflt->whole);
+  CHECK(dflt->states >= dflt->whole);  // P: one copy for both buffers
+  CHECK(dflt->cumsum >= dflt->whole);
   CHECK(dflt->total <= (size_t(45) << 30) / 100);  // 0.45 GiB
   MESSAGE("nemotronh b=4 L=2048: " << full->total << " bytes whole, " << dflt->total << " sliced");
   // Each slice's layout is the whole layout of the problem with h / slices heads and g / slices groups.
