@@ -135,7 +135,8 @@ constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [-
                         [--arch sm_80|sm_90|sm_90a] [--max-blocks N]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--cp-async] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
-                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--cp-async] [--z]   (bwd)
+                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--cp-async] [--z]
+                                 [--slices N] [--slice-buffers K]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
@@ -160,6 +161,9 @@ mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is t
 row); --staged runs the pair (and the recompute's staged states), state_pass= sets the fused tile.
 --fused-intra runs dcb and ddA_intra as one kernel (chunk_scan_bwd_dcb_ddA_intra, each head's dy·xᵀ
 once, the same bits; its time is the ddA_intra row and the dcb row reads ~0), dcb_intra= sets its tile.
+--slices N / --slice-buffers K run the backward as N group slices through K workspace buffers (the
+same bits; default: docs/api.md "Group slices"); a stage's row sums its slices, and "total, one
+launch graph" times the call without stage events (slices of different buffers side by side).
 Exit 6 without a driver or device.
 )";
 
