@@ -277,11 +277,10 @@ bool fused_state_pass(ssd_mode mode, const BackwardTuning& tn) {
 bool gate_in_slices(const ssd_backward_args& a) { return a.z.data != nullptr; }
 
 // One slice's sections (d: the slice's extents) at the start of a buffer, the whole problem's
-// (w: the call's extents; the (b, h, nchunks, Q) vectors the per-head scans read, and their
-// partials) in `whole` after it: the offsets of whole sections are relative to the whole region
-// until sliced_layout_for places it after the buffers.
+// (w: the call's extents; the (b, h, nchunks, Q) vectors the per-head scans read, one P, and the
+// partials) from `whole_start` on (sliced_layout_for: past the buffers).
 Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims& d, const ForwardDims& w, ssd_mode mode,
-                                  const BackwardTuning& tn, size_t& whole_bytes) {
+                                  const BackwardTuning& tn, size_t whole_start) {
   const bool det = mode == SSD_MODE_DETERMINISTIC;
   const int64_t T = int64_t(dtype_size(a.x.dtype));
   // Checked: absurd shapes must not wrap into a small total with overlapping regions.
@@ -291,7 +290,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   const size_t states = z.mul({d.b, d.h, d.nc, d.p, d.n});
   const size_t cb = z.mul({d.b, d.nc, d.g, d.Q, d.Q});
   BackwardLayout l{};
-  size_t at = 0, at_whole = 0;
+  size_t at = 0, at_whole = whole_start;
   auto take = [&](size_t bytes) {
     const size_t off = at;
     at = z.add(at, z.align_up(bytes, kAlign));
@@ -342,9 +341,8 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   SSD_ASSIGN_OR_RETURN(cumsum, chunk_cumsum_bwd_workspace_bytes(w.b, w.L, w.h, w.nc, a.dt_bias.data != nullptr, mode));
   l.cumsum = take_whole(cumsum);
   l.slice_bytes = at;
-  whole_bytes = at_whole;
-  l.total = z.add(at, at_whole);
-  l.whole = at;
+  l.whole = whole_start;
+  l.total = at_whole;
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(w); }));
   return l;
 }
@@ -395,25 +393,22 @@ Result<BackwardLayout> sliced_layout_for(const ssd_backward_args& a, const Forwa
     return make_error(SSD_ERROR_INVALID_ARGUMENT, fmt::format("tuning.slice_buffers: {} (legal: 0 default, >= 1)",
                                                               tn.slice_buffers));
   BackwardLayout l{};
-  size_t whole_bytes = 0;
   if (slices == 0) {  // the fewest slices within the target, else one group each
     for (slices = 1; slices < d.g; ++slices) {
       if (d.g % slices != 0) continue;
-      SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, whole_bytes));
+      SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, 0));
       if (l.slice_bytes <= kSliceTargetBytes) break;
     }
   }
-  SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, whole_bytes));
-  l.slices = slices;
-  l.buffers = std::min<int64_t>(slices, tn.slice_buffers > 0 ? tn.slice_buffers : kSliceBuffers);
-  // The buffers first, then the whole problem's sections: their offsets move past the buffers.
+  const int64_t buffers = std::min<int64_t>(slices, tn.slice_buffers > 0 ? tn.slice_buffers : kSliceBuffers);
+  SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, 0));
+  // The buffers first, then the whole problem's sections.
   CheckedSize z;
-  l.whole = z.mul({int64_t(l.slice_bytes), int64_t(l.buffers)});
-  for (size_t* off : {&l.dt_out, &l.dA_cumsum, &l.ddt_x, &l.w, &l.v, &l.ddA, &l.states, &l.cumsum})
-    *off = z.add(*off, l.whole);
-  if (!gate_in_slices(a)) l.gate = z.add(l.gate, l.whole);
-  l.total = z.add(l.whole, whole_bytes);
+  const size_t whole_start = z.mul({int64_t(l.slice_bytes), buffers});
   SSD_RETURN_IF_ERROR(z.status("ssd_backward", [&] { return dims_text(d); }));
+  SSD_ASSIGN_OR_RETURN(l, layout_for(a, slice_dims(d, slices), d, mode, tn, whole_start));
+  l.slices = slices;
+  l.buffers = buffers;
   return l;
 }
 
@@ -869,15 +864,16 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     return BackwardCall{ai, ds, mode, ar, tn, L, base, size_t(i % L.buffers) * L.slice_bytes, i * ds.h, d.h,
                         sliced_call ? uint8_t(kPartSlice) : uint8_t(kEveryPart)};
   };
+  const auto& plan = backward_plan();
   PlanKernels recompute_kernels, kernels, before_kernels, after_kernels;
   {
     const ssd_forward_args f = forward_inputs(a0);
     SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, ar, ForwardBuffers{},
                                                                                tn.max_blocks, tn.forward, false}));
-    SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, slice_call(a0, nullptr, 0), backward_plan()));
+    SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, slice_call(a0, nullptr, 0), plan));
     if (sliced_call) {
-      SSD_ASSIGN_OR_RETURN(before_kernels, fetch_plan(rt, whole_call(nullptr, kPartBefore), backward_plan()));
-      SSD_ASSIGN_OR_RETURN(after_kernels, fetch_plan(rt, whole_call(nullptr, kPartAfter), backward_plan()));
+      SSD_ASSIGN_OR_RETURN(before_kernels, fetch_plan(rt, whole_call(nullptr, kPartBefore), plan));
+      SSD_ASSIGN_OR_RETURN(after_kernels, fetch_plan(rt, whole_call(nullptr, kPartAfter), plan));
     }
   }
 
@@ -897,11 +893,10 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   Status s;
   if (sliced_call) {
     CallRecording::begin_segment(-1);
-    s = launch_plan(whole_call(base, kPartBefore), backward_plan(), before_kernels, stream, after_stage);
+    s = launch_plan(whole_call(base, kPartBefore), plan, before_kernels, stream, after_stage);
   }
   // The stage that reads P last (the backward's state pass, fused or staged): the next slice, which
   // rewrites P, starts after it.
-  const auto& plan = backward_plan();
   size_t p_reader = 0;
   for (size_t k = 0; k < plan.size(); ++k)
     if (kernels[k] && plan[k].report == kBwdPassing) p_reader = k;
@@ -924,7 +919,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   }
   if (s.ok() && sliced_call) {
     CallRecording::begin_segment(CallRecording::kAfterEverySegment);
-    s = launch_plan(whole_call(base, kPartAfter), backward_plan(), after_kernels, stream, after_stage);
+    s = launch_plan(whole_call(base, kPartAfter), plan, after_kernels, stream, after_stage);
   }
   return ws.release(recording.finish(s));
 }

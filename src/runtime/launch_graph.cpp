@@ -1,7 +1,7 @@
 #include "runtime/launch_graph.h"
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>

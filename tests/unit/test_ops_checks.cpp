@@ -137,6 +137,16 @@ ssd_backward_args backward_args(const Shape& s) {
   return a;
 }
 
+// Backward arguments with D (h) and dt_bias, and their gradients, dense.
+ssd_backward_args backward_args_with_D_bias(const Shape& s) {
+  ssd_backward_args a = backward_args(s);
+  a.D = dense(SSD_DTYPE_FP32, {s.h});
+  a.dD = dense(SSD_DTYPE_FP32, {s.h});
+  a.dt_bias = dense(SSD_DTYPE_FP32, {s.h});
+  a.ddt_bias = dense(SSD_DTYPE_FP32, {s.h});
+  return a;
+}
+
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 }  // namespace
@@ -198,11 +208,7 @@ TEST_CASE("workspace sizes: the backward slices its groups to bound the workspac
   // through two buffers, beside one copy of P and the whole problem's (b, h, nchunks, Q) vectors:
   // under issue 10's 0.45 GiB.
   const Shape big{4, 2048, 256, 64, 8, 256, 256};
-  ssd_backward_args a = backward_args(big);
-  a.D = dense(SSD_DTYPE_FP32, {big.h});
-  a.dD = dense(SSD_DTYPE_FP32, {big.h});
-  a.dt_bias = dense(SSD_DTYPE_FP32, {big.h});
-  a.ddt_bias = dense(SSD_DTYPE_FP32, {big.h});
+  const ssd_backward_args a = backward_args_with_D_bias(big);
   BackwardTuning whole;
   whole.group_slices = 1;
   auto full = backward_layout(&a, SSD_MODE_DETERMINISTIC, &whole);
@@ -225,11 +231,7 @@ TEST_CASE("workspace sizes: the backward slices its groups to bound the workspac
   CHECK(dflt->total <= (size_t(45) << 30) / 100);  // 0.45 GiB
   MESSAGE("nemotronh b=4 L=2048: " << full->total << " bytes whole, " << dflt->total << " sliced");
   // Each slice's layout is the whole layout of the problem with h / slices heads and g / slices groups.
-  ssd_backward_args one_group = backward_args(Shape{4, 2048, 32, 64, 1, 256, 256});
-  one_group.D = dense(SSD_DTYPE_FP32, {32});
-  one_group.dD = dense(SSD_DTYPE_FP32, {32});
-  one_group.dt_bias = dense(SSD_DTYPE_FP32, {32});
-  one_group.ddt_bias = dense(SSD_DTYPE_FP32, {32});
+  const ssd_backward_args one_group = backward_args_with_D_bias(Shape{4, 2048, 32, 64, 1, 256, 256});
   auto per_group = backward_layout(&one_group, SSD_MODE_DETERMINISTIC);
   REQUIRE(per_group.ok());
   CHECK(per_group->slices == 1);  // one group: nothing to slice
@@ -238,9 +240,7 @@ TEST_CASE("workspace sizes: the backward slices its groups to bound the workspac
   // Linear in b·L at a fixed slicing; the default grows the slice count with the problem up to g.
   for (int64_t L : {512, 1024, 4096}) {
     CAPTURE(L);
-    ssd_backward_args al = a;
-    const Shape sh{4, L, 256, 64, 8, 256, 256};
-    al = backward_args(sh);
+    const ssd_backward_args al = backward_args(Shape{4, L, 256, 64, 8, 256, 256});
     BackwardTuning eight;
     eight.group_slices = 8;
     auto l = backward_layout(&al, SSD_MODE_DETERMINISTIC, &eight);
@@ -277,11 +277,7 @@ TEST_CASE("fast mode: the backward runs the deterministic kernels unless the fas
   // plan: its layout and every kernel config. BackwardTuning::fast_kernels (benchmarks, the fast
   // kernels' tests) still selects them, and the mode stays in each kernel's config (cache key).
   const Shape s{2, 1000, 8, 64, 2, 64, 64};
-  ssd_backward_args a = backward_args(s);
-  a.D = dense(SSD_DTYPE_FP32, {s.h});
-  a.dD = dense(SSD_DTYPE_FP32, {s.h});
-  a.dt_bias = dense(SSD_DTYPE_FP32, {s.h});
-  a.ddt_bias = dense(SSD_DTYPE_FP32, {s.h});
+  ssd_backward_args a = backward_args_with_D_bias(s);
   CHECK(backward_kernel_mode(SSD_MODE_FAST, nullptr) == SSD_MODE_DETERMINISTIC);
   CHECK(backward_kernel_mode(SSD_MODE_DETERMINISTIC, nullptr) == SSD_MODE_DETERMINISTIC);
   BackwardTuning fast_kernels;
