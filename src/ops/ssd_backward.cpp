@@ -855,6 +855,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   const bool sliced_call = L.slices > 1;
   const ForwardDims ds = slice_dims(d, L.slices);
   std::vector<ssd_backward_args> sliced;
+  sliced.reserve(size_t(L.slices));
   if (sliced_call)
     for (int64_t i = 0; i < L.slices; ++i) sliced.push_back(slice_args(a, d, L.slices, i));
   const ssd_backward_args& a0 = sliced_call ? sliced[0] : a;

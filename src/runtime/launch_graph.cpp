@@ -17,11 +17,14 @@ namespace ssd {
 namespace {
 
 thread_local CallRecording* t_recording = nullptr;
+// The active recording's launches and parameter bytes (one active recording per thread).
+thread_local std::vector<RecordedLaunch> t_launches;
+thread_local std::vector<unsigned char> t_arena;
 
 // cuLaunchKernel's / a kernel node's parameter pointers into a launch's copied bytes.
 std::vector<void*> param_pointers(const RecordedLaunch& l) {
   std::vector<void*> ptrs(l.kernel->param_offsets.size());
-  unsigned char* base = const_cast<unsigned char*>(l.bytes.data());
+  unsigned char* base = const_cast<unsigned char*>(l.bytes);
   for (size_t i = 0; i < ptrs.size(); ++i) ptrs[i] = base + l.kernel->param_offsets[i];
   return ptrs;
 }
@@ -152,7 +155,7 @@ struct LaunchGraphs::Entry {
     }
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags"));
     bytes.clear();
-    for (const RecordedLaunch& l : launches) bytes.push_back(l.bytes);
+    for (const RecordedLaunch& l : launches) bytes.emplace_back(l.bytes, l.bytes + l.kernel->param_bytes);
     return Status::Ok();
   }
 
@@ -161,13 +164,14 @@ struct LaunchGraphs::Entry {
   Status update(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches, uint64_t& updated) {
     std::optional<RelaxedCaptureMode> relaxed;
     for (size_t i = 0; i < launches.size(); ++i) {
-      if (bytes[i] == launches[i].bytes) continue;
+      const size_t n = launches[i].kernel->param_bytes;  // the same kernel as at instantiation (the key)
+      if (bytes[i].size() == n && std::memcmp(bytes[i].data(), launches[i].bytes, n) == 0) continue;
       if (!relaxed) relaxed.emplace(d);
       std::vector<void*> ptrs = param_pointers(launches[i]);
       const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
       SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphExecKernelNodeSetParams(exec, nodes[i], &p),
                                       "cuGraphExecKernelNodeSetParams"));
-      bytes[i] = launches[i].bytes;
+      bytes[i].assign(launches[i].bytes, launches[i].bytes + n);
       ++updated;
     }
     return Status::Ok();
@@ -187,22 +191,25 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   if (launches.empty()) return Status::Ok();
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
-  Key key;
-  key.reserve(3 + 9 * launches.size());
-  key.push_back(reinterpret_cast<uintptr_t>(stream));
+  // The key in a thread-local buffer that keeps its capacity (copied into the map only when new).
+  thread_local Key key;
+  constexpr size_t kPerLaunch = 9;
+  key.resize(3 + kPerLaunch * launches.size());
+  uint64_t* k = key.data();
+  *k++ = reinterpret_cast<uintptr_t>(stream);
   // CU_STREAM_PER_THREAD names another stream on each thread: the thread is part of the key.
-  key.push_back(stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0);
-  key.push_back(reinterpret_cast<uintptr_t>(launches[0].kernel->context));
+  *k++ = stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0;
+  *k++ = reinterpret_cast<uintptr_t>(launches[0].kernel->context);
   for (const RecordedLaunch& l : launches) {
-    key.push_back(reinterpret_cast<uintptr_t>(l.kernel->function));
-    key.push_back(l.grid[0]);
-    key.push_back(l.grid[1]);
-    key.push_back(l.grid[2]);
-    key.push_back(uint64_t(l.kernel->built->unit.block_threads));
-    key.push_back(uint64_t(l.kernel->built->unit.dynamic_shared_bytes));
-    key.push_back(l.after);
-    key.push_back(uint64_t(uint32_t(l.segment)) << 32 | uint32_t(l.segment_after));
-    key.push_back(uint64_t(uint32_t(l.also_after)));
+    *k++ = reinterpret_cast<uintptr_t>(l.kernel->function);
+    *k++ = l.grid[0];
+    *k++ = l.grid[1];
+    *k++ = l.grid[2];
+    *k++ = uint64_t(l.kernel->built->unit.block_threads);
+    *k++ = uint64_t(l.kernel->built->unit.dynamic_shared_bytes);
+    *k++ = l.after;
+    *k++ = uint64_t(uint32_t(l.segment)) << 32 | uint32_t(l.segment_after);
+    *k++ = uint64_t(uint32_t(l.also_after));
   }
 
   std::shared_ptr<Entry> entry;
@@ -216,7 +223,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
           if (e->second->last_use < oldest->second->last_use) oldest = e;
         entries_.erase(oldest);  // its graph goes with the last call holding it
       }
-      it = entries_.emplace(std::move(key), std::make_shared<Entry>()).first;
+      it = entries_.emplace(key, std::make_shared<Entry>()).first;
     }
     entry = it->second;
     entry->last_use = ++clock_;
@@ -263,7 +270,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   return launch_eagerly(launches, stream);
 }
 
-CallRecording::CallRecording(ssd_runtime& rt, CUstream stream, bool record) {
+CallRecording::CallRecording(ssd_runtime& rt, CUstream stream, bool record) : launches_(t_launches), arena_(t_arena) {
   if (t_recording) {
     // A call inside a call: the outer one's launches go first, eagerly, and neither records.
     outer_flush_ = t_recording->flush();
@@ -280,6 +287,8 @@ CallRecording::CallRecording(ssd_runtime& rt, CUstream stream, bool record) {
   stream_ = stream;
   active_ = true;
   t_recording = this;
+  launches_.clear();  // RecordedLaunch owns nothing: the vectors keep their capacity
+  arena_.clear();
 }
 
 CallRecording::~CallRecording() {
@@ -292,14 +301,20 @@ Status CallRecording::finish(Status s) {
   active_ = false;
   if (t_recording == this) t_recording = nullptr;
   if (!s.ok()) return s;
-  return graphs_->launch(launches_, stream_);
+  return graphs_->launch(handed_over(), stream_);
+}
+
+const std::vector<RecordedLaunch>& CallRecording::handed_over() {
+  for (RecordedLaunch& l : launches_) l.bytes = arena_.data() + l.bytes_at;
+  return launches_;
 }
 
 Status CallRecording::flush() {
   active_ = false;
   if (t_recording == this) t_recording = nullptr;
-  Status s = launch_eagerly(launches_, stream_);
+  Status s = launch_eagerly(handed_over(), stream_);
   launches_.clear();
+  arena_.clear();
   return s;
 }
 
@@ -317,9 +332,12 @@ bool CallRecording::record(const ssd_kernel& kernel, unsigned gx, unsigned gy, u
   l.grid[0] = gx;
   l.grid[1] = gy;
   l.grid[2] = gz;
-  l.bytes.assign(kernel.param_bytes, 0);
+  // Parameter blocks start 16-byte aligned in the arena (the kernels' parameters are at most so).
+  l.bytes_at = (r->arena_.size() + 15) & ~size_t(15);
+  r->arena_.resize(l.bytes_at + kernel.param_bytes);  // new elements are zeroed: the gaps between parameters too
+  unsigned char* dst = r->arena_.data() + l.bytes_at;
   for (size_t i = 0; i < kernel.param_offsets.size(); ++i)
-    std::memcpy(l.bytes.data() + kernel.param_offsets[i], params[i], kernel.param_sizes[i]);
+    std::memcpy(dst + kernel.param_offsets[i], params[i], kernel.param_sizes[i]);
   // A mask names earlier launches of the segment only (bits of launches not yet recorded, or past
   // 64, are dropped).
   const size_t n = r->launches_.size() - r->segment_start_;

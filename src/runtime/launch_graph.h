@@ -44,7 +44,11 @@ struct RecordedLaunch {
   static constexpr uint64_t kAfterAll = ~uint64_t(0);  // every earlier launch (the stream order)
   const ssd_kernel* kernel = nullptr;
   unsigned grid[3] = {1, 1, 1};
-  std::vector<unsigned char> bytes;  // the parameters at the kernel's offsets (ssd_kernel::param_offsets)
+  // The parameters at the kernel's offsets (ssd_kernel::param_offsets), kernel->param_bytes of them,
+  // in the recording's byte arena: bytes_at while it records, `bytes` once the recording hands its
+  // launches over (the arena no longer grows then; valid until the recording ends).
+  size_t bytes_at = 0;
+  const unsigned char* bytes = nullptr;
   uint64_t after = kAfterAll;        // else bit i: launch i of its segment (i < 64); 0: none
   // Segments (CallRecording::begin_segment): a call in parts that share no data but a workspace
   // buffer. `after` counts launches from its segment's first one, and kAfterAll means every earlier
@@ -123,11 +127,16 @@ class CallRecording {
  private:
   friend Status flush_recorded_launches();
   Status flush();
+  // The launches with their `bytes` pointing into the arena (done once recording ends).
+  const std::vector<RecordedLaunch>& handed_over();
   LaunchGraphs* graphs_ = nullptr;
   CUstream stream_ = nullptr;
   bool active_ = false;
   Status outer_flush_;  // a nested recording's flush of the outer one
-  std::vector<RecordedLaunch> launches_;
+  // The thread's one active recording records into these thread-local buffers, which keep their
+  // capacity from call to call: a call with ~150 launches (the sliced backward) allocates nothing.
+  std::vector<RecordedLaunch>& launches_;
+  std::vector<unsigned char>& arena_;
   uint64_t next_after_ = RecordedLaunch::kAfterAll;
   size_t segment_start_ = 0;  // index of the current segment's first launch in launches_
   int32_t segment_ = 0, segment_after_ = -1, also_after_ = -1;
