@@ -320,10 +320,12 @@ def main():
     print(f"{'grad':>9} {'ssdgen':>10} {'mamba_ssm':>10} {'unwritten':>9}")
     for name, r in bwd["accuracy"].items():
         print(f"{name:>9} {r['ssdgen']:>10.3e} {r['mamba_ssm']:>10.3e} {r['ssdgen_unwritten']:>9}")
-    print(f"{'b':>3} {'L':>6} {'ssdgen det ms':>14} {'ssdgen fast ms':>15} {'mamba_ssm ms':>13} {'det speedup':>12}")
+    print(f"{'b':>3} {'L':>6} {'ssdgen det ms':>14} {'ssdgen fast ms':>15} {'mamba_ssm ms':>13} {'det speedup':>12}"
+          f" {'det workspace MiB':>18}")
     for r in bwd["speed"]:
         print(f"{r['batch']:>3} {r['seqlen']:>6} {r['ssdgen_det_ms']:>14.3f} {r['ssdgen_fast_ms']:>15.3f} "
-              f"{r['mamba_ssm_ms']:>13.3f} {r['mamba_ssm_ms'] / r['ssdgen_det_ms']:>11.2f}x")
+              f"{r['mamba_ssm_ms']:>13.3f} {r['mamba_ssm_ms'] / r['ssdgen_det_ms']:>11.2f}x"
+              f" {r.get('ssdgen_det_workspace_mib', float('nan')):>18.1f}")
     with open(os.path.join(args.out, "peer_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -65,8 +65,8 @@ KernelSpec fwd_spec(const ssd_kernel_config& c) {
 // ---- chunk_cumsum_bwd: m heads per block (one thread each), n positions staged per step.
 Status cumsum_validate(const ssd_kernel_config& c) {
   SSD_RETURN_IF_ERROR(cumsum_common_validate(c));
-  if (!in_list(c.tile.m, {0, 32, 64, 128}))
-    return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 32, 64, 128");
+  if (!in_list(c.tile.m, {0, 8, 16, 32, 64, 128}))
+    return field_error(c, "tile.m", std::to_string(c.tile.m), "0 (default), 8, 16, 32, 64, 128");
   if (!in_list(c.tile.n, {0, 8, 16, 32, 64}) || c.tile.n > c.chunk_size)
     return field_error(c, "tile.n", std::to_string(c.tile.n), "0 (default), 8, 16, 32, 64; at most chunk_size");
   // Four fp32 staging tiles of m x (n + 1) and m x n flag bytes must fit in 48 KiB of static shared memory.
@@ -75,13 +75,15 @@ Status cumsum_validate(const ssd_kernel_config& c) {
   return Status::Ok();
 }
 
-// One thread scans one head (four threads per head load and store); 64 heads per block keeps the
-// (b, L, h) loads 128 B wide for bf16. 32 positions are staged through shared memory per step.
-ssd_tile cumsum_default_tile(const ssd_kernel_config& c) { return ssd_tile{64, std::min(32, c.chunk_size), 0, 0, 0}; }
+// One thread scans one head; cumsum_geom::bwd_threads threads per block load and compute Δ (16 per
+// head at 32 heads: 512 threads, two blocks per SM at nemotronh-56b b=4 L=2048, where Δ's softplus
+// and sigmoid bound the kernel); 32 heads keep the (b, L, h) loads 64 B wide for bf16. 32 positions
+// are staged through shared memory per step. (docs/perf.md, backward log: "chunk_cumsum_bwd".)
+ssd_tile cumsum_default_tile(const ssd_kernel_config& c) { return ssd_tile{32, std::min(32, c.chunk_size), 0, 0, 0}; }
 
 std::vector<ssd_tile> cumsum_legal_tiles(const ssd_kernel_config& c) {
   std::vector<ssd_tile> tiles;
-  for (int m : {32, 64, 128})
+  for (int m : {8, 16, 32, 64, 128})
     for (int n : {8, 16, 32, 64})
       if (n <= c.chunk_size && m * n <= 2048) tiles.push_back(ssd_tile{m, n, 0, 0, 0});
   return tiles;

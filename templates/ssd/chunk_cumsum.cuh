@@ -105,8 +105,8 @@ __device__ void chunk_cumsum_fwd(const ChunkCumsumFwdParams& p) {
 // itself (chunk_scan_bwd_ddA's output), so g_l = ddA(l) and there is no reverse scan; everything
 // after g_l is the same code and order.
 //
-// Backward, one block per (b, c, BLOCK_H heads), 4 threads per head, BLOCK_L positions per step
-// from the chunk's end: (1) all threads stage ddA_cumsum and ddt_out along the chunk axis and dt
+// Backward, one block per (b, c, BLOCK_H heads) of cumsum_geom::bwd_threads(BLOCK_H) threads (16 per
+// head, at most 512), BLOCK_L positions per step from the chunk's end: (1) all threads stage ddA_cumsum and ddt_out along the chunk axis and dt
 // along the heads, and compute u, v, Δ and the clamp / sigmoid factors (independent per position),
 // from registers loaded a step ahead (the next step's loads are issued once this one is staged, so
 // they fly during its chain and stores);

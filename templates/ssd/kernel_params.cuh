@@ -29,8 +29,10 @@ SSD_HOST_DEVICE constexpr const char* fwd_tile_problem(int q, int block_h, int t
          : fwd_smem_bytes(q, block_h) > 48 * 1024                        ? "m * (chunk_size + 1) * 8 bytes must fit in 48 KiB"
                                                                          : nullptr;
 }
-// chunk_cumsum_bwd: 4 threads per head of the block (one of them runs the head's chain).
-SSD_HOST_DEVICE constexpr int bwd_threads(int block_h) { return 4 * block_h; }
+// chunk_cumsum_bwd: 16 threads per head of the block, at most 512 per block (one per head runs the
+// head's chain): Δ's softplus and sigmoid, per element, are most of the kernel's instructions, and
+// with 4 threads per head the whole problem held ~8 warps per SM (docs/perf.md, backward log).
+SSD_HOST_DEVICE constexpr int bwd_threads(int block_h) { return 16 * block_h < 512 ? 16 * block_h : 512; }
 }  // namespace cumsum_geom
 
 // chunk_cumsum_bwd: adjoint of chunk_cumsum_fwd.

@@ -14,6 +14,8 @@
 
 namespace ssd_kernels {
 
+inline constexpr int kReduceBatch = 8;  // chunk partials loaded per batch of the chain
+
 template <class Spec>
 __device__ void reduce_head_partials(const ReduceHeadPartialsParams& p) {
   constexpr int BLOCK = Spec::kBlock, P = Spec::kPartials;  // heads per block, values per record
@@ -26,9 +28,24 @@ __device__ void reduce_head_partials(const ReduceHeadPartialsParams& p) {
 #pragma unroll
       for (int j = 0; j < P; ++j) sample[j] = 0.0;
       const double* row = p.partials + b * p.nchunks * p.nheads * P + h * P;
-      for (long long c = 0; c < p.nchunks; ++c) {
+      const long long step = p.nheads * P;  // from one chunk's record to the next
+      // Eight chunks' partials are loaded before they are added (the same adds in the same order):
+      // the chain then waits for one memory latency per eight chunks instead of one per chunk.
+      long long c = 0;
+      for (; c + kReduceBatch <= p.nchunks; c += kReduceBatch) {
+        double v[kReduceBatch][P];
 #pragma unroll
-        for (int j = 0; j < P; ++j) sample[j] = __dadd_rn(sample[j], row[c * p.nheads * P + j]);
+        for (int q = 0; q < kReduceBatch; ++q)
+#pragma unroll
+          for (int j = 0; j < P; ++j) v[q][j] = row[(c + q) * step + j];
+#pragma unroll
+        for (int q = 0; q < kReduceBatch; ++q)
+#pragma unroll
+          for (int j = 0; j < P; ++j) sample[j] = __dadd_rn(sample[j], v[q][j]);
+      }
+      for (; c < p.nchunks; ++c) {
+#pragma unroll
+        for (int j = 0; j < P; ++j) sample[j] = __dadd_rn(sample[j], row[c * step + j]);
       }
 #pragma unroll
       for (int j = 0; j < P; ++j) total[j] = __fadd_rn(total[j], __double2float_rn(sample[j]));

@@ -76,7 +76,7 @@ TEST_CASE("every specialization field changes the key") {
   variant("dtype", [](ssd_kernel_config& c) { c.dtype = SSD_DTYPE_FP16; });
   variant("flags bias", [](ssd_kernel_config& c) { c.flags = SSD_FLAG_DT_BIAS; });
   variant("flags softplus", [](ssd_kernel_config& c) { c.flags = SSD_FLAG_DT_SOFTPLUS; });
-  variant("tile.m", [](ssd_kernel_config& c) { c.tile.m = 32; });
+  variant("tile.m", [](ssd_kernel_config& c) { c.tile.m = 64; });
   variant("tile.n", [](ssd_kernel_config& c) { c.tile.n = 16; });
   variant("mode", [](ssd_kernel_config& c) { c.mode = SSD_MODE_FAST; });
   variant("arch sm_80", [](ssd_kernel_config& c) { c.arch = SSD_ARCH_SM80; });

@@ -247,13 +247,15 @@ ssd::Result<ssd::ForwardTuning> parse_tiles(const std::string& text) {
   return t;
 }
 
-// "dx=64x0x32,dcb=64x64x32,...,cumsum=64x32": per-kernel tile overrides of the backward.
+// "dx=64x0x32,dcb=64x64x32,...,cumsum=64x32": per-kernel tile overrides of the backward;
+// recompute_state_pass= / recompute_bmm= set the recompute's forward kernels' tiles.
 ssd::Result<ssd::BackwardTuning> parse_bwd_tiles(const std::string& text) {
   ssd::BackwardTuning t;
   SSD_RETURN_IF_ERROR(parse_tile_items(text, "kernel", "legal for bwd",
                                        {{"dstates", &t.dstates}, {"passing", &t.passing}, {"state_pass", &t.state_pass}, {"dx", &t.dx}, {"dcb", &t.dcb},
                                         {"intra", &t.intra}, {"dcb_intra", &t.dcb_intra}, {"db", &t.db}, {"dc", &t.dc}, {"dda", &t.dda},
-                                        {"cumsum", &t.cumsum}}));
+                                        {"cumsum", &t.cumsum}, {"recompute_state_pass", &t.forward.state_pass},
+                                        {"recompute_bmm", &t.forward.bmm}}));
   return t;
 }
 

@@ -135,7 +135,7 @@ constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [-
                         [--arch sm_80|sm_90|sm_90a] [--max-blocks N]
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--cp-async] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
-                                 dda=M,cumsum=MxN] [--staged] [--fused-intra] [--cp-async] [--z]
+                                 dda=M,cumsum=MxN,recompute_state_pass=MxNxK,recompute_bmm=MxN] [--staged] [--fused-intra] [--cp-async] [--z]
                                  [--slices N] [--slice-buffers K]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
@@ -158,7 +158,8 @@ z and out_x, and dz written: gate_bwd's z path and the dy_lo passes), each stage
 the total, in deterministic mode and then with the fast (atomic) kernels, with the workspace each
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic
 mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is the state_passing_bwd
-row); --staged runs the pair (and the recompute's staged states), state_pass= sets the fused tile.
+row); --staged runs the pair (and the recompute's staged states), state_pass= sets the fused tile,
+recompute_state_pass= / recompute_bmm= the recompute's state pass / bmm_chunk_fwd.
 --fused-intra runs dcb and ddA_intra as one kernel (chunk_scan_bwd_dcb_ddA_intra, each head's dy·xᵀ
 once, the same bits; its time is the ddA_intra row and the dcb row reads ~0), dcb_intra= sets its tile.
 --slices N / --slice-buffers K run the backward as N group slices through K workspace buffers (the
