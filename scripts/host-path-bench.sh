@@ -6,6 +6,7 @@
 # whole host path (this plus cuLaunchKernel and friends); docs/perf.md compares the two.
 #
 #   bash scripts/host-path-bench.sh [BUILD_DIR] [--calls N]     (BUILD_DIR default: build)
+#   SSD_NOOP_DRIVER_COUNTS=1 bash scripts/host-path-bench.sh    (also: each driver entry point's calls)
 #
 # The first run compiles the problem's kernels with NVRTC into BUILD_DIR/host-path-cache.
 set -euo pipefail

@@ -5,7 +5,57 @@
 // the library does around the driver — validation, plans, kernel lookups, parameter blocks — runs
 // for real.
 #include <cuda.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
+
+// With SSD_NOOP_DRIVER_COUNTS set, every entry point the library resolves counts its calls and the
+// counts are printed at exit (the driver calls a host path makes per call, for a GPU host where each
+// costs more than here).
+namespace {
+constexpr int kMaxCounted = 512;
+const char* g_names[kMaxCounted];
+std::atomic<unsigned long long> g_calls[kMaxCounted];
+std::atomic<int> g_used{0};
+void* g_targets[kMaxCounted];  // the entry point each counter forwards to
+
+struct PrintCounts {
+  ~PrintCounts() {
+    if (!std::getenv("SSD_NOOP_DRIVER_COUNTS")) return;
+    for (int i = 0; i < g_used.load(); ++i)
+      if (g_calls[i].load()) std::fprintf(stderr, "noop driver: %-40s %llu calls\n", g_names[i], g_calls[i].load());
+  }
+} g_print_counts;
+
+// Counter I forwards its arguments (up to 12 words in registers and on the stack, as the x86-64
+// convention passes them) to its target.
+using Fn = CUresult (*)(void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*, void*);
+template <int I>
+CUresult counted(void* a, void* b, void* c, void* d, void* e, void* f, void* g, void* h, void* i, void* j, void* k,
+                 void* l) {
+  g_calls[I].fetch_add(1, std::memory_order_relaxed);
+  return reinterpret_cast<Fn>(g_targets[I])(a, b, c, d, e, f, g, h, i, j, k, l);
+}
+template <int... I>
+void* const* counters_of(std::integer_sequence<int, I...>) {
+  static void* const table[] = {reinterpret_cast<void*>(&counted<I>)...};
+  return table;
+}
+void* const* const g_counters = counters_of(std::make_integer_sequence<int, kMaxCounted>{});
+
+void* maybe_counted(const char* sym, void* target) {
+  if (!std::getenv("SSD_NOOP_DRIVER_COUNTS")) return target;
+  const int i = g_used.fetch_add(1);
+  if (i >= kMaxCounted) return target;
+  g_names[i] = strdup(sym);
+  g_targets[i] = target;
+  return g_counters[i];
+}
+}  // namespace
+
 extern "C" {
 // Every entry point without an output: called through its own signature, it ignores its arguments
 // and returns CUDA_SUCCESS in the return register (the x86-64 and AArch64 calling conventions).
@@ -51,8 +101,8 @@ CUresult cuGetProcAddress_v2(const char* sym, void** pfn, int, cuuint64_t, CUdri
       {"cuFuncGetParamInfo", (void*)s_paraminfo}, {"cuGraphCreate", (void*)s_graph},
       {"cuGraphAddKernelNode", (void*)s_node}, {"cuGraphInstantiateWithFlags", (void*)s_inst}};
   for (auto& e : t)
-    if (!std::strcmp(sym, e.n)) { *pfn = e.f; return CUDA_SUCCESS; }
-  *pfn = (void*)ok_any;
+    if (!std::strcmp(sym, e.n)) { *pfn = maybe_counted(sym, e.f); return CUDA_SUCCESS; }
+  *pfn = maybe_counted(sym, (void*)ok_any);
   return CUDA_SUCCESS;
 }
 }
