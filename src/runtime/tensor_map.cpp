@@ -53,8 +53,52 @@ Status validate_tensor_map(const TensorMapDesc& d) {
   return Status::Ok();
 }
 
+namespace {
+
+bool same_desc(const TensorMapDesc& a, const TensorMapDesc& b) {
+  if (a.dtype != b.dtype || a.base != b.base || a.rank != b.rank || a.swizzle != b.swizzle) return false;
+  for (int i = 0; i < a.rank; ++i)
+    if (a.dims[i] != b.dims[i] || a.box[i] != b.box[i] || (i > 0 && a.strides[i] != b.strides[i])) return false;
+  return true;
+}
+
+// The maps this thread encoded last: cuTensorMapEncodeTiled is a pure function of its arguments,
+// and a call repeated on the same tensors (the sliced backward encodes 16 maps per call) finds its
+// maps here instead of asking the driver again. Least recently used out.
+struct EncodedMaps {
+  static constexpr int kSize = 64;
+  struct Slot {
+    TensorMapDesc desc;
+    CUtensorMap map;
+    uint64_t last_use = 0;  // 0: empty
+  };
+  Slot slots[kSize];
+  uint64_t clock = 0;
+
+  const CUtensorMap* find(const TensorMapDesc& d) {
+    for (Slot& s : slots)
+      if (s.last_use && same_desc(s.desc, d)) {
+        s.last_use = ++clock;
+        return &s.map;
+      }
+    return nullptr;
+  }
+  void add(const TensorMapDesc& d, const CUtensorMap& map) {
+    Slot* victim = &slots[0];
+    for (Slot& s : slots)
+      if (s.last_use < victim->last_use) victim = &s;
+    victim->desc = d;
+    victim->map = map;
+    victim->last_use = ++clock;
+  }
+};
+
+}  // namespace
+
 Result<CUtensorMap> encode_tensor_map(const TensorMapDesc& d) {
   SSD_RETURN_IF_ERROR(validate_tensor_map(d));
+  thread_local EncodedMaps encoded;
+  if (const CUtensorMap* m = encoded.find(d)) return *m;
   const Driver* drv = nullptr;
   SSD_ASSIGN_OR_RETURN(drv, driver());
   CUtensorMapDataType type = d.dtype == SSD_DTYPE_BF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -79,6 +123,7 @@ Result<CUtensorMap> encode_tensor_map(const TensorMapDesc& d) {
                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                             "cuTensorMapEncodeTiled"));
+  encoded.add(d, map);
   return map;
 }
 

@@ -22,6 +22,7 @@ struct FakeCudaState {
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;  // the (one) thread mode, as exchanged
   int graph_calls_not_relaxed = 0;  // create / add / instantiate / set / destroy outside the relaxed mode
   size_t max_param_index = 0;       // the highest index cuFuncGetParamInfo was asked for
+  int tensor_maps_encoded = 0;      // cuTensorMapEncodeTiled calls (the map: the arguments' words)
   // Switches.
   CUstream capturing_stream = nullptr;  // cuStreamIsCapturing reports this stream as capturing
   bool instantiate_fails = false;

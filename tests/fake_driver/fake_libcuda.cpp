@@ -49,6 +49,21 @@ static CUresult s_launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, u
   record(FakeCudaState::Op::Launch, s, f, params);
   return CUDA_SUCCESS;
 }
+// A map made of its arguments (base, rank, the dims and boxes), so equal arguments give equal maps.
+static CUresult s_encode_map(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* base,
+                             const cuuint64_t* dims, const cuuint64_t*, const cuuint32_t* box, const cuuint32_t*,
+                             CUtensorMapInterleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion,
+                             CUtensorMapFloatOOBfill) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  ++g_state.tensor_maps_encoded;
+  uint64_t words[16] = {reinterpret_cast<uintptr_t>(base), rank, uint64_t(type), uint64_t(swizzle)};
+  for (cuuint32_t i = 0; i < rank && i < 5; ++i) {
+    words[4 + i] = dims[i];
+    words[9 + i] = box[i];
+  }
+  std::memcpy(map, words, sizeof words);
+  return CUDA_SUCCESS;
+}
 static CUresult s_is_capturing(CUstream s, CUstreamCaptureStatus* st) {
   *st = s == g_state.capturing_stream && s ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
@@ -131,7 +146,8 @@ CUresult cuGetProcAddress_v2(const char* sym, void** pfn, int, cuuint64_t, CUdri
            {"cuGraphLaunch", (void*)s_graph_launch},
            {"cuGraphExecDestroy", (void*)s_exec_destroy},
            {"cuThreadExchangeStreamCaptureMode", (void*)s_exchange_mode},
-           {"cuMemsetD2D32Async", (void*)s_memset}};
+           {"cuMemsetD2D32Async", (void*)s_memset},
+           {"cuTensorMapEncodeTiled", (void*)s_encode_map}};
   for (auto& e : t)
     if (!std::strcmp(sym, e.n)) {
       *pfn = e.f;

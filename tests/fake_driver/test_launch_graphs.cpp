@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "ops/plan.h"
 #include "runtime/launch_graph.h"
 #include "runtime/runtime.h"
+#include "runtime/tensor_map.h"
 
 namespace {
 
@@ -550,4 +552,49 @@ TEST_CASE("launch graphs: a stage's mask that no launch took does not pass to th
   REQUIRE(run().ok());
   REQUIRE(fake().node_dependency_lists.size() == n0 + 3);
   CHECK(fake().node_dependency_lists[n0 + 2] == std::vector<uintptr_t>{n0 + 2});  // three: after one (the chain)
+}
+
+TEST_CASE("tensor maps: an equal description is answered from the thread's kept maps, any change encodes anew") {
+  (void)fake();  // the library loads the fake driver
+  alignas(256) static unsigned char memory[4096];
+  const auto desc = [](const void* base, uint64_t rows) {
+    return ssd::cuda::matrix_map_desc(SSD_DTYPE_BF16, base, rows, 64, 64, 64, 64, ssd::cuda::TmaSwizzle::k128B);
+  };
+  const int before = fake().tensor_maps_encoded;
+  auto a = ssd::cuda::encode_tensor_map(desc(memory, 256));
+  REQUIRE(a.ok());
+  CHECK(fake().tensor_maps_encoded == before + 1);
+  auto again = ssd::cuda::encode_tensor_map(desc(memory, 256));
+  REQUIRE(again.ok());
+  CHECK(fake().tensor_maps_encoded == before + 1);  // kept
+  CHECK(std::memcmp(&a.value(), &again.value(), sizeof(CUtensorMap)) == 0);
+  // Another base, another extent, another box or swizzle: each its own encoding.
+  ssd::cuda::TensorMapDesc box = desc(memory, 256);
+  box.box[1] = 32;
+  ssd::cuda::TensorMapDesc swz = desc(memory, 256);
+  swz.swizzle = ssd::cuda::TmaSwizzle::kNone;
+  int expected = before + 1;
+  for (const ssd::cuda::TensorMapDesc& d : {desc(memory + 256, 256), desc(memory, 128), box, swz}) {
+    auto m = ssd::cuda::encode_tensor_map(d);
+    REQUIRE(m.ok());
+    CHECK(fake().tensor_maps_encoded == ++expected);
+    CHECK(std::memcmp(&m.value(), &a.value(), sizeof(CUtensorMap)) != 0);
+  }
+  // An invalid description is refused before the kept maps or the driver.
+  ssd::cuda::TensorMapDesc bad = desc(memory + 8, 256);  // not 16-byte aligned
+  CHECK(!ssd::cuda::encode_tensor_map(bad).ok());
+  CHECK(fake().tensor_maps_encoded == expected);
+  // Past 64 kept maps the least recently used one goes: the first is encoded again, the last is not.
+  for (int i = 0; i < 64; ++i) REQUIRE(ssd::cuda::encode_tensor_map(desc(memory, 1000 + uint64_t(i))).ok());
+  expected += 64;
+  CHECK(fake().tensor_maps_encoded == expected);
+  REQUIRE(ssd::cuda::encode_tensor_map(desc(memory, 1063)).ok());
+  CHECK(fake().tensor_maps_encoded == expected);
+  REQUIRE(ssd::cuda::encode_tensor_map(desc(memory, 256)).ok());
+  CHECK(fake().tensor_maps_encoded == expected + 1);
+  // Another thread keeps its own.
+  std::thread([&] {
+    REQUIRE(ssd::cuda::encode_tensor_map(desc(memory, 1063)).ok());
+  }).join();
+  CHECK(fake().tensor_maps_encoded == expected + 2);
 }
