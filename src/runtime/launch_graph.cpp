@@ -88,6 +88,7 @@ struct LaunchGraphs::Entry {
   CUgraphExec exec = nullptr;
   std::vector<CUgraphNode> nodes;                 // in launch order
   std::vector<std::vector<unsigned char>> bytes;  // each node's parameters as last set
+  uint64_t version = 0;  // +1 whenever the nodes' parameters are set (instantiation, an update)
 
   ~Entry() {
     if (!graph && !exec) return;
@@ -156,6 +157,7 @@ struct LaunchGraphs::Entry {
     SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags"));
     bytes.clear();
     for (const RecordedLaunch& l : launches) bytes.emplace_back(l.bytes, l.bytes + l.kernel->param_bytes);
+    ++version;
     return Status::Ok();
   }
 
@@ -173,6 +175,7 @@ struct LaunchGraphs::Entry {
                                       "cuGraphExecKernelNodeSetParams"));
       bytes[i].assign(launches[i].bytes, launches[i].bytes + n);
       ++updated;
+      ++version;
     }
     return Status::Ok();
   }
@@ -187,7 +190,37 @@ LaunchGraphs::Counters LaunchGraphs::counters() const {
   return counters_;
 }
 
-Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstream stream) {
+bool LaunchGraphs::replay_same_call(const CallKey& call, CUstream stream, Status* out) {
+  auto d = cuda::driver();
+  if (!d.ok()) return false;
+  std::shared_ptr<Entry> entry;
+  uint64_t version = 0;
+  {
+    std::lock_guard<std::mutex> map_lock(mutex_);
+    auto it = calls_.find(call);
+    if (it == calls_.end() || it->second.stream != stream) return false;  // a sequence is per stream
+    entry = it->second.entry.lock();
+    if (!entry) {
+      calls_.erase(it);
+      return false;
+    }
+    version = it->second.version;
+    it->second.last_use = ++clock_;
+    entry->last_use = clock_;
+  }
+  Entry& e = *entry;
+  std::unique_lock<std::mutex> lock(e.mutex);
+  // Another call's parameters since (an update), or the graph destroyed after a failure: not as is.
+  if (!e.exec || e.version != version || e.eager_left > 0) return false;
+  *out = cuda::check(d.value()->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");
+  lock.unlock();
+  std::lock_guard<std::mutex> map_lock(mutex_);
+  ++counters_.replays;
+  ++counters_.same_call_replays;
+  return true;
+}
+
+Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstream stream, const CallKey* call) {
   if (launches.empty()) return Status::Ok();
   const cuda::Driver* d = nullptr;
   SSD_ASSIGN_OR_RETURN(d, cuda::driver());
@@ -248,11 +281,28 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   if (s.ok()) {
     // Under the sequence's lock: the parameters just set are the ones this replay runs with.
     s = cuda::check(d->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");
+    const uint64_t version = e.version;
     lock.unlock();
     std::lock_guard<std::mutex> map_lock(mutex_);
     counters_.instantiated += fresh ? 1 : 0;
     counters_.nodes_updated += updated;
     ++counters_.replays;
+    if (s.ok() && call && !call->empty()) {
+      auto it = calls_.find(*call);
+      if (it == calls_.end()) {
+        if (calls_.size() >= kMaxCalls) {
+          auto oldest = calls_.begin();
+          for (auto c = calls_.begin(); c != calls_.end(); ++c)
+            if (c->second.last_use < oldest->second.last_use) oldest = c;
+          calls_.erase(oldest);
+        }
+        it = calls_.emplace(*call, RememberedCall{}).first;
+      }
+      it->second.entry = entry;
+      it->second.stream = stream;
+      it->second.version = version;
+      it->second.last_use = ++clock_;
+    }
     return s;
   }
   if (!e.warned) {
@@ -301,7 +351,18 @@ Status CallRecording::finish(Status s) {
   active_ = false;
   if (t_recording == this) t_recording = nullptr;
   if (!s.ok()) return s;
-  return graphs_->launch(handed_over(), stream_);
+  return graphs_->launch(handed_over(), stream_, &call_);
+}
+
+bool CallRecording::replay_same_call(ssd_runtime& rt, CUstream stream, const CallKey& call, Status* out) {
+  // The conditions under which the call would be recorded (the constructor's).
+  if (t_recording || !rt.graphs || !rt.graphs->enabled()) return false;
+  auto d = cuda::driver();
+  if (!d.ok()) return false;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.value()->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return false;
+  return rt.graphs->replay_same_call(call, stream, out);
 }
 
 const std::vector<RecordedLaunch>& CallRecording::handed_over() {
@@ -384,6 +445,23 @@ int CallRecording::begin_segment(int after_segment, int also_segment, int also_i
 void CallRecording::next_launch_after(uint64_t mask) {
   CallRecording* r = t_recording;
   if (r && r->active_) r->next_after_ = mask;
+}
+
+CallKey call_key(uint64_t op, const void* args, size_t args_bytes, const void* workspace, size_t workspace_bytes,
+                 CUstream stream, int mode) {
+  auto d = cuda::driver();
+  CUcontext ctx = nullptr;
+  if (!d.ok() || d.value()->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS) return {};
+  CallKey key(7 + (args_bytes + 7) / 8, 0);  // zeroed: the struct's last word padded with zeros
+  key[0] = op;
+  key[1] = reinterpret_cast<uintptr_t>(stream);
+  key[2] = stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0;
+  key[3] = reinterpret_cast<uintptr_t>(ctx);
+  key[4] = uint64_t(uint32_t(mode));
+  key[5] = reinterpret_cast<uintptr_t>(workspace);
+  key[6] = workspace_bytes;
+  std::memcpy(key.data() + 7, args, args_bytes);
+  return key;
 }
 
 Status flush_recorded_launches() {

@@ -65,19 +65,31 @@ struct RecordedLaunch {
 // cuGraphExecDestroy guarantees). The map's lock covers lookup, insertion and eviction; each
 // sequence's own lock covers its instantiation, updates and launch, so calls of other sequences
 // (other streams, shapes) do not wait for them.
+// A call's identity (its operation, arguments, workspace, stream, thread and context as words) for
+// replaying its graph as it is: see LaunchGraphs::replay_same_call.
+using CallKey = std::vector<uint64_t>;
+
 class LaunchGraphs {
  public:
   static constexpr size_t kMaxSequences = 64;
+  static constexpr size_t kMaxCalls = 64;  // calls remembered for replay_same_call (least recently used out)
   explicit LaunchGraphs(bool enabled);
   ~LaunchGraphs();
   LaunchGraphs(const LaunchGraphs&) = delete;
   LaunchGraphs& operator=(const LaunchGraphs&) = delete;
   bool enabled() const { return enabled_; }
   // Launches `launches` on `stream`: by a replay when the sequence was seen before, else eagerly.
-  Status launch(const std::vector<RecordedLaunch>& launches, CUstream stream);
+  // With `call` (the call's identity), a replay is remembered for replay_same_call.
+  Status launch(const std::vector<RecordedLaunch>& launches, CUstream stream, const CallKey* call = nullptr);
+  // The graph that call `call` last replayed, launched again as it is on `stream` when no call has
+  // changed its nodes since (then it holds exactly the launches, grids and parameter bytes that call
+  // recorded, and an identical call would record them again): true, *out its launch's status. False
+  // when there is no such graph; the caller then runs the call as usual.
+  bool replay_same_call(const CallKey& call, CUstream stream, Status* out);
 
   struct Counters {
     uint64_t eager = 0, instantiated = 0, replays = 0, nodes_updated = 0;
+    uint64_t same_call_replays = 0;  // of the replays, those replay_same_call made (no recording)
   };
   Counters counters() const;
 
@@ -87,6 +99,13 @@ class LaunchGraphs {
   bool enabled_;
   mutable std::mutex mutex_;  // entries_, clock_, counters_
   std::map<Key, std::shared_ptr<Entry>> entries_;
+  struct RememberedCall {
+    std::weak_ptr<Entry> entry;  // expired once the sequence is evicted
+    CUstream stream = nullptr;   // the stream it was replayed on (the sequence's)
+    uint64_t version = 0;        // the entry's parameter version after this call's replay
+    uint64_t last_use = 0;
+  };
+  std::map<CallKey, RememberedCall> calls_;
   uint64_t clock_ = 0;
   Counters counters_;
 };
@@ -104,6 +123,12 @@ class CallRecording {
   CallRecording& operator=(const CallRecording&) = delete;
   // `s`: the call's status so far. On error nothing recorded is launched and `s` is returned.
   Status finish(Status s);
+  // The call's identity: finish() remembers it with the graph it replays (LaunchGraphs::launch).
+  void remember_as(CallKey call) { call_ = std::move(call); }
+  // Before a call's work: when a call on `stream` would be recorded (graphs on, the stream not
+  // capturing, no recording active on this thread) and `rt`'s graphs replay the identical call `call`
+  // as it is, does so: true, *out the status. Else false (run the call, recording it).
+  static bool replay_same_call(ssd_runtime& rt, CUstream stream, const CallKey& call, Status* out);
 
   // Used by launch_kernel: true when this thread is recording on `stream` (then `out` is the
   // recording's status for this launch).
@@ -137,11 +162,19 @@ class CallRecording {
   // capacity from call to call: a call with ~150 launches (the sliced backward) allocates nothing.
   std::vector<RecordedLaunch>& launches_;
   std::vector<unsigned char>& arena_;
+  CallKey call_;  // empty: not remembered
   uint64_t next_after_ = RecordedLaunch::kAfterAll;
   size_t segment_start_ = 0;  // index of the current segment's first launch in launches_
   int32_t segment_ = 0, segment_after_ = -1, also_after_ = -1;
   std::vector<size_t> segment_starts_{0};  // each segment's first launch
 };
+
+// The identity of a call of operation `op` with the (checked, normalized) argument struct `args`:
+// its bytes, the workspace, the stream (with the thread for CU_STREAM_PER_THREAD), the current
+// context (a stream handle such as the null stream means another stream in another context) and
+// the mode it runs. Empty when the driver is not loaded.
+CallKey call_key(uint64_t op, const void* args, size_t args_bytes, const void* workspace, size_t workspace_bytes,
+                 CUstream stream, int mode);
 
 // Before enqueueing anything but a kernel launch (a memset) during a call: launches what this
 // thread has recorded, eagerly, and ends the recording (the rest of the call launches eagerly).

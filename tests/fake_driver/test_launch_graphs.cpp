@@ -598,3 +598,92 @@ TEST_CASE("tensor maps: an equal description is answered from the thread's kept 
   }).join();
   CHECK(fake().tensor_maps_encoded == expected + 2);
 }
+
+TEST_CASE("launch graphs: an identical call replays its graph as it is; after another call's update it records again") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(2);
+  const CUstream s = stream_handle(0x71), other = stream_handle(0x72);
+  int recorded = 0;
+  // A call identified by `key` whose launches carry `params` (a call of the same identity must
+  // record the same parameters, as the library's calls do): a replay as is, else recorded.
+  auto keyed_call = [&](const ssd::CallKey& key, std::vector<uint64_t> params, CUstream st = nullptr) {
+    st = st ? st : s;
+    ssd::Status out;
+    if (ssd::CallRecording::replay_same_call(*rt, st, key, &out)) return out;
+    ++recorded;
+    ssd::CallRecording rec(*rt, st, true);
+    rec.remember_as(key);
+    for (size_t i = 0; i < ks.size(); ++i) SSD_RETURN_IF_ERROR(launch_with(*ks[i], params[i], st));
+    return rec.finish(ssd::Status::Ok());
+  };
+  const ssd::CallKey x{1, 100}, y{1, 200};
+  REQUIRE(keyed_call(x, {1, 2}).ok());  // eager: not remembered
+  REQUIRE(keyed_call(x, {1, 2}).ok());  // instantiated and replayed: remembered
+  CHECK(recorded == 2);
+  size_t mark = fake().events.size();
+  REQUIRE(keyed_call(x, {1, 2}).ok());  // as is: one graph launch, nothing recorded
+  CHECK(recorded == 2);
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  CHECK(fake().events.back().stream == s);
+  // Another call of the same sequence changes a node: x's graph is no longer as x left it.
+  mark = fake().events.size();
+  REQUIRE(keyed_call(y, {1, 7}).ok());
+  CHECK(since(mark) == Ev{{Op::SetParams, 7}, {Op::GraphLaunch, 0}});
+  mark = fake().events.size();
+  REQUIRE(keyed_call(x, {1, 2}).ok());  // recorded again: its node set back
+  CHECK(recorded == 4);
+  CHECK(since(mark) == Ev{{Op::SetParams, 2}, {Op::GraphLaunch, 0}});
+  mark = fake().events.size();
+  REQUIRE(keyed_call(x, {1, 2}).ok());  // and as is again
+  REQUIRE(keyed_call(y, {1, 7}).ok());  // y's remembered version is gone: recorded, updated
+  CHECK(recorded == 5);
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}, {Op::SetParams, 7}, {Op::GraphLaunch, 0}});
+  // A call that changes nothing keeps the other's replay valid: y and z record the same bytes.
+  const ssd::CallKey z{1, 300};
+  REQUIRE(keyed_call(z, {1, 7}).ok());  // recorded, no update
+  mark = fake().events.size();
+  REQUIRE(keyed_call(y, {1, 7}).ok());
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  // Not on another stream (its own sequence), not while the stream is captured, not inside a call.
+  const int before = recorded;
+  REQUIRE(keyed_call(y, {1, 7}, other).ok());
+  CHECK(recorded == before + 1);
+  fake().capturing_stream = s;
+  ssd::Status st;
+  CHECK_FALSE(ssd::CallRecording::replay_same_call(*rt, s, y, &st));
+  fake().capturing_stream = nullptr;
+  {
+    ssd::CallRecording outer(*rt, s, true);
+    CHECK_FALSE(ssd::CallRecording::replay_same_call(*rt, s, y, &st));
+    REQUIRE(outer.finish(ssd::Status::Ok()).ok());
+  }
+  CHECK(ssd::CallRecording::replay_same_call(*rt, s, y, &st));
+  CHECK(st.ok());
+  // With graphs off nothing is remembered or replayed.
+  auto off = make_runtime(2);
+  CHECK_FALSE(ssd::CallRecording::replay_same_call(*off, s, y, &st));
+  const ssd::LaunchGraphs::Counters c = rt->graphs->counters();
+  CHECK(c.same_call_replays == 4);
+}
+
+TEST_CASE("launch graphs: a remembered call's graph destroyed after a failure, or evicted, is not replayed") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(1);
+  const CUstream s = stream_handle(0x81);
+  auto keyed_call = [&](const ssd::CallKey& key, uint64_t param, CUstream st) {
+    ssd::Status out;
+    if (ssd::CallRecording::replay_same_call(*rt, st, key, &out)) return std::pair{true, out};
+    ssd::CallRecording rec(*rt, st, true);
+    rec.remember_as(key);
+    ssd::Status l = launch_with(*ks[0], param, st);
+    return std::pair{false, l.ok() ? rec.finish(ssd::Status::Ok()) : l};
+  };
+  const ssd::CallKey x{2, 1};
+  REQUIRE(keyed_call(x, 5, s).second.ok());
+  REQUIRE(keyed_call(x, 5, s).second.ok());
+  CHECK(keyed_call(x, 5, s).first);
+  // Past kMaxSequences other sequences (other streams), x's sequence is evicted: recorded again.
+  for (uintptr_t i = 0; i < ssd::LaunchGraphs::kMaxSequences; ++i)
+    REQUIRE(keyed_call(ssd::CallKey{3, i}, 5, stream_handle(0x1000 + i)).second.ok());
+  CHECK_FALSE(keyed_call(x, 5, s).first);
+}

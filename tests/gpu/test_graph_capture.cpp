@@ -513,6 +513,9 @@ TEST_CASE("launch graphs: repeated calls replay a cached graph with the eager la
     CHECK(after.eager - before.eager == 2);  // the first sighting of each sequence
     CHECK(after.instantiated - before.instantiated == 2);
     CHECK(after.replays - before.replays == 5);
+    // The third A call repeats the second's arguments, workspace and stream: the backward replays
+    // its graph as it is, without recording (runtime/launch_graph.h, replay_same_call).
+    CHECK(after.same_call_replays - before.same_call_replays == (backward ? 1u : 0u));
     // B's call replaces every node's parameters, A's after it again; repeated A calls none.
     CHECK(after.nodes_updated - before.nodes_updated == 2 * planned);
     MESSAGE((backward ? "bwd" : "fwd") << ": eager " << after.eager - before.eager << ", instantiated "
