@@ -928,7 +928,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     s = launch_forward_plan(ForwardCall{f, ds, mode, ar, buf, tn.max_blocks, tn.forward, false}, recompute_kernels, stream);
     if (s.ok()) stage_done(kBwdRecompute);
     if (s.ok()) s = launch_plan(c, plan, kernels, stream, after_stage, &launch_of);
-    p_reader_launch[size_t(i)] = launch_of[p_reader];
+    if (s.ok()) p_reader_launch[size_t(i)] = launch_of[p_reader];  // (a failed slice ran no plan)
   }
   if (s.ok() && sliced_call) {
     CallRecording::begin_segment(CallRecording::kAfterEverySegment);

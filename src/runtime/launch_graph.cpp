@@ -305,14 +305,14 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     }
     return s;
   }
-  if (!e.warned) {
-    log_warning(fmt::format("launch graphs: {}; launching this call sequence eagerly for its next {} calls",
-                            s.detail, Entry::kRetryAfter));
-    e.warned = true;
-  }
+  const bool warn = !e.warned;
+  e.warned = true;
   e.destroy(*d);
   e.eager_left = Entry::kRetryAfter;
   lock.unlock();
+  if (warn)  // outside the sequence's lock: a log sink may call the library
+    log_warning(fmt::format("launch graphs: {}; launching this call sequence eagerly for its next {} calls",
+                            s.detail, Entry::kRetryAfter));
   {
     std::lock_guard<std::mutex> map_lock(mutex_);
     ++counters_.eager;
@@ -393,7 +393,9 @@ bool CallRecording::record(const ssd_kernel& kernel, unsigned gx, unsigned gy, u
   l.grid[0] = gx;
   l.grid[1] = gy;
   l.grid[2] = gz;
-  // Parameter blocks start 16-byte aligned in the arena (the kernels' parameters are at most so).
+  // Parameter blocks start 16-byte aligned in the arena, as a vector's allocation was: the driver
+  // copies each parameter's bytes from its pointer, so their device alignment (a TensorMap's 64 or
+  // 128 bytes) does not apply here, and nothing on the host reads them as their types.
   l.bytes_at = (r->arena_.size() + 15) & ~size_t(15);
   r->arena_.resize(l.bytes_at + kernel.param_bytes);  // new elements are zeroed: the gaps between parameters too
   unsigned char* dst = r->arena_.data() + l.bytes_at;
