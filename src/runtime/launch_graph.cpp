@@ -21,6 +21,32 @@ thread_local CallRecording* t_recording = nullptr;
 thread_local std::vector<RecordedLaunch> t_launches;
 thread_local std::vector<unsigned char> t_arena;
 
+// CU_STREAM_PER_THREAD names another stream on each thread: in a key, the thread is part of it.
+uint64_t stream_thread_word(CUstream stream) {
+  return stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0;
+}
+
+// Erases the entry of `m` (values with a last_use) used least recently.
+template <class Map, class LastUse>
+void erase_least_recent(Map& m, LastUse last_use) {
+  auto oldest = m.begin();
+  for (auto e = m.begin(); e != m.end(); ++e)
+    if (last_use(e->second) < last_use(oldest->second)) oldest = e;
+  m.erase(oldest);
+}
+
+// The runtime's graphs when a call on `stream` is recorded: graphs on, the driver loaded, and the
+// stream not under capture (the caller's graph takes the launches as they come); else null.
+LaunchGraphs* recording_graphs(ssd_runtime& rt, CUstream stream) {
+  if (!rt.graphs || !rt.graphs->enabled()) return nullptr;
+  auto d = cuda::driver();
+  if (!d.ok()) return nullptr;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.value()->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return nullptr;
+  return rt.graphs.get();
+}
+
 // cuLaunchKernel's / a kernel node's parameter pointers into a launch's copied bytes.
 std::vector<void*> param_pointers(const RecordedLaunch& l) {
   std::vector<void*> ptrs(l.kernel->param_offsets.size());
@@ -230,8 +256,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   key.resize(3 + kPerLaunch * launches.size());
   uint64_t* k = key.data();
   *k++ = reinterpret_cast<uintptr_t>(stream);
-  // CU_STREAM_PER_THREAD names another stream on each thread: the thread is part of the key.
-  *k++ = stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0;
+  *k++ = stream_thread_word(stream);
   *k++ = reinterpret_cast<uintptr_t>(launches[0].kernel->context);
   for (const RecordedLaunch& l : launches) {
     *k++ = reinterpret_cast<uintptr_t>(l.kernel->function);
@@ -250,12 +275,8 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     std::lock_guard<std::mutex> map_lock(mutex_);
     auto it = entries_.find(key);
     if (it == entries_.end()) {
-      if (entries_.size() >= kMaxSequences) {
-        auto oldest = entries_.begin();
-        for (auto e = entries_.begin(); e != entries_.end(); ++e)
-          if (e->second->last_use < oldest->second->last_use) oldest = e;
-        entries_.erase(oldest);  // its graph goes with the last call holding it
-      }
+      if (entries_.size() >= kMaxSequences)  // its graph goes with the last call holding it
+        erase_least_recent(entries_, [](const std::shared_ptr<Entry>& e) { return e->last_use; });
       it = entries_.emplace(key, std::make_shared<Entry>()).first;
     }
     entry = it->second;
@@ -290,12 +311,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     if (s.ok() && call && !call->empty()) {
       auto it = calls_.find(*call);
       if (it == calls_.end()) {
-        if (calls_.size() >= kMaxCalls) {
-          auto oldest = calls_.begin();
-          for (auto c = calls_.begin(); c != calls_.end(); ++c)
-            if (c->second.last_use < oldest->second.last_use) oldest = c;
-          calls_.erase(oldest);
-        }
+        if (calls_.size() >= kMaxCalls) erase_least_recent(calls_, [](const RememberedCall& c) { return c.last_use; });
         it = calls_.emplace(*call, RememberedCall{}).first;
       }
       it->second.entry = entry;
@@ -326,14 +342,9 @@ CallRecording::CallRecording(ssd_runtime& rt, CUstream stream, bool record) : la
     outer_flush_ = t_recording->flush();
     return;
   }
-  if (!record || !rt.graphs || !rt.graphs->enabled()) return;
-  auto d = cuda::driver();
-  if (!d.ok()) return;
-  // A stream under capture: the caller's graph takes the launches as they come.
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.value()->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return;
-  graphs_ = rt.graphs.get();
+  if (!record) return;
+  graphs_ = recording_graphs(rt, stream);
+  if (!graphs_) return;
   stream_ = stream;
   active_ = true;
   t_recording = this;
@@ -355,14 +366,10 @@ Status CallRecording::finish(Status s) {
 }
 
 bool CallRecording::replay_same_call(ssd_runtime& rt, CUstream stream, const CallKey& call, Status* out) {
-  // The conditions under which the call would be recorded (the constructor's).
-  if (t_recording || !rt.graphs || !rt.graphs->enabled()) return false;
-  auto d = cuda::driver();
-  if (!d.ok()) return false;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (d.value()->cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return false;
-  return rt.graphs->replay_same_call(call, stream, out);
+  // Only where the call would be recorded (the constructor's conditions).
+  if (t_recording) return false;
+  LaunchGraphs* graphs = recording_graphs(rt, stream);
+  return graphs && graphs->replay_same_call(call, stream, out);
 }
 
 const std::vector<RecordedLaunch>& CallRecording::handed_over() {
@@ -457,7 +464,7 @@ CallKey call_key(uint64_t op, const void* args, size_t args_bytes, const void* w
   CallKey key(7 + (args_bytes + 7) / 8, 0);  // zeroed: the struct's last word padded with zeros
   key[0] = op;
   key[1] = reinterpret_cast<uintptr_t>(stream);
-  key[2] = stream == CU_STREAM_PER_THREAD ? std::hash<std::thread::id>{}(std::this_thread::get_id()) : 0;
+  key[2] = stream_thread_word(stream);
   key[3] = reinterpret_cast<uintptr_t>(ctx);
   key[4] = uint64_t(uint32_t(mode));
   key[5] = reinterpret_cast<uintptr_t>(workspace);
