@@ -312,7 +312,7 @@ Result<BackwardLayout> layout_for(const ssd_backward_args& a, const ForwardDims&
   l.CB = take(z.mul({int64_t(cb), 4}));
   // P (fp32) lives from the recompute's state pass to the backward's state pass, the first part of a
   // slice: one copy serves every buffer (a slice starts after the previous slice's state pass).
-  l.states = take_whole(z.mul({int64_t(states), 4}));
+  l.states = tn.p_per_buffer ? take(z.mul({int64_t(states), 4})) : take_whole(z.mul({int64_t(states), 4}));
   l.dy = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);
   l.dy_lo = take(a.z.data ? z.mul({d.b, d.L, d.h, d.p, T}) : 0);  // dy's second term, laid out as dy
   l.dP = take(fused_state_pass(mode, tn) ? 0 : z.mul({int64_t(states), 4}));  // fused: dP stays on chip
@@ -919,7 +919,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     if (sliced_call)
       segment_of[size_t(i)] = CallRecording::begin_segment(i >= L.buffers ? segment_of[size_t(i - L.buffers)] : -1,
                                                            i > 0 ? segment_of[size_t(i - 1)] : -1,
-                                                           i > 0 ? p_reader_launch[size_t(i - 1)] : -1);
+                                                           i > 0 && !tn.p_per_buffer ? p_reader_launch[size_t(i - 1)] : -1);
     const BackwardCall c = slice_call(ai, base, i);
     ForwardBuffers buf{c.f32(L.dt_out), c.f32(L.dA_cumsum), c.f32(L.CB), c.f32(L.states)};
     buf.chunk_heads = d.h;  // the slice's heads of the whole problem's Δ and 𝒜

@@ -57,6 +57,11 @@ struct BackwardTuning {
   // The same bits for every choice: every sum the backward forms lies inside one group's heads.
   int32_t group_slices = 0;
   int32_t slice_buffers = 0;
+  // P (the fp32 entering states, from the recompute's state pass to the backward's) is one copy that
+  // the buffers share, so slice i + 1's recompute waits for slice i's backward state pass; set this
+  // to give each buffer its own copy (one P more per extra buffer, the slices' state passes side by
+  // side). The same bits either way.
+  bool p_per_buffer = false;
 };
 
 // The default slicing: the fewest slices (a divisor of ngroups) whose workspace is at most

@@ -709,12 +709,14 @@ TEST_CASE("ssd_backward: group slices give the whole problem's bits, one or two 
     const std::vector<uint8_t> ref = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &whole);
     for (int32_t slices = 2; slices <= c.g; ++slices) {
       if (c.g % slices != 0) continue;
-      for (int32_t buffers : {1, 2}) {
+      for (int32_t buffers : {1, 2, -2}) {  // -2: two buffers, a P in each
         CAPTURE(slices);
         CAPTURE(buffers);
         ssd::BackwardTuning tn;
         tn.group_slices = slices;
-        tn.slice_buffers = buffers;
+        tn.slice_buffers = buffers < 0 ? -buffers : buffers;
+        tn.p_per_buffer = buffers < 0;
+        buffers = tn.slice_buffers;
         const ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
         auto l = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &tn);
         REQUIRE_MESSAGE(l.ok(), l.status().detail);
@@ -935,10 +937,11 @@ TEST_CASE("ssd_backward sanitizer shape: two small problems with every option, b
     ssd::BackwardTuning whole;
     whole.group_slices = 1;
     const std::vector<uint8_t> ref = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &whole);
-    for (int32_t buffers : {1, 2}) {
+    for (int32_t buffers : {1, 2, -2}) {  // -2: two buffers, a P in each
       ssd::BackwardTuning sliced;
       sliced.group_slices = int32_t(c.g);
-      sliced.slice_buffers = buffers;
+      sliced.slice_buffers = buffers < 0 ? -buffers : buffers;
+      sliced.p_per_buffer = buffers < 0;
       const ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
       auto l = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &sliced);
       REQUIRE_MESSAGE(l.ok(), l.status().detail);
@@ -950,7 +953,7 @@ TEST_CASE("ssd_backward sanitizer shape: two small problems with every option, b
       CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &sliced), ref));
     }
     MESSAGE("bwd sanitizer shape " << describe(prob.c) << ": rel_l2" << e.text() << "; " << c.g
-                                   << " group slices in 1 and 2 buffers bitwise the whole's");
+                                   << " group slices in 1 and 2 buffers (one P, a P per buffer) bitwise the whole's");
   }
 }
 

@@ -135,6 +135,7 @@ struct GpuArgs {
   bool staged = false;  // bench fwd: chunk_state + state_passing instead of the fused state pass
   bool cp_async = false;  // bench: the sm_90a forward kernels' cp.async loaders instead of TMA
   bool fused_intra = false;  // bench bwd: chunk_scan_bwd_dcb_ddA_intra instead of the pair dcb + ddA_intra
+  bool p_per_buffer = false;  // bench bwd: a P per slice buffer (BackwardTuning::p_per_buffer)
   bool z = false;       // bench: with the z gate (out = y · silu(z), out_x = y): add_z_gate
   int32_t arch = 0;     // --arch: the kernels' target (0: the device's), e.g. sm_90's mma.sync beside sm_90a's wgmma
   int32_t max_blocks = 0;  // --max-blocks: every grid axis of the timed calls capped (grid-stride kernels)
@@ -156,6 +157,7 @@ int parse_gpu_args(Context& ctx, const std::vector<std::string>& args, bool want
     else if (cur.flag("--staged")) out.staged = true;
     else if (cur.flag("--cp-async")) out.cp_async = true;
     else if (cur.flag("--fused-intra")) out.fused_intra = true;
+    else if (cur.flag("--p-per-buffer")) out.p_per_buffer = true;
     else if (cur.flag("--z")) out.z = true;
     else if (auto v = cur.value("--arch")) {
       auto a = ssd::parse_arch(*v);
@@ -611,6 +613,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     tuning->max_blocks = ga.max_blocks;         // 0: one block per work item
     tuning->group_slices = ga.slices;           // 0: the default slicing
     tuning->slice_buffers = ga.slice_buffers;
+    tuning->p_per_buffer = ga.p_per_buffer;
     GpuSession session;
     if (ssd::Status st = open_session(ga, false, session); !st.ok()) return fail(ctx, st);
     if (ga.z) {

@@ -136,7 +136,7 @@ constexpr const char* kBench = R"(Usage: ssdgen bench fwd|bwd [--preset NAME] [-
                         [--tiles scan=MxNxK,state_pass=MxNxK,bmm=MxN,state=MxNxK,passing=M] [--staged] [--cp-async] [--z]   (fwd)
                         [--tiles dx=MxNxK,dcb=..,intra=..,dcb_intra=..,db=..,dc=..,dstates=..,passing=M,state_pass=..,
                                  dda=M,cumsum=MxN,recompute_state_pass=MxNxK,recompute_bmm=MxN] [--staged] [--fused-intra] [--cp-async] [--z]
-                                 [--slices N] [--slice-buffers K]   (bwd)
+                                 [--slices N] [--slice-buffers K] [--p-per-buffer]   (bwd)
 
 Times ssd_forward on the current GPU (defaults: nemotronh-56b, b=4, L=2048, 100 runs after 10
 warm-up) with CUDA events: median per stage and in total. bf16 inputs, D per head, dt_bias,
@@ -165,6 +165,8 @@ once, the same bits; its time is the ddA_intra row and the dcb row reads ~0), dc
 --slices N / --slice-buffers K run the backward as N group slices through K workspace buffers (the
 same bits; default: docs/api.md "Group slices"); a stage's row sums its slices, and "total, one
 launch graph" times the call without stage events (slices of different buffers side by side).
+--p-per-buffer gives each buffer its own P (the recompute's entering states) instead of one shared
+copy, so the slices' state passes need not wait for each other (the same bits, more workspace).
 Exit 6 without a driver or device.
 )";
 
