@@ -779,12 +779,46 @@ const std::vector<Stage<B>>& backward_plan() {
   return plan;
 }
 
-// The recompute (the forward's plan without chunk_scan), then the backward's own stages.
-std::vector<ssd_kernel_config> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
-                                           ssd_mode mode, const BackwardTuning& tn) {
+// The recompute's tiles: the tuning's, and where it leaves the state pass's tile to the default and
+// one slice's batch × heads give the default tile's grid at most kNarrowRecomputeBlocks blocks (one
+// per SM at the 128 × 128 tiles: most of the H200's 132 SMs idle while the blocks walk the chunks),
+// the 64 × 64 × 64 tile where it is legal: four times the blocks, each a quarter of the work per
+// chunk. Measured (docs/perf.md, session 25): b=1 L=16384, 8 slices of 32 heads (32 blocks), 11.38
+// -> 10.82 ms; b=4 L=2048 and L=4096 (128 blocks) 5.25 -> 5.30 and 10.37 -> 10.59 ms, so not there.
+// A pure function of the extents, so a precompiled kernel list (backward_kernel_configs) holds the
+// call's kernels; the same bits for every tile (docs/determinism.md, D2).
+constexpr int64_t kNarrowRecomputeBlocks = 64;
+ForwardTuning recompute_tuning(const ssd_forward_args& f, const ForwardDims& ds, ssd_mode mode, ssd_arch arch,
+                               const BackwardTuning& tn) {
+  ForwardTuning t = tn.forward;
+  const ssd_tile& set = t.state_pass;
+  if (set.m || set.n || set.k || t.staged_states) return t;
+  namespace geom = ssd_kernels::fwd_geom;
+  for (const ssd_kernel_config& c : forward_plan_configs(ForwardCall{f, ds, mode, arch, ForwardBuffers{}, 0, t, false})) {
+    if (c.kernel != SSD_KERNEL_CHUNK_STATE_PASSING_FWD) continue;
+    const ssd_tile def = default_tile(c);
+    const int p = c.headdim;
+    if (def.m <= 0 || def.n <= 0) return t;
+    const int64_t blocks = int64_t(geom::chunk_state_tiles(p, c.dstate, geom::chunk_state_passing_head_rows(p, def.m), def.n)) *
+                           ds.b * (ds.h / geom::chunk_state_passing_heads_per_block(p, def.m));
+    if (blocks > kNarrowRecomputeBlocks) return t;
+    const ssd_tile narrow{64, 64, 64, 0, 0};
+    for (const ssd_tile& l : legal_tiles(c))
+      if (l.m == narrow.m && l.n == narrow.n && l.k == narrow.k) t.state_pass = narrow;
+  }
+  return t;
+}
+
+// The recompute (the forward's plan without chunk_scan, on one slice's extents), then the
+// backward's own stages.
+Result<std::vector<ssd_kernel_config>> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
+                                                   ssd_mode mode, const BackwardTuning& tn) {
   const ssd_forward_args f = forward_inputs(a);
-  std::vector<ssd_kernel_config> out =
-      forward_plan_configs(ForwardCall{f, d, mode, arch, ForwardBuffers{}, 0, tn.forward, false});
+  BackwardLayout L{};
+  SSD_ASSIGN_OR_RETURN(L, sliced_layout_for(a, d, mode, tn));
+  const ForwardDims ds = slice_dims(d, L.slices);
+  std::vector<ssd_kernel_config> out = forward_plan_configs(
+      ForwardCall{f, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(f, ds, mode, arch, tn), false});
   const BackwardLayout no_layout{};
   for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan()))
     out.push_back(c);
@@ -878,10 +912,11 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   };
   const auto& plan = backward_plan();
   PlanKernels recompute_kernels, kernels, before_kernels, after_kernels;
+  const ForwardTuning recompute_tiles = recompute_tuning(forward_inputs(a0), ds, mode, ar, tn);
   {
     const ssd_forward_args f = forward_inputs(a0);
     SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, ar, ForwardBuffers{},
-                                                                               tn.max_blocks, tn.forward, false}));
+                                                                               tn.max_blocks, recompute_tiles, false}));
     SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, slice_call(a0, nullptr, 0), plan));
     if (sliced_call) {
       SSD_ASSIGN_OR_RETURN(before_kernels, fetch_plan(rt, whole_call(nullptr, kPartBefore), plan));
@@ -925,7 +960,8 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     buf.chunk_heads = d.h;  // the slice's heads of the whole problem's Δ and 𝒜
     buf.chunk_head0 = c.head0;
     const ssd_forward_args f = forward_inputs(ai);
-    s = launch_forward_plan(ForwardCall{f, ds, mode, ar, buf, tn.max_blocks, tn.forward, false}, recompute_kernels, stream);
+    s = launch_forward_plan(ForwardCall{f, ds, mode, ar, buf, tn.max_blocks, recompute_tiles, false}, recompute_kernels,
+                            stream);
     if (s.ok()) stage_done(kBwdRecompute);
     if (s.ok()) s = launch_plan(c, plan, kernels, stream, after_stage, &launch_of);
     if (s.ok()) p_reader_launch[size_t(i)] = launch_of[p_reader];  // (a failed slice ran no plan)
