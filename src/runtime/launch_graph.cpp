@@ -106,104 +106,131 @@ struct LaunchGraphs::Entry {
   // then try again (an out-of-memory or a refused call need not last).
   static constexpr int kRetryAfter = 256;
 
-  std::mutex mutex;        // the graph, its nodes and bytes: held from update to launch
+  // One instantiation of the sequence, its nodes' parameters those of the call that last set them.
+  struct Exec {
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    std::vector<CUgraphNode> nodes;                 // in launch order
+    std::vector<std::vector<unsigned char>> bytes;  // each node's parameters as last set
+    uint64_t version = 0;   // Entry::versions when its parameters were last set: unique in the entry
+    uint64_t last_use = 0;  // Entry::clock
+
+    void destroy(const cuda::Driver& d) {
+      if (!exec && !graph) return;
+      RelaxedCaptureMode relaxed(d);
+      if (exec) d.cuGraphExecDestroy(exec);  // a replay in flight completes first (CUDA's guarantee)
+      if (graph) d.cuGraphDestroy(graph);
+      exec = nullptr;
+      graph = nullptr;
+      nodes.clear();
+      bytes.clear();
+    }
+
+    // One kernel node per launch. Within a segment, a launch with `after` = kAfterAll depends on every
+    // earlier node of its segment: edges to the ones that have no dependent yet (a chain where every
+    // launch is so); otherwise on the launches its mask names. A launch that so depends on nothing
+    // follows the whole of segment `segment_after` (edges to that segment's nodes without a dependent
+    // in it; -2: of every earlier segment) and launch `also_after`. Segments are recorded one after
+    // another, so a segment's launches are contiguous.
+    Status instantiate(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches) {
+      RelaxedCaptureMode relaxed(d);
+      SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphCreate(&graph, 0), "cuGraphCreate"));
+      nodes.assign(launches.size(), nullptr);
+      std::vector<bool> has_dependent(launches.size(), false);  // within its segment
+      std::vector<size_t> segment_start(1, 0), segment_end(1, 0);  // [start, end) per segment
+      for (size_t i = 0; i < launches.size(); ++i) {
+        const size_t seg = size_t(launches[i].segment);
+        if (seg >= segment_start.size()) {
+          segment_start.resize(seg + 1, i);
+          segment_end.resize(seg + 1, i);
+        }
+        const size_t first = segment_start[seg];
+        std::vector<CUgraphNode> deps;
+        for (size_t j = first; j < i; ++j) {
+          const size_t k = j - first;
+          const bool named = launches[i].after == RecordedLaunch::kAfterAll ? !has_dependent[j]
+                                                                            : k < 64 && (launches[i].after >> k & 1);
+          if (!named) continue;
+          deps.push_back(nodes[j]);
+          has_dependent[j] = true;
+        }
+        const bool root = deps.empty();  // follows nothing in its segment
+        const int32_t prior = launches[i].segment_after;
+        if (root && prior != -1)
+          for (size_t sg = 0; sg < seg; ++sg) {
+            if (prior >= 0 && sg != size_t(prior)) continue;  // -2 (kAfterEverySegment): every one
+            for (size_t j = segment_start[sg]; j < segment_end[sg]; ++j)
+              if (!has_dependent[j]) deps.push_back(nodes[j]);
+          }
+        const int32_t also = launches[i].also_after;
+        if (root && also >= 0 && size_t(also) < first &&
+            std::find(deps.begin(), deps.end(), nodes[size_t(also)]) == deps.end())
+          deps.push_back(nodes[size_t(also)]);
+        segment_end[seg] = i + 1;
+        std::vector<void*> ptrs = param_pointers(launches[i]);
+        const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
+        SSD_RETURN_IF_ERROR(cuda::check(
+            d.cuGraphAddKernelNode(&nodes[i], graph, deps.empty() ? nullptr : deps.data(), deps.size(), &p),
+            "cuGraphAddKernelNode"));
+      }
+      SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags"));
+      bytes.clear();
+      for (const RecordedLaunch& l : launches) bytes.emplace_back(l.bytes, l.bytes + l.kernel->param_bytes);
+      return Status::Ok();
+    }
+
+    // The nodes whose parameters differ from the last replay's; counts them into `updated`. The
+    // capture mode is exchanged only if some node differs (a replay as is makes no graph call).
+    Status update(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches, uint64_t& updated) {
+      std::optional<RelaxedCaptureMode> relaxed;
+      for (size_t i = 0; i < launches.size(); ++i) {
+        const size_t n = launches[i].kernel->param_bytes;  // the same kernel as at instantiation (the key)
+        if (bytes[i].size() == n && std::memcmp(bytes[i].data(), launches[i].bytes, n) == 0) continue;
+        if (!relaxed) relaxed.emplace(d);
+        std::vector<void*> ptrs = param_pointers(launches[i]);
+        const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
+        SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphExecKernelNodeSetParams(exec, nodes[i], &p),
+                                        "cuGraphExecKernelNodeSetParams"));
+        bytes[i].assign(launches[i].bytes, launches[i].bytes + n);
+        ++updated;
+      }
+      return Status::Ok();
+    }
+  };
+
+  std::mutex mutex;        // the execs, their nodes and bytes: held from update to launch
   uint64_t last_use = 0;   // LaunchGraphs::clock_ (under the map's lock)
   int eager_left = 1;      // sightings still launched eagerly: 1 at first (instantiate on the second)
   bool warned = false;     // a failure was logged for this sequence
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  std::vector<CUgraphNode> nodes;                 // in launch order
-  std::vector<std::vector<unsigned char>> bytes;  // each node's parameters as last set
-  uint64_t version = 0;  // +1 whenever the nodes' parameters are set (instantiation, an update)
+  // At most kMaxExecsPerSequence: a call that repeats (remembered) but whose exec another call has
+  // set since gets one of its own while there is room; any other call sets the least recently used.
+  std::vector<Exec> execs;
+  uint64_t versions = 0;  // the last Exec::version given
+  uint64_t clock = 0;     // Exec::last_use
 
   ~Entry() {
-    if (!graph && !exec) return;
+    if (execs.empty()) return;
     auto d = cuda::driver();
     if (d.ok()) destroy(*d.value());
   }
 
   void destroy(const cuda::Driver& d) {
-    if (!exec && !graph) return;
-    RelaxedCaptureMode relaxed(d);
-    if (exec) d.cuGraphExecDestroy(exec);  // a replay in flight completes first (CUDA's guarantee)
-    if (graph) d.cuGraphDestroy(graph);
-    exec = nullptr;
-    graph = nullptr;
-    nodes.clear();
-    bytes.clear();
+    for (Exec& x : execs) x.destroy(d);
+    execs.clear();
   }
 
-  // One kernel node per launch. Within a segment, a launch with `after` = kAfterAll depends on every
-  // earlier node of its segment: edges to the ones that have no dependent yet (a chain where every
-  // launch is so); otherwise on the launches its mask names. A launch that so depends on nothing
-  // follows the whole of segment `segment_after` (edges to that segment's nodes without a dependent
-  // in it; -2: of every earlier segment) and launch `also_after`. Segments are recorded one after
-  // another, so a segment's launches are contiguous.
-  Status instantiate(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches) {
-    RelaxedCaptureMode relaxed(d);
-    SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphCreate(&graph, 0), "cuGraphCreate"));
-    nodes.assign(launches.size(), nullptr);
-    std::vector<bool> has_dependent(launches.size(), false);  // within its segment
-    std::vector<size_t> segment_start(1, 0), segment_end(1, 0);  // [start, end) per segment
-    for (size_t i = 0; i < launches.size(); ++i) {
-      const size_t seg = size_t(launches[i].segment);
-      if (seg >= segment_start.size()) {
-        segment_start.resize(seg + 1, i);
-        segment_end.resize(seg + 1, i);
-      }
-      const size_t first = segment_start[seg];
-      std::vector<CUgraphNode> deps;
-      for (size_t j = first; j < i; ++j) {
-        const size_t k = j - first;
-        const bool named = launches[i].after == RecordedLaunch::kAfterAll ? !has_dependent[j]
-                                                                          : k < 64 && (launches[i].after >> k & 1);
-        if (!named) continue;
-        deps.push_back(nodes[j]);
-        has_dependent[j] = true;
-      }
-      const bool root = deps.empty();  // follows nothing in its segment
-      const int32_t prior = launches[i].segment_after;
-      if (root && prior != -1)
-        for (size_t sg = 0; sg < seg; ++sg) {
-          if (prior >= 0 && sg != size_t(prior)) continue;  // -2 (kAfterEverySegment): every one
-          for (size_t j = segment_start[sg]; j < segment_end[sg]; ++j)
-            if (!has_dependent[j]) deps.push_back(nodes[j]);
-        }
-      const int32_t also = launches[i].also_after;
-      if (root && also >= 0 && size_t(also) < first &&
-          std::find(deps.begin(), deps.end(), nodes[size_t(also)]) == deps.end())
-        deps.push_back(nodes[size_t(also)]);
-      segment_end[seg] = i + 1;
-      std::vector<void*> ptrs = param_pointers(launches[i]);
-      const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
-      SSD_RETURN_IF_ERROR(cuda::check(
-          d.cuGraphAddKernelNode(&nodes[i], graph, deps.empty() ? nullptr : deps.data(), deps.size(), &p),
-          "cuGraphAddKernelNode"));
-    }
-    SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags"));
-    bytes.clear();
-    for (const RecordedLaunch& l : launches) bytes.emplace_back(l.bytes, l.bytes + l.kernel->param_bytes);
-    ++version;
-    return Status::Ok();
+  // The exec whose parameters are those version `v` set, or null.
+  Exec* with_version(uint64_t v) {
+    for (Exec& x : execs)
+      if (x.version == v) return &x;
+    return nullptr;
   }
 
-  // The nodes whose parameters differ from the last replay's; counts them into `updated`. The
-  // capture mode is exchanged only if some node differs (a replay as is makes no graph call).
-  Status update(const cuda::Driver& d, const std::vector<RecordedLaunch>& launches, uint64_t& updated) {
-    std::optional<RelaxedCaptureMode> relaxed;
-    for (size_t i = 0; i < launches.size(); ++i) {
-      const size_t n = launches[i].kernel->param_bytes;  // the same kernel as at instantiation (the key)
-      if (bytes[i].size() == n && std::memcmp(bytes[i].data(), launches[i].bytes, n) == 0) continue;
-      if (!relaxed) relaxed.emplace(d);
-      std::vector<void*> ptrs = param_pointers(launches[i]);
-      const CUDA_KERNEL_NODE_PARAMS p = node_params(launches[i], ptrs.data());
-      SSD_RETURN_IF_ERROR(cuda::check(d.cuGraphExecKernelNodeSetParams(exec, nodes[i], &p),
-                                      "cuGraphExecKernelNodeSetParams"));
-      bytes[i].assign(launches[i].bytes, launches[i].bytes + n);
-      ++updated;
-      ++version;
-    }
-    return Status::Ok();
+  Exec* least_recent() {
+    Exec* oldest = execs.empty() ? nullptr : &execs.front();
+    for (Exec& x : execs)
+      if (x.last_use < oldest->last_use) oldest = &x;
+    return oldest;
   }
 };
 
@@ -236,9 +263,11 @@ bool LaunchGraphs::replay_same_call(const CallKey& call, CUstream stream, Status
   }
   Entry& e = *entry;
   std::unique_lock<std::mutex> lock(e.mutex);
-  // Another call's parameters since (an update), or the graph destroyed after a failure: not as is.
-  if (!e.exec || e.version != version || e.eager_left > 0) return false;
-  *out = cuda::check(d.value()->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");
+  // Another call's parameters since (an update), or the graphs destroyed after a failure: not as is.
+  Entry::Exec* x = e.eager_left > 0 ? nullptr : e.with_version(version);
+  if (!x || !x->exec) return false;
+  x->last_use = ++e.clock;
+  *out = cuda::check(d.value()->cuGraphLaunch(x->exec, stream), "cuGraphLaunch");
   lock.unlock();
   std::lock_guard<std::mutex> map_lock(mutex_);
   ++counters_.replays;
@@ -271,6 +300,8 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   }
 
   std::shared_ptr<Entry> entry;
+  bool remembered = false;  // the call replayed this sequence before: `version`, the parameters it left
+  uint64_t version = 0;
   {
     std::lock_guard<std::mutex> map_lock(mutex_);
     auto it = entries_.find(key);
@@ -281,6 +312,13 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     }
     entry = it->second;
     entry->last_use = ++clock_;
+    if (call && !call->empty()) {
+      auto c = calls_.find(*call);
+      if (c != calls_.end() && c->second.entry.lock() == entry) {
+        remembered = true;
+        version = c->second.version;
+      }
+    }
   }
 
   Entry& e = *entry;
@@ -296,13 +334,26 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
     }
     return launch_eagerly(launches, stream);
   }
-  const bool fresh = !e.exec;  // instantiated on the second sighting
+  // The exec to set: the call's own if it still holds its parameters; a new one on the second
+  // sighting, or for a call that repeats while its exec was set by another since and there is room
+  // (callers that take turns, e.g. the layers of a model, each keep a graph); else the least
+  // recently used (a call seen for the first time, whose tensors may never repeat, instantiates
+  // nothing while the sequence has a graph).
+  Entry::Exec* x = remembered ? e.with_version(version) : nullptr;
+  const bool fresh = !x && (e.execs.empty() || (remembered && e.execs.size() < kMaxExecsPerSequence));
+  if (fresh) {
+    x = &e.execs.emplace_back();
+  } else if (!x) {
+    x = e.least_recent();
+  }
   uint64_t updated = 0;
-  Status s = fresh ? e.instantiate(*d, launches) : e.update(*d, launches, updated);
+  Status s = fresh ? x->instantiate(*d, launches) : x->update(*d, launches, updated);
   if (s.ok()) {
+    if (fresh || updated) x->version = ++e.versions;
+    x->last_use = ++e.clock;
     // Under the sequence's lock: the parameters just set are the ones this replay runs with.
-    s = cuda::check(d->cuGraphLaunch(e.exec, stream), "cuGraphLaunch");
-    const uint64_t version = e.version;
+    s = cuda::check(d->cuGraphLaunch(x->exec, stream), "cuGraphLaunch");
+    const uint64_t set_version = x->version;
     lock.unlock();
     std::lock_guard<std::mutex> map_lock(mutex_);
     counters_.instantiated += fresh ? 1 : 0;
@@ -316,7 +367,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
       }
       it->second.entry = entry;
       it->second.stream = stream;
-      it->second.version = version;
+      it->second.version = set_version;
       it->second.last_use = ++clock_;
     }
     return s;

@@ -11,7 +11,11 @@
 //     shares only a workspace buffer with an earlier part: the backward's group slices), and
 //     replayed: the nodes whose parameter
 //     bytes changed since the last replay are updated (cuGraphExecKernelNodeSetParams), then one
-//     cuGraphLaunch on the call's stream.
+//     cuGraphLaunch on the call's stream. A sequence keeps up to kMaxExecsPerSequence graphs: a
+//     call that repeats (it has replayed this sequence before) while another call has set its
+//     graph since gets a graph of its own, so calls that take turns (a model's layers, two
+//     workspaces) each replay theirs as they left it; a call seen for the first time sets the least
+//     recently used one.
 // The same kernels, grids and parameters, each after every launch whose outputs it reads: the same
 // bits as eager launches (each kernel's result is independent of what runs beside it).
 // A sequence is per stream (the key holds it): launches of one graph are serialized by CUDA across
@@ -72,7 +76,12 @@ using CallKey = std::vector<uint64_t>;
 class LaunchGraphs {
  public:
   static constexpr size_t kMaxSequences = 64;
-  static constexpr size_t kMaxCalls = 64;  // calls remembered for replay_same_call (least recently used out)
+  // Calls remembered for replay_same_call (least recently used out): more than the calls of a
+  // model's layers per training step, forward and backward, so a step's cycle over them hits.
+  static constexpr size_t kMaxCalls = 256;
+  // Graphs kept per sequence: calls that take turns (layers, or two workspaces) each replay their
+  // own as they left it, up to this many; past it they share the least recently used one's nodes.
+  static constexpr size_t kMaxExecsPerSequence = 64;
   explicit LaunchGraphs(bool enabled);
   ~LaunchGraphs();
   LaunchGraphs(const LaunchGraphs&) = delete;

@@ -100,9 +100,9 @@ static CUresult s_set_params(CUgraphExec, CUgraphNode n, const CUDA_KERNEL_NODE_
   record(FakeCudaState::Op::SetParams, nullptr, p->func, p->kernelParams, uintptr_t(n));
   return CUDA_SUCCESS;
 }
-static CUresult s_graph_launch(CUgraphExec, CUstream s) {
+static CUresult s_graph_launch(CUgraphExec e, CUstream s) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  record(FakeCudaState::Op::GraphLaunch, s, nullptr, nullptr);
+  record(FakeCudaState::Op::GraphLaunch, s, nullptr, nullptr, uintptr_t(e));  // node: the exec launched
   return CUDA_SUCCESS;
 }
 static CUresult s_exec_destroy(CUgraphExec) {

@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -629,18 +630,32 @@ TEST_CASE("launch graphs: an identical call replays its graph as it is; after an
   mark = fake().events.size();
   REQUIRE(keyed_call(y, {1, 7}).ok());
   CHECK(since(mark) == Ev{{Op::SetParams, 7}, {Op::GraphLaunch, 0}});
+  const uintptr_t first_exec = fake().events.back().node;
+  // x repeats, its graph set by y since: recorded again, into a graph of its own (no update).
   mark = fake().events.size();
-  REQUIRE(keyed_call(x, {1, 2}).ok());  // recorded again: its node set back
+  const int instantiated = fake().instantiated;
+  REQUIRE(keyed_call(x, {1, 2}).ok());
   CHECK(recorded == 4);
-  CHECK(since(mark) == Ev{{Op::SetParams, 2}, {Op::GraphLaunch, 0}});
+  CHECK(since(mark) == Ev{{Op::AddNode, 1}, {Op::AddNode, 2}, {Op::GraphLaunch, 0}});
+  CHECK(fake().instantiated == instantiated + 1);
+  const uintptr_t second_exec = fake().events.back().node;
+  CHECK(second_exec != first_exec);
+  // Now x and y take turns, each replaying its own graph as it left it.
   mark = fake().events.size();
-  REQUIRE(keyed_call(x, {1, 2}).ok());  // and as is again
-  REQUIRE(keyed_call(y, {1, 7}).ok());  // y's remembered version is gone: recorded, updated
-  CHECK(recorded == 5);
-  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}, {Op::SetParams, 7}, {Op::GraphLaunch, 0}});
-  // A call that changes nothing keeps the other's replay valid: y and z record the same bytes.
+  REQUIRE(keyed_call(x, {1, 2}).ok());
+  REQUIRE(keyed_call(y, {1, 7}).ok());
+  REQUIRE(keyed_call(x, {1, 2}).ok());
+  CHECK(recorded == 4);
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}, {Op::GraphLaunch, 0}, {Op::GraphLaunch, 0}});
+  CHECK(fake().events[mark].node == second_exec);
+  CHECK(fake().events[mark + 1].node == first_exec);
+  // A call seen for the first time sets the least recently used graph (y's); one that changes
+  // nothing there keeps y's replay valid: y and z record the same bytes.
   const ssd::CallKey z{1, 300};
+  mark = fake().events.size();
   REQUIRE(keyed_call(z, {1, 7}).ok());  // recorded, no update
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  CHECK(fake().events.back().node == first_exec);
   mark = fake().events.size();
   REQUIRE(keyed_call(y, {1, 7}).ok());
   CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
@@ -663,7 +678,54 @@ TEST_CASE("launch graphs: an identical call replays its graph as it is; after an
   auto off = make_runtime(2);
   CHECK_FALSE(ssd::CallRecording::replay_same_call(*off, s, y, &st));
   const ssd::LaunchGraphs::Counters c = rt->graphs->counters();
-  CHECK(c.same_call_replays == 4);
+  CHECK(c.same_call_replays == 6);  // x; x, y, x; y; y after the nested call
+}
+
+TEST_CASE("launch graphs: calls that take turns each keep a graph, up to kMaxExecsPerSequence; then they share") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(2);
+  const CUstream s = stream_handle(0x91);
+  int recorded = 0;
+  auto keyed_call = [&](uint64_t i) {
+    ssd::Status out;
+    if (ssd::CallRecording::replay_same_call(*rt, s, ssd::CallKey{9, i}, &out)) return out;
+    ++recorded;
+    ssd::CallRecording rec(*rt, s, true);
+    rec.remember_as(ssd::CallKey{9, i});
+    for (size_t k = 0; k < ks.size(); ++k) SSD_RETURN_IF_ERROR(launch_with(*ks[k], 1000 * k + i, s));
+    return rec.finish(ssd::Status::Ok());
+  };
+  // Four calls in turn (a model's layers): the first round records all (the first eager, the second
+  // instantiates, the others set that graph), the second gives each repeating call its own graph
+  // (the first call's was eager, so it is not remembered and sets the least recently used one), the
+  // third replays each as is.
+  const int instantiated = fake().instantiated;
+  for (int round = 0; round < 3; ++round) {
+    const size_t mark = fake().events.size();
+    for (uint64_t i = 0; i < 4; ++i) REQUIRE(keyed_call(i).ok());
+    if (round == 2) {
+      std::vector<uintptr_t> execs;
+      for (const auto& [op, param] : since(mark)) CHECK(op == Op::GraphLaunch);
+      for (size_t e = mark; e < fake().events.size(); ++e) execs.push_back(fake().events[e].node);
+      std::sort(execs.begin(), execs.end());
+      CHECK(std::unique(execs.begin(), execs.end()) == execs.end());  // four graphs
+    }
+  }
+  CHECK(recorded == 8);
+  CHECK(fake().instantiated == instantiated + 4);
+  // Past the bound: no more graphs than kMaxExecsPerSequence for the sequence, and every call still
+  // launches its own parameters (the shared graphs' nodes set).
+  const size_t n = ssd::LaunchGraphs::kMaxExecsPerSequence + 3;
+  for (int round = 0; round < 3; ++round)
+    for (uint64_t i = 0; i < n; ++i) {
+      const size_t mark = fake().events.size();
+      REQUIRE(keyed_call(100 + i).ok());
+      const auto ev = since(mark);
+      REQUIRE_FALSE(ev.empty());
+      CHECK(ev.back().first == Op::GraphLaunch);
+    }
+  CHECK(fake().instantiated - instantiated <= int(ssd::LaunchGraphs::kMaxExecsPerSequence));
+  CHECK(fake().instantiated - instantiated == int(ssd::LaunchGraphs::kMaxExecsPerSequence));
 }
 
 TEST_CASE("launch graphs: a remembered call's graph destroyed after a failure, or evicted, is not replayed") {

@@ -327,7 +327,15 @@ ssd::Status api_status(ssd_status st) {
 // that wait is not the host path).
 struct HostPath {
   double cpu_us = 0, wall_us = 0;  // per call
+  std::string graphs;              // what the runtime's launch graphs did in the calls (bench bwd)
 };
+
+// The launch-graph counters' change over some calls, as text (empty without graphs).
+std::string graph_counter_delta(const ssd::LaunchGraphs::Counters& a, const ssd::LaunchGraphs::Counters& b) {
+  return fmt::format("graphs: {} replays ({} of the same call as is), {} nodes updated, {} instantiated, {} eager",
+                     b.replays - a.replays, b.same_call_replays - a.same_call_replays, b.nodes_updated - a.nodes_updated,
+                     b.instantiated - a.instantiated, b.eager - a.eager);
+}
 ssd::Status measure_host_path(const Driver& drv, CUstream stream, int rounds, int calls_per_round,
                               const std::function<ssd::Status()>& call, HostPath& out) {
   auto drain = [&] { return ssd::cuda::check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize"); };
@@ -538,7 +546,12 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
     HostPath host, alternating, replay;
     if (with_host_path) {
       auto one_call = [&] { return api_status(::ssd_backward(session.rt.get(), &a, ws.ptr_void(), ws_bytes, stream)); };
+      auto counters = [&] {
+        return session.rt->graphs ? session.rt->graphs->counters() : ssd::LaunchGraphs::Counters{};
+      };
+      ssd::LaunchGraphs::Counters c0 = counters();
       s = measure_host_path(drv, stream, kHostRounds, kHostCallsPerRound, one_call, host);
+      host.graphs = graph_counter_delta(c0, counters());
       // Two workspaces taking turns: each call's parameters differ from the previous call's, so the
       // launch graph's nodes are all updated before each replay (a caller whose tensors move).
       DeviceMemory ws2;
@@ -548,7 +561,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
         void* w = (turn++ & 1) ? ws2.ptr_void() : ws.ptr_void();
         return api_status(::ssd_backward(session.rt.get(), &a, w, ws_bytes, stream));
       };
+      c0 = counters();
       if (s.ok()) s = measure_host_path(drv, stream, kHostRounds, kHostCallsPerRound, alternating_call, alternating);
+      alternating.graphs = graph_counter_delta(c0, counters());
       if (s.ok()) s = measure_graph_replay(drv, stream, kHostRounds, kHostCallsPerRound, one_call, replay);
       if (!s.ok()) return fail(ctx, s);
     }
@@ -579,10 +594,10 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       fmt::print("  {:<42} {:8.3f} ms\n", "total, one launch graph (no stage events)", graph_ms);
       if (with_host_path) {
         fmt::print("  host path: {:.1f} us of CPU per call ({:.1f} us wall; {} back-to-back ssd_backward calls in {} "
-                   "rounds, C API, workspace given, kernels loaded)\n", host.cpu_us, host.wall_us,
-                   kHostRounds * kHostCallsPerRound, kHostRounds);
-        fmt::print("  host path, two workspaces taking turns: {:.1f} us of CPU per call ({:.1f} us wall)\n",
-                   alternating.cpu_us, alternating.wall_us);
+                   "rounds, C API, workspace given, kernels loaded; {})\n", host.cpu_us, host.wall_us,
+                   kHostRounds * kHostCallsPerRound, kHostRounds, host.graphs);
+        fmt::print("  host path, two workspaces taking turns: {:.1f} us of CPU per call ({:.1f} us wall; {})\n",
+                   alternating.cpu_us, alternating.wall_us, alternating.graphs);
         fmt::print("  graph replay: {:.1f} us of CPU per call ({:.1f} us wall; the same call captured once, {} "
                    "back-to-back cuGraphLaunch)\n", replay.cpu_us, replay.wall_us, kHostRounds * kHostCallsPerRound);
       }
