@@ -460,6 +460,16 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
   }
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
+  // A call identical to one whose launch graph is kept as that call left it (the same arguments,
+  // workspace included, stream, context and mode) replays it as is (runtime/launch_graph.h), as
+  // ssd_backward's does. Only calls of the C API's form: a caller's workspace, no tiles, no stage events.
+  CallKey same_call;
+  if (a.workspace && !tiles && !after_stage) {
+    constexpr uint64_t kForwardOp = 0x5353442d46574400ull;  // "SSD-FWD"
+    same_call = call_key(kForwardOp, &a, sizeof a, a.workspace, a.workspace_bytes, stream, int(mode));
+    Status replayed;
+    if (!same_call.empty() && CallRecording::replay_same_call(rt, stream, same_call, &replayed)) return replayed;
+  }
   // Every kernel before any allocation: nothing happens unless all of them are available.
   ForwardCall call{a, d, mode, arch.value(), ForwardBuffers{}, tuning.max_blocks, tuning, true};
   PlanKernels kernels;
@@ -479,6 +489,7 @@ Status ssd_forward(ssd_runtime& rt, const ssd_forward_args* user_args, const ssd
                             reinterpret_cast<float*>(base + layout.CB_offset), base + layout.states_offset};
   // Recorded and launched as one cached graph (runtime/launch_graph.h) unless the caller times the stages.
   CallRecording recording(rt, stream, !after_stage);
+  recording.remember_as(std::move(same_call));
   return ws.release(recording.finish(launch_forward_plan(call, kernels, stream, after_stage)));
 }
 
