@@ -340,7 +340,7 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   // recently used (a call seen for the first time, whose tensors may never repeat, instantiates
   // nothing while the sequence has a graph).
   Entry::Exec* x = remembered ? e.with_version(version) : nullptr;
-  const bool fresh = !x && (e.execs.empty() || (remembered && e.execs.size() < kMaxExecsPerSequence));
+  bool fresh = !x && (e.execs.empty() || (remembered && e.execs.size() < kMaxExecsPerSequence));
   if (fresh) {
     x = &e.execs.emplace_back();
   } else if (!x) {
@@ -348,13 +348,30 @@ Status LaunchGraphs::launch(const std::vector<RecordedLaunch>& launches, CUstrea
   }
   uint64_t updated = 0;
   Status s = fresh ? x->instantiate(*d, launches) : x->update(*d, launches, updated);
+  bool fell_back = false;  // a further graph did not instantiate: the call set another one instead
+  std::string why;
+  if (!s.ok() && fresh && e.execs.size() > 1) {
+    // The sequence's other graphs stay (an out-of-memory need not cost them): drop the new one and
+    // set the least recently used of the others, as a call past the bound does.
+    fell_back = true;
+    why = s.detail;
+    x->destroy(*d);
+    e.execs.pop_back();
+    x = e.least_recent();
+    fresh = false;
+    s = x->update(*d, launches, updated);
+  }
   if (s.ok()) {
     if (fresh || updated) x->version = ++e.versions;
     x->last_use = ++e.clock;
     // Under the sequence's lock: the parameters just set are the ones this replay runs with.
     s = cuda::check(d->cuGraphLaunch(x->exec, stream), "cuGraphLaunch");
     const uint64_t set_version = x->version;
+    const bool warn = fell_back && !e.warned;
+    e.warned = e.warned || fell_back;
     lock.unlock();
+    if (warn)  // outside the sequence's lock: a log sink may call the library
+      log_warning(fmt::format("launch graphs: {}; this call sequence's calls share the graphs it has", why));
     std::lock_guard<std::mutex> map_lock(mutex_);
     counters_.instantiated += fresh ? 1 : 0;
     counters_.nodes_updated += updated;

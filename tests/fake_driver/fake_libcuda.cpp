@@ -74,7 +74,7 @@ static CUresult s_graph_create(CUgraph* g, unsigned) {
   *g = reinterpret_cast<CUgraph>(uintptr_t(++g_state.graphs_created));
   return CUDA_SUCCESS;
 }
-static CUresult s_add_node(CUgraphNode* n, CUgraph, const CUgraphNode* deps, size_t ndeps,
+static CUresult s_add_node(CUgraphNode* n, CUgraph g, const CUgraphNode* deps, size_t ndeps,
                            const CUDA_KERNEL_NODE_PARAMS* p) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   graph_call();
@@ -84,6 +84,7 @@ static CUresult s_add_node(CUgraphNode* n, CUgraph, const CUgraphNode* deps, siz
   g_state.node_dependency_lists.push_back(all);
   *n = reinterpret_cast<CUgraphNode>(uintptr_t(g_state.node_dependencies.size()));
   record(FakeCudaState::Op::AddNode, nullptr, p->func, p->kernelParams, uintptr_t(*n));
+  g_state.graph_params[uintptr_t(g)][uintptr_t(*n)] = g_state.events.back().param;
   return CUDA_SUCCESS;
 }
 static CUresult s_instantiate(CUgraphExec* e, CUgraph g, unsigned long long) {
@@ -92,17 +93,20 @@ static CUresult s_instantiate(CUgraphExec* e, CUgraph g, unsigned long long) {
   if (g_state.instantiate_fails) return CUDA_ERROR_OUT_OF_MEMORY;
   ++g_state.instantiated;
   *e = reinterpret_cast<CUgraphExec>(uintptr_t(g) + 0x1000);
+  g_state.exec_params[uintptr_t(*e)] = g_state.graph_params[uintptr_t(g)];
   return CUDA_SUCCESS;
 }
-static CUresult s_set_params(CUgraphExec, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS* p) {
+static CUresult s_set_params(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS* p) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   graph_call();
   record(FakeCudaState::Op::SetParams, nullptr, p->func, p->kernelParams, uintptr_t(n));
+  g_state.exec_params[uintptr_t(e)][uintptr_t(n)] = g_state.events.back().param;
   return CUDA_SUCCESS;
 }
 static CUresult s_graph_launch(CUgraphExec e, CUstream s) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   record(FakeCudaState::Op::GraphLaunch, s, nullptr, nullptr, uintptr_t(e));  // node: the exec launched
+  for (const auto& [node, param] : g_state.exec_params[uintptr_t(e)]) g_state.events.back().exec_params.push_back(param);
   return CUDA_SUCCESS;
 }
 static CUresult s_exec_destroy(CUgraphExec) {

@@ -714,18 +714,67 @@ TEST_CASE("launch graphs: calls that take turns each keep a graph, up to kMaxExe
   CHECK(recorded == 8);
   CHECK(fake().instantiated == instantiated + 4);
   // Past the bound: no more graphs than kMaxExecsPerSequence for the sequence, and every call still
-  // launches its own parameters (the shared graphs' nodes set).
+  // launches its own parameters (the launched graph's nodes as the fake driver holds them).
+  auto launched_own = [&](size_t mark, uint64_t i) {
+    const auto& ev = fake().events;
+    if (ev.size() <= mark) return false;
+    if (ev.back().op != Op::Launch) {  // a replay: the launched graph's parameters are the call's
+      return ev.back().op == Op::GraphLaunch && ev.back().exec_params == std::vector<uint64_t>{i, 1000 + i};
+    }
+    return ev.size() - mark == 2 && ev[mark].param == i && ev[mark + 1].param == 1000 + i;  // eager
+  };
   const size_t n = ssd::LaunchGraphs::kMaxExecsPerSequence + 3;
   for (int round = 0; round < 3; ++round)
     for (uint64_t i = 0; i < n; ++i) {
       const size_t mark = fake().events.size();
       REQUIRE(keyed_call(100 + i).ok());
-      const auto ev = since(mark);
-      REQUIRE_FALSE(ev.empty());
-      CHECK(ev.back().first == Op::GraphLaunch);
+      CHECK(launched_own(mark, 100 + i));
     }
-  CHECK(fake().instantiated - instantiated <= int(ssd::LaunchGraphs::kMaxExecsPerSequence));
   CHECK(fake().instantiated - instantiated == int(ssd::LaunchGraphs::kMaxExecsPerSequence));
+  // The four calls of the first part, now past the bound too: each still its own parameters.
+  for (uint64_t i = 0; i < 4; ++i) {
+    const size_t mark = fake().events.size();
+    REQUIRE(keyed_call(i).ok());
+    CHECK(launched_own(mark, i));
+  }
+}
+
+TEST_CASE("launch graphs: a further graph that fails to instantiate leaves the sequence's other graphs") {
+  auto rt = make_runtime();
+  auto ks = make_kernels(1);
+  const CUstream s = stream_handle(0xa1);
+  auto keyed_call = [&](uint64_t i) {
+    ssd::Status out;
+    if (ssd::CallRecording::replay_same_call(*rt, s, ssd::CallKey{10, i}, &out)) return out;
+    ssd::CallRecording rec(*rt, s, true);
+    rec.remember_as(ssd::CallKey{10, i});
+    SSD_RETURN_IF_ERROR(launch_with(*ks[0], i, s));
+    return rec.finish(ssd::Status::Ok());
+  };
+  REQUIRE(keyed_call(1).ok());  // eager
+  REQUIRE(keyed_call(2).ok());  // the first graph (2's)
+  REQUIRE(keyed_call(1).ok());  // sets it (1 was eager: not remembered)
+  const int destroyed = fake().execs_destroyed;
+  // 2 repeats while 1 has set its graph: a second graph, which fails; 2 sets the first one instead.
+  fake().instantiate_fails = true;
+  size_t mark = fake().events.size();
+  REQUIRE(keyed_call(2).ok());
+  fake().instantiate_fails = false;
+  CHECK(fake().events.back().op == Op::GraphLaunch);
+  CHECK(fake().events.back().exec_params == std::vector<uint64_t>{2});
+  const auto ev = since(mark);
+  CHECK(std::count(ev.begin(), ev.end(), std::pair{Op::SetParams, uint64_t(2)}) == 1);
+  CHECK(fake().execs_destroyed == destroyed);  // the first graph kept
+  // Not paused: the next repeat of 1 gets the second graph.
+  mark = fake().events.size();
+  const int instantiated = fake().instantiated;
+  REQUIRE(keyed_call(1).ok());
+  CHECK(fake().instantiated == instantiated + 1);
+  CHECK(fake().events.back().exec_params == std::vector<uint64_t>{1});
+  mark = fake().events.size();
+  REQUIRE(keyed_call(2).ok());  // as is, on the first graph
+  CHECK(since(mark) == Ev{{Op::GraphLaunch, 0}});
+  CHECK(fake().events.back().exec_params == std::vector<uint64_t>{2});
 }
 
 TEST_CASE("launch graphs: a remembered call's graph destroyed after a failure, or evicted, is not replayed") {

@@ -709,14 +709,14 @@ TEST_CASE("ssd_backward: group slices give the whole problem's bits, one or two 
     const std::vector<uint8_t> ref = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &whole);
     for (int32_t slices = 2; slices <= c.g; ++slices) {
       if (c.g % slices != 0) continue;
-      for (int32_t buffers : {1, 2, -2}) {  // -2: two buffers, a P in each
+      for (const int32_t variant : {1, 2, -2}) {  // buffers; -2: two buffers, a P in each
         CAPTURE(slices);
-        CAPTURE(buffers);
+        CAPTURE(variant);
         ssd::BackwardTuning tn;
         tn.group_slices = slices;
-        tn.slice_buffers = buffers < 0 ? -buffers : buffers;
-        tn.p_per_buffer = buffers < 0;
-        buffers = tn.slice_buffers;
+        tn.slice_buffers = variant < 0 ? -variant : variant;
+        tn.p_per_buffer = variant < 0;
+        const int32_t buffers = tn.slice_buffers;
         const ssd_backward_args a = prob.args(SSD_MODE_DETERMINISTIC);
         auto l = ssd::backward_layout(&a, SSD_MODE_DETERMINISTIC, &tn);
         REQUIRE_MESSAGE(l.ok(), l.status().detail);

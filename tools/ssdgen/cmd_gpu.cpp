@@ -552,8 +552,9 @@ int bench_backward(Context& ctx, const GpuArgs& ga, GpuSession& session, const s
       ssd::LaunchGraphs::Counters c0 = counters();
       s = measure_host_path(drv, stream, kHostRounds, kHostCallsPerRound, one_call, host);
       host.graphs = graph_counter_delta(c0, counters());
-      // Two workspaces taking turns: each call's parameters differ from the previous call's, so the
-      // launch graph's nodes are all updated before each replay (a caller whose tensors move).
+      // Two workspaces taking turns: each call's parameters differ from the previous call's (calls
+      // that alternate, like a model's layers): from the second repeat on each call replays a graph
+      // of its own (runtime/launch_graph.h); the counters say what happened.
       DeviceMemory ws2;
       if (s.ok()) s = alloc(drv, ws2, ws_bytes);
       int turn = 0;
@@ -685,7 +686,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
   {
     auto one_call = [&] { return api_status(::ssd_forward(session.rt.get(), &a, nullptr, stream)); };
     ssd::Status hs = measure_host_path(drv, stream, 1, kHostCalls, one_call, host);
-    // Two workspaces taking turns: the launch graph's nodes are all updated before each replay.
+    // Two workspaces taking turns: calls that alternate, each replaying a graph of its own.
     DeviceMemory ws2;
     if (hs.ok()) hs = alloc(drv, ws2, a.workspace_bytes);
     ssd_forward_args a2 = a;
