@@ -788,9 +788,21 @@ const std::vector<Stage<B>>& backward_plan() {
 // A pure function of the extents, so a precompiled kernel list (backward_kernel_configs) holds the
 // call's kernels; the same bits for every tile (docs/determinism.md, D2).
 constexpr int64_t kNarrowRecomputeBlocks = 64;
+// Every slice runs slice 0's recompute kernels, and which of the state pass's loaders they take (TMA
+// or cp.async: the same bits) follows x's and B's alignment (fits_tma_map), which a slice's view
+// keeps only if it starts a multiple of 16 bytes after slice 0's. Where one does not (a stride the
+// one head or group of a slice leaves unchecked), the recompute takes the cp.async loaders, which
+// every view can use.
+bool slices_keep_alignment(const ssd_backward_args& a, int64_t h_slice, int64_t g_slice) {
+  auto keeps = [](const ssd_tensor& t, int64_t count) {
+    return !t.data || (count * t.strides[2] * int64_t(dtype_size(t.dtype))) % 16 == 0;
+  };
+  return keeps(a.x, h_slice) && keeps(a.B, g_slice) && keeps(a.C, g_slice);
+}
 ForwardTuning recompute_tuning(const ssd_forward_args& f, const ForwardDims& ds, ssd_mode mode, ssd_arch arch,
-                               const BackwardTuning& tn) {
+                               const BackwardTuning& tn, bool sliced_alignment_kept) {
   ForwardTuning t = tn.forward;
+  if (!sliced_alignment_kept) t.cp_async = true;
   const ssd_tile& set = t.state_pass;
   if (set.m || set.n || set.k || t.staged_states) return t;
   namespace geom = ssd_kernels::fwd_geom;
@@ -813,12 +825,14 @@ ForwardTuning recompute_tuning(const ssd_forward_args& f, const ForwardDims& ds,
 // backward's own stages.
 Result<std::vector<ssd_kernel_config>> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
                                                    ssd_mode mode, const BackwardTuning& tn) {
-  const ssd_forward_args f = forward_inputs(a);
   BackwardLayout L{};
   SSD_ASSIGN_OR_RETURN(L, sliced_layout_for(a, d, mode, tn));
   const ForwardDims ds = slice_dims(d, L.slices);
+  // The recompute's kernels as ssd_backward fetches them: from slice 0's views.
+  const ssd_forward_args f = forward_inputs(L.slices > 1 ? slice_args(a, d, L.slices, 0) : a);
+  const bool aligned = L.slices == 1 || slices_keep_alignment(a, ds.h, ds.g);
   std::vector<ssd_kernel_config> out = forward_plan_configs(
-      ForwardCall{f, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(f, ds, mode, arch, tn), false});
+      ForwardCall{f, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(f, ds, mode, arch, tn, aligned), false});
   const BackwardLayout no_layout{};
   for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan()))
     out.push_back(c);
@@ -912,7 +926,8 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   };
   const auto& plan = backward_plan();
   PlanKernels recompute_kernels, kernels, before_kernels, after_kernels;
-  const ForwardTuning recompute_tiles = recompute_tuning(forward_inputs(a0), ds, mode, ar, tn);
+  const ForwardTuning recompute_tiles =
+      recompute_tuning(forward_inputs(a0), ds, mode, ar, tn, !sliced_call || slices_keep_alignment(a, ds.h, ds.g));
   {
     const ssd_forward_args f = forward_inputs(a0);
     SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, ar, ForwardBuffers{},

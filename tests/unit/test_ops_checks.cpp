@@ -447,3 +447,44 @@ TEST_CASE("workspace sizes: chunk_cumsum_bwd with L near 2^63 does not overflow"
   CHECK(r.status().code == SSD_ERROR_INVALID_STRIDE);
   CHECK(contains(r.status().detail, "ddt: element offsets exceed 2^62"));
 }
+
+TEST_CASE("backward kernel list: the recompute's state pass follows the slices (narrow tile; cp.async where a slice's view loses alignment)") {
+  // nemotronh-56b at b=1 L=16384: 8 group slices of 32 heads, whose default-tile state-pass grid
+  // (32 blocks) takes the 64 x 64 x 64 tile; x, B and C dense, so the TMA loaders.
+  ssd_backward_args a = backward_args_with_D_bias(Shape{1, 16384, 256, 64, 8, 256, 256});
+  a.x = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
+  a.B = dense(SSD_DTYPE_BF16, {1, 16384, 8, 256});
+  a.C = dense(SSD_DTYPE_BF16, {1, 16384, 8, 256});
+  auto layout = backward_layout(&a, SSD_MODE_DETERMINISTIC);
+  REQUIRE(layout.ok());
+  REQUIRE(layout->slices == 8);
+  auto state_pass = [](const ssd_backward_args& args, const BackwardTuning* tn = nullptr) {
+    auto cfgs = backward_kernel_configs(&args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, tn);
+    REQUIRE(cfgs.ok());
+    for (const ssd_kernel_config& c : cfgs.value())
+      if (c.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_FWD) return c;
+    FAIL("no chunk_state_passing_fwd in the list");
+    return ssd_kernel_config{};
+  };
+  const ssd_kernel_config dense_cfg = state_pass(a);
+  CHECK(dense_cfg.tile.m == 64);
+  CHECK(dense_cfg.tile.n == 64);
+  CHECK(dense_cfg.tile.k == 64);
+  CHECK((dense_cfg.flags & SSD_FLAG_TMA) != 0);
+  // Unsliced (one slice, 256 heads: 256 blocks) the default tile stays.
+  BackwardTuning whole;
+  whole.group_slices = 1;
+  const ssd_kernel_config whole_cfg = state_pass(a, &whole);
+  CHECK(whole_cfg.tile.m == 0);
+  CHECK((whole_cfg.flags & SSD_FLAG_TMA) != 0);
+  // B with a padded group stride (260 elements: 520 bytes, not a multiple of 16): slice 0's view (one
+  // group, so the stride is not checked) would fit a tensor map, slice 1's would start 8 bytes off;
+  // every slice takes the cp.async loaders instead (the same bits).
+  ssd_backward_args padded = a;
+  padded.B.strides[0] = 16384 * 8 * 260;
+  padded.B.strides[1] = 8 * 260;
+  padded.B.strides[2] = 260;
+  const ssd_kernel_config padded_cfg = state_pass(padded);
+  CHECK((padded_cfg.flags & SSD_FLAG_TMA) == 0);
+  CHECK(padded_cfg.tile.m == 64);  // still the narrow tile where it is legal
+}
