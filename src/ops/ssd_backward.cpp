@@ -799,14 +799,16 @@ bool slices_keep_alignment(const ssd_backward_args& a, int64_t h_slice, int64_t 
   };
   return keeps(a.x, h_slice) && keeps(a.B, g_slice) && keeps(a.C, g_slice);
 }
-ForwardTuning recompute_tuning(const ssd_forward_args& f, const ForwardDims& ds, ssd_mode mode, ssd_arch arch,
-                               const BackwardTuning& tn, bool sliced_alignment_kept) {
+// `a`: the whole problem's arguments; f0, ds: slice 0's forward inputs and extents (the whole
+// problem's when `sliced` is false).
+ForwardTuning recompute_tuning(const ssd_backward_args& a, const ssd_forward_args& f0, const ForwardDims& ds,
+                               bool sliced, ssd_mode mode, ssd_arch arch, const BackwardTuning& tn) {
   ForwardTuning t = tn.forward;
-  if (!sliced_alignment_kept) t.cp_async = true;
+  if (sliced && !slices_keep_alignment(a, ds.h, ds.g)) t.cp_async = true;
   const ssd_tile& set = t.state_pass;
   if (set.m || set.n || set.k || t.staged_states) return t;
   namespace geom = ssd_kernels::fwd_geom;
-  for (const ssd_kernel_config& c : forward_plan_configs(ForwardCall{f, ds, mode, arch, ForwardBuffers{}, 0, t, false})) {
+  for (const ssd_kernel_config& c : forward_plan_configs(ForwardCall{f0, ds, mode, arch, ForwardBuffers{}, 0, t, false})) {
     if (c.kernel != SSD_KERNEL_CHUNK_STATE_PASSING_FWD) continue;
     const ssd_tile def = default_tile(c);
     const int p = c.headdim;
@@ -829,10 +831,10 @@ Result<std::vector<ssd_kernel_config>> configs_for(const ssd_backward_args& a, c
   SSD_ASSIGN_OR_RETURN(L, sliced_layout_for(a, d, mode, tn));
   const ForwardDims ds = slice_dims(d, L.slices);
   // The recompute's kernels as ssd_backward fetches them: from slice 0's views.
-  const ssd_forward_args f = forward_inputs(L.slices > 1 ? slice_args(a, d, L.slices, 0) : a);
-  const bool aligned = L.slices == 1 || slices_keep_alignment(a, ds.h, ds.g);
+  const bool sliced = L.slices > 1;
+  const ssd_forward_args f0 = forward_inputs(sliced ? slice_args(a, d, L.slices, 0) : a);
   std::vector<ssd_kernel_config> out = forward_plan_configs(
-      ForwardCall{f, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(f, ds, mode, arch, tn, aligned), false});
+      ForwardCall{f0, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(a, f0, ds, sliced, mode, arch, tn), false});
   const BackwardLayout no_layout{};
   for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan()))
     out.push_back(c);
@@ -926,11 +928,10 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   };
   const auto& plan = backward_plan();
   PlanKernels recompute_kernels, kernels, before_kernels, after_kernels;
-  const ForwardTuning recompute_tiles =
-      recompute_tuning(forward_inputs(a0), ds, mode, ar, tn, !sliced_call || slices_keep_alignment(a, ds.h, ds.g));
+  const ssd_forward_args f0 = forward_inputs(a0);
+  const ForwardTuning recompute_tiles = recompute_tuning(a, f0, ds, sliced_call, mode, ar, tn);
   {
-    const ssd_forward_args f = forward_inputs(a0);
-    SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f, ds, mode, ar, ForwardBuffers{},
+    SSD_ASSIGN_OR_RETURN(recompute_kernels, fetch_forward_plan(rt, ForwardCall{f0, ds, mode, ar, ForwardBuffers{},
                                                                                tn.max_blocks, recompute_tiles, false}));
     SSD_ASSIGN_OR_RETURN(kernels, fetch_plan(rt, slice_call(a0, nullptr, 0), plan));
     if (sliced_call) {
