@@ -29,10 +29,9 @@ uint64_t stream_thread_word(CUstream stream) {
 // Erases the entry of `m` (values with a last_use) used least recently.
 template <class Map, class LastUse>
 void erase_least_recent(Map& m, LastUse last_use) {
-  auto oldest = m.begin();
-  for (auto e = m.begin(); e != m.end(); ++e)
-    if (last_use(e->second) < last_use(oldest->second)) oldest = e;
-  m.erase(oldest);
+  m.erase(std::min_element(m.begin(), m.end(), [&](const auto& a, const auto& b) {
+    return last_use(a.second) < last_use(b.second);
+  }));
 }
 
 // The runtime's graphs when a call on `stream` is recorded: graphs on, the driver loaded, and the
@@ -227,10 +226,9 @@ struct LaunchGraphs::Entry {
   }
 
   Exec* least_recent() {
-    Exec* oldest = execs.empty() ? nullptr : &execs.front();
-    for (Exec& x : execs)
-      if (x.last_use < oldest->last_use) oldest = &x;
-    return oldest;
+    auto oldest = std::min_element(execs.begin(), execs.end(),
+                                   [](const Exec& a, const Exec& b) { return a.last_use < b.last_use; });
+    return oldest == execs.end() ? nullptr : &*oldest;
   }
 };
 

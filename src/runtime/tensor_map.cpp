@@ -1,5 +1,8 @@
 #include "runtime/tensor_map.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 
 #include "runtime/driver.h"
@@ -84,9 +87,8 @@ struct EncodedMaps {
     return nullptr;
   }
   void add(const TensorMapDesc& d, const CUtensorMap& map) {
-    Slot* victim = &slots[0];
-    for (Slot& s : slots)
-      if (s.last_use < victim->last_use) victim = &s;
+    Slot* victim = std::min_element(std::begin(slots), std::end(slots),
+                                    [](const Slot& a, const Slot& b) { return a.last_use < b.last_use; });
     victim->desc = d;
     victim->map = map;
     victim->last_use = ++clock;
