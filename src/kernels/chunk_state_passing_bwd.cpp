@@ -27,6 +27,10 @@ const char* tile_problem(const ssd_kernel_config& c) {
                                                                            c.tile.k);
 }
 
+// SSD_FLAG_TMA: the wgmma kernel's dy and C stages by the tensor copy engine (Spec::kTma,
+// ChunkStatePassingBwdTmaParams).
+bool uses_tma(const ssd_kernel_config& c) { return uses_wgmma(c) && (c.flags & SSD_FLAG_TMA); }
+
 // Fast mode's ρ is an atomic sum (state_passing_bwd's fast variant); this kernel writes only the
 // deterministic fp64 slots, so fast mode keeps the staged pair.
 Status validate(const ssd_kernel_config& c) {
@@ -34,6 +38,10 @@ Status validate(const ssd_kernel_config& c) {
   if (c.mode != SSD_MODE_DETERMINISTIC)
     return field_error(c, "mode", std::to_string(int(c.mode)),
                        "deterministic (fast mode runs chunk_scan_bwd_dstates + state_passing_bwd)");
+  if ((c.flags & SSD_FLAG_TMA) && !uses_wgmma(c))
+    return field_error(c, "flags", "tma",
+                       "tma only with arch sm_90a, headdim and dstate multiples of 64 and chunks the wgmma walk "
+                       "takes (chunk_size 128 and up, or 64 with z)");
   return Status::Ok();
 }
 
@@ -58,9 +66,12 @@ KernelSpec spec(const ssd_kernel_config& c) {
   // heuristic capped the small preset's 64 x 64 x 64 unit at 168 registers on sm_80 and spilled).
   if (!uses_wgmma(c)) return {s.members(), ssd_kernels::fwd_geom::chunk_state_passing_threads(c.tile.m, c.tile.n), 1};
   s.boolean("kWgmma", true);  // written only here: the mma.sync specializations keep their Spec
+  const bool tma = uses_tma(c);
+  if (tma) s.boolean("kTma", true);  // likewise: the cp.async specializations keep theirs
   KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 1};
   k.dynamic_shared_bytes =
-      ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k);
+      ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k, tma);
+  if (tma) k.params = "ChunkStatePassingBwdTmaParams";
   return k;
 }
 
@@ -68,7 +79,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkStatePassingBwdFamily = {
     SSD_KERNEL_CHUNK_STATE_PASSING_BWD, "chunk_state_passing_bwd", "ssd/chunk_state_passing_bwd.cuh",
-    "ChunkStatePassingBwdParams", "chunk_state_passing_bwd", SSD_FLAG_SEQ_IDX | SSD_FLAG_Z,
+    "ChunkStatePassingBwdParams", "chunk_state_passing_bwd", SSD_FLAG_SEQ_IDX | SSD_FLAG_Z | SSD_FLAG_TMA,
     [](ssd_kernel_config& c) { tensor_core_defaults(c, kUses); }, validate, default_tile, legal_tiles, spec};
 
 }  // namespace ssd

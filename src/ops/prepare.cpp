@@ -118,7 +118,7 @@ Result<ssd_arch> resolve_arch(ssd_runtime& rt, const ssd_prepare_options& o) {
   return arch;
 }
 
-// The call's configs, normalized and de-duplicated. On sm_90a a call whose x, B or C do not fit the
+// The call's configs, normalized and de-duplicated. On sm_90a a call whose x, B, C (or dout) do not fit the
 // tensor maps (a view aligned only to its elements, strides off the 16-byte grid) runs the cp.async
 // kernels instead of the TMA ones (SSD_FLAG_TMA, ssd_forward.cpp): the shapes alone cannot tell, so
 // the configs with `cp_async` tuning (the TMA paths off) join them there.
@@ -175,8 +175,9 @@ Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backwa
   const ssd_backward_args a = backward_stand_ins(args.value());
   // The workspace layout too (with the gate's and chunk_cumsum's own checks), as the call does.
   SSD_RETURN_IF_ERROR(backward_layout(&a, mode).status());
-  BackwardTuning cp_async;  // the recompute's state pass
+  BackwardTuning cp_async;  // the recompute's state pass and the backward's fused one
   cp_async.forward.cp_async = true;
+  cp_async.cp_async = true;
   return with_cp_async_twins(arch, [&](const BackwardTuning* t) { return backward_kernel_configs(&a, arch, mode, t); },
                              &cp_async);
 }

@@ -12,6 +12,7 @@
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/op_common.h"
+#include "ops/operand_maps.h"
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
@@ -568,9 +569,24 @@ Status passing_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 bool in_slice(const B& c) { return c.in(kPartSlice); }
 bool staged_runs(const B& c) { return !fused_state_pass(c.mode, c.tn) && in_slice(c); }
 bool fused_runs(const B& c) { return fused_state_pass(c.mode, c.tn) && in_slice(c); }
-ssd_kernel_config fused_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_STATE_PASSING_BWD, c.tn.state_pass); }
+// Its wgmma kernel with TMA stages (SSD_FLAG_TMA) where dy and C fit the maps (with z dy and dy_lo
+// are the workspace's, contiguous and 256-byte aligned): sm_90a, the wgmma kernel's shapes and chunks
+// (the family's uses_wgmma), not turned off by BackwardTuning::cp_async; its cp.async loaders
+// otherwise (the same bits).
+bool fused_tma(const B& c) {
+  namespace geom = ssd_kernels::fwd_geom;
+  return c.arch == SSD_ARCH_SM90A && !c.tn.cp_async && geom::chunk_state_passing_wgmma_shape(int(c.d.p), int(c.d.n)) &&
+         ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_walk(int(c.d.Q), c.a.z.data ? 2 : 1) &&
+         fits_tma_map(c.dy()) && fits_tma_map(c.a.C);
+}
+ssd_kernel_config fused_cfg(const B& c) {
+  ssd_kernel_config k = c.shaped(SSD_KERNEL_CHUNK_STATE_PASSING_BWD, c.tn.state_pass);
+  if (fused_tma(c)) k.flags |= SSD_FLAG_TMA;
+  return k;
+}
 Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
-  ssd_kernels::ChunkStatePassingBwdParams p{};
+  // The larger block for both specializations: the cp.async one reads its ChunkStatePassingBwdParams prefix.
+  ssd_kernels::ChunkStatePassingBwdTmaParams p{};
   p.x = ref<const void, 4>(c.dy());
   p.x_lo = c.dy_lo();  // laid out as dy (null without z)
   p.B = ref<const void, 4>(c.a.C);
@@ -590,6 +606,17 @@ Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   if (c.d.nc * (c.a.z.data ? 2 : 1) * (c.d.Q / t.k) >= (int64_t(1) << 31))
     return make_error(SSD_ERROR_INVALID_SHAPE, fmt::format("x: seqlen {} has too many chunk steps for "
                                                            "chunk_state_passing_bwd", c.d.L));
+  if (k.built->config.flags & SSD_FLAG_TMA) {
+    const ssd_tensor dy = c.dy();
+    const uint32_t positions = uint32_t(t.k);
+    SSD_RETURN_IF_ERROR(put_map(blhp_map(dy, positions), p.map_x));
+    if (c.a.z.data) {
+      ssd_tensor dy_lo = dy;
+      dy_lo.data = const_cast<void*>(c.dy_lo());  // the map only reads it
+      SSD_RETURN_IF_ERROR(put_map(blhp_map(dy_lo, positions), p.map_xl));
+    }
+    SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.C, positions), p.map_b));
+  }
   void* params[] = {&p};
   return launch_state_pass(k, c.d.b, c.d.h, c.d.p, c.d.n, c.tn.max_blocks, params, stream);
 }
@@ -793,11 +820,24 @@ constexpr int64_t kNarrowRecomputeBlocks = 64;
 // keeps only if it starts a multiple of 16 bytes after slice 0's. Where one does not (a stride the
 // one head or group of a slice leaves unchecked), the recompute takes the cp.async loaders, which
 // every view can use.
+// A (b, L, heads, inner) tensor's slice views of `count` heads (or groups) each start a multiple of
+// 16 bytes apart.
+bool slice_views_keep_alignment(const ssd_tensor& t, int64_t count) {
+  return !t.data || (count * t.strides[2] * int64_t(dtype_size(t.dtype))) % 16 == 0;
+}
 bool slices_keep_alignment(const ssd_backward_args& a, int64_t h_slice, int64_t g_slice) {
-  auto keeps = [](const ssd_tensor& t, int64_t count) {
-    return !t.data || (count * t.strides[2] * int64_t(dtype_size(t.dtype))) % 16 == 0;
-  };
-  return keeps(a.x, h_slice) && keeps(a.B, g_slice) && keeps(a.C, g_slice);
+  return slice_views_keep_alignment(a.x, h_slice) && slice_views_keep_alignment(a.B, g_slice) &&
+         slice_views_keep_alignment(a.C, g_slice);
+}
+// The same for the fused backward state pass's TMA path (fused_tma), which every slice takes as slice
+// 0 does: dout (dy without z; with z dy is the workspace's) and C must fit a map as the whole tensors
+// (a slice of one head or group would skip its head axis's stride check) and keep the alignment in
+// every slice; where they do not, the tuning's cp_async turns the path off for the whole call.
+BackwardTuning with_slice_loaders(const ssd_backward_args& a, const ForwardDims& ds, bool sliced, BackwardTuning tn) {
+  if (sliced && !(a.z.data || (fits_tma_map(a.dout) && slice_views_keep_alignment(a.dout, ds.h))))
+    tn.cp_async = true;
+  if (sliced && !(fits_tma_map(a.C) && slice_views_keep_alignment(a.C, ds.g))) tn.cp_async = true;
+  return tn;
 }
 // `a`: the whole problem's arguments; f0, ds: slice 0's forward inputs and extents (the whole
 // problem's when `sliced` is false).
@@ -836,7 +876,8 @@ Result<std::vector<ssd_kernel_config>> configs_for(const ssd_backward_args& a, c
   std::vector<ssd_kernel_config> out = forward_plan_configs(
       ForwardCall{f0, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(a, f0, ds, sliced, mode, arch, tn), false});
   const BackwardLayout no_layout{};
-  for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan()))
+  const BackwardTuning tn_call = with_slice_loaders(a, ds, sliced, tn);
+  for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn_call, no_layout, nullptr}, backward_plan()))
     out.push_back(c);
   return out;
 }
@@ -886,11 +927,12 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   ssd_backward_args a;
   ForwardDims d{};
   SSD_RETURN_IF_ERROR(read_checked_args(user_args, default_backward_args(), check_backward, a, d));
-  const BackwardTuning tn = tuning ? *tuning : BackwardTuning{};
-  const ssd_mode mode = backward_kernel_mode(a.mode >= 0 ? ssd_mode(a.mode) : rt.mode, &tn);
-  auto layout = sliced_layout_for(a, d, mode, tn);
+  const BackwardTuning tn_given = tuning ? *tuning : BackwardTuning{};
+  const ssd_mode mode = backward_kernel_mode(a.mode >= 0 ? ssd_mode(a.mode) : rt.mode, &tn_given);
+  auto layout = sliced_layout_for(a, d, mode, tn_given);
   if (!layout.ok()) return layout.status();
   const BackwardLayout& L = layout.value();
+  const BackwardTuning tn = with_slice_loaders(a, slice_dims(d, L.slices), L.slices > 1, tn_given);
   if (workspace && workspace_bytes < L.total)
     return make_error(SSD_ERROR_WORKSPACE_TOO_SMALL, fmt::format("workspace_bytes: {} given, {} needed "
                                                                  "(ssd_backward_workspace_size)", workspace_bytes, L.total));

@@ -15,6 +15,7 @@
 #include "kernels/family.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/op_common.h"
+#include "ops/operand_maps.h"
 #include "ops/plan.h"
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
@@ -236,39 +237,8 @@ Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
 
 // ---- The sm_90a kernels' TMA operand tiles (SSD_FLAG_TMA): their 4-D tensor maps.
 
-// A (b, L, heads, 16-bit elements) tensor as a 4-D tensor map (x, B, C): a 16-byte aligned base, unit
-// innermost stride, the other strides positive multiples of 16 bytes below 2^39 (the driver's limit is
-// 2^40; an axis of extent 1 may have any stride: its coordinate is always 0), every extent and TMA's
-// 32-bit coordinates below 2^31.
-bool fits_tma_map(const ssd_tensor& t) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 || t.strides[3] != 1) return false;
-  for (int i = 0; i < 4; ++i) {
-    if (t.shape[i] < 1 || t.shape[i] >= (int64_t(1) << 31)) return false;
-    if (i < 3 && t.shape[i] > 1 && (t.strides[i] <= 0 || (t.strides[i] * 2) % 16 || t.strides[i] >= (int64_t(1) << 38)))
-      return false;
-  }
-  return true;
-}
-Status put_map(const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out) {
-  if (!m.ok()) return m.status();
-  static_assert(sizeof(CUtensorMap) == sizeof(ssd_kernels::TensorMap), "TensorMap mirrors CUtensorMap");
-  std::memcpy(&out, &m.value(), sizeof(out));
-  return Status::Ok();
-}
 // Both TMA paths: sm_90a, not turned off by ForwardTuning::cp_async, and x fits a map.
 bool tma_allowed(const F& c) { return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async && fits_tma_map(c.a.x); }
-// Such a tensor's map: dims {inner, heads, L, b}, box {64, 1, rows, 1}, 128-byte swizzle.
-Result<CUtensorMap> blhp_map(const ssd_tensor& v, uint32_t rows) {
-  ssd::cuda::TensorMapDesc d;
-  d.dtype = v.dtype;
-  d.base = v.data;
-  d.rank = 4;
-  for (int i = 0; i < 4; ++i) d.dims[i] = uint64_t(v.shape[3 - i]);
-  for (int i = 1; i < 4; ++i) d.strides[i] = v.shape[3 - i] > 1 ? uint64_t(v.strides[3 - i]) * 2 : 16;
-  d.box[0] = 64, d.box[1] = 1, d.box[2] = rows, d.box[3] = 1;
-  d.swizzle = ssd::cuda::TmaSwizzle::k128B;
-  return ssd::cuda::encode_tensor_map(d);
-}
 // A contiguous workspace tensor of `eb`-byte elements, dims {d0, d1, d2, d3} innermost first: its map
 // with box {b0, b1, 1, 1}, 128-byte swizzle (chunk_scan_fwd's P and CB).
 Result<CUtensorMap> dense_map(const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0,

@@ -78,6 +78,15 @@ struct ChunkStatePassingBwdParams {
   double* rho_slots;  // (b, h, nchunks, p*n/32) fp64, as state_passing_bwd's (deterministic only)
   long long batch, seqlen, nchunks, nheads;  // nheads = ngroups * HEADS_PER_GROUP
 };
+// The same with the tensor maps of the sm_90a TMA specialization (SSD_FLAG_TMA; the others take the
+// block above): chunk_state_passing_fwd's maps (ChunkStatePassingFwdTmaParams) of dy, dy_lo and C.
+//   map_x   dy (b, L, h, p):     dims {p, h, L, b}, box {64, 1, BLOCK_K, 1}, 128-byte swizzle
+//   map_xl  dy_lo, laid out as dy (encoded only with z: SSD_FLAG_Z)
+//   map_b   C (b, L, g, n):      dims {n, g, L, b}, box {64, 1, BLOCK_K, 1}
+// Positions past seqlen lie outside the maps (zero-filled, as the cp.async predicates do).
+struct ChunkStatePassingBwdTmaParams : ChunkStatePassingBwdParams {
+  TensorMap map_x, map_xl, map_b;
+};
 
 // chunk_scan_bwd_dx (B-d, and the per-position w_l, v_l of B-g), per (b, c, h), rows l:
 //   Rst_l   = ξ_c(l)·exp(min(A(Q-1) − A(l), 0)) · (ds_c B_l)              (contraction over n)
@@ -531,17 +540,21 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, in
 }
 // P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
-// The forward's stages and weights (4: no staged output tile), then P_c's two buffers of BLOCK_M rows.
-SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk) {
-  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, bm, bn, bk, 4) +
-         2 * bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
+// The forward's stages and weights (4: no staged output tile), then P_c's two buffers of BLOCK_M rows,
+// then with `tma` (SSD_FLAG_TMA) one mbarrier per stage (fwd_geom::chunk_state_passing_wgmma_barriers).
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_bytes(int bm, int bn) {
+  return 2 * bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
+}
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk, bool tma = false) {
+  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, bm, bn, bk, 4) + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn) +
+         (tma ? fwd_geom::chunk_state_passing_wgmma_barriers() * 8 : 0);
 }
 SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem(int q, int p, int n,
                                                                                  int heads_per_group, int bm, int bn,
                                                                                  int bk) {
   return fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk) != nullptr
              ? fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk)
-         : chunk_state_passing_bwd_wgmma_smem_bytes(q, bm, bn, bk) > 227 * 1024
+         : chunk_state_passing_bwd_wgmma_smem_bytes(q, bm, bn, bk, true) > 227 * 1024
              ? "shared memory above 227 KiB (stages, weights and two P_c buffers)"
              : nullptr;
 }

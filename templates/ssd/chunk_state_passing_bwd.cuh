@@ -386,8 +386,8 @@ namespace ssd_kernels {
 
 // The entry: on sm_90a the family sets Spec::kWgmma (a pure function of the specialization:
 // src/kernels/chunk_state_passing_bwd.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
-template <class Spec>
-__device__ void chunk_state_passing_bwd(const ChunkStatePassingBwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkStatePassingBwdTmaParams with Spec::kTma, else ChunkStatePassingBwdParams
+__device__ void chunk_state_passing_bwd(const Params& p) {
   if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     chunk_state_passing_bwd_wgmma<Spec>(p);

@@ -38,6 +38,12 @@
 // carry's inputs and the next chunk's weights are issued while the last wgmma group runs; then
 // wait_group 0 and the epilogue, whose outputs leave as whole-sector 8-byte stores
 // (detail::store_quad).
+// With Spec::kTma (SSD_FLAG_TMA, ChunkStatePassingBwdTmaParams) thread 0 fills each stage's dy (or
+// dy_lo) and C tiles with the tensor copy engine instead (chunk_state_passing_fwd_wgmma's copies: one
+// 4-D copy per warpgroup's dy tile and per 64 columns of C, the same swizzled layout, positions past
+// seqlen zero-filled) on the stage's mbarrier, which every thread waits on next to its cp.async wait;
+// P_c keeps its cp.async copies and groups (its padded rows are not a TMA box). The same operands, so
+// the same bits.
 //
 // Launch: block = fwd_geom::chunk_state_passing_wgmma_threads(BLOCK_M); grid = (chunk_state_tiles(P, N,
 // chunk_state_passing_head_rows(P, BLOCK_M), BLOCK_N), batch, nheads / chunk_state_passing_heads_per_block(
@@ -56,11 +62,13 @@
 
 namespace ssd_kernels {
 
-template <class Spec>
-__device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& p) {
+template <class Spec, class Params>  // Params: ChunkStatePassingBwdTmaParams with kTma, else ChunkStatePassingBwdParams
+__device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
   constexpr bool X_LO = Spec::kXLo;
+  // The dy and C stages by the tensor copy engine (SSD_FLAG_TMA) instead of cp.async.
+  constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
   using namespace fwd_geom;
   static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N,
                                                                      BLOCK_K) == nullptr,
@@ -103,6 +111,23 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
   constexpr int LDP = bwd_geom::chunk_state_passing_bwd_wgmma_p_ld(BLOCK_N);
   constexpr int P_TILE = 64 * LDP;  // floats per warpgroup and buffer
   float* const s_p = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q) + wg * P_TILE;
+  // With kTma: one full barrier per stage after P_c's buffers (thread 0's arrive.expect_tx plus the
+  // copies' bytes); every thread waits once for each phase, so each keeps the same parity bits.
+  unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(
+      smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + bwd_geom::chunk_state_passing_bwd_wgmma_p_bytes(BLOCK_M, BLOCK_N));
+  static_assert(STAGES <= chunk_state_passing_wgmma_barriers(), "one mbarrier per stage");
+  MbarrierParities parity;
+  if constexpr (kTma) {
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < STAGES; ++i) ptx::mbarrier_init(s_bar + i, 1);
+      ptx::fence_mbarrier_init();
+      ptx::tma_prefetch_map(&p.map_x);
+      if constexpr (X_LO) ptx::tma_prefetch_map(&p.map_xl);
+      ptx::tma_prefetch_map(&p.map_b);
+    }
+    __syncthreads();
+  }
 
   const T* xg = static_cast<const T*>(p.x.data);
   const T* xlg = static_cast<const T*>(p.x_lo);
@@ -142,14 +167,32 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
           const T* safe_xs = w.lo_pass ? safe_xl : safe_x;
           const long long row = (long long)c * Q + k0;
           unsigned char* stage = smem + buf * STAGE_BYTES;
-          detail::load_tile_sw128<WGT, BLOCK_K, 64>(stage + wg * X_BYTES,
-                                                    safe_xs + row * p.x.stride[1] + p0 * p.x.stride[3], p.x.stride[1],
-                                                    p.x.stride[3], vec_x, safe_xs, wtid,
-                                                    [&](int r) { return k0 + r < valid; });
-          detail::load_tile_sw128<NT, BLOCK_K, BLOCK_N>(stage + (NT / WGT) * X_BYTES,
-                                                        safe_b + row * p.B.stride[1] + n0 * p.B.stride[3],
-                                                        p.B.stride[1], p.B.stride[3], vec_b, safe_b, tid,
-                                                        [&](int r) { return k0 + r < valid; });
+          if constexpr (kTma) {
+            // Each warpgroup's dy rows [BLOCK_K][64 p] (its head and p rows), then C's column blocks
+            // (the forward state pass's copies, on dy_lo's map in the second pass).
+            if (tid == 0) {
+              unsigned long long* bar = s_bar + buf;
+              const TensorMap* map_x = X_LO && w.lo_pass ? &p.map_xl : &p.map_x;
+              ptx::mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+#pragma unroll
+              for (int v = 0; v < NT / WGT; ++v)
+                ptx::tma_load_4d(stage + v * X_BYTES, map_x, bar, (tile / TILES_N) * MT + (64 * v) % P,
+                                 hb * HPB + (64 * v) / P, int(row), b);
+#pragma unroll
+              for (int j = 0; j < BLOCK_N / 64; ++j)
+                ptx::tma_load_4d(stage + (NT / WGT) * X_BYTES + j * BLOCK_K * 128, &p.map_b, bar, n0 + 64 * j, g,
+                                 int(row), b);
+            }
+          } else {
+            detail::load_tile_sw128<WGT, BLOCK_K, 64>(stage + wg * X_BYTES,
+                                                      safe_xs + row * p.x.stride[1] + p0 * p.x.stride[3],
+                                                      p.x.stride[1], p.x.stride[3], vec_x, safe_xs, wtid,
+                                                      [&](int r) { return k0 + r < valid; });
+            detail::load_tile_sw128<NT, BLOCK_K, BLOCK_N>(stage + (NT / WGT) * X_BYTES,
+                                                          safe_b + row * p.B.stride[1] + n0 * p.B.stride[3],
+                                                          p.B.stride[1], p.B.stride[3], vec_b, safe_b, tid,
+                                                          [&](int r) { return k0 + r < valid; });
+          }
           if (st == 0) {
             // Chunk c's first step also brings its P_c (this warpgroup's tile; rows of N fp32, 16-byte
             // aligned: n0 is a multiple of 64) into the buffer of its walk parity. Its epilogue reads
@@ -203,10 +246,12 @@ __device__ void chunk_state_passing_bwd_wgmma(const ChunkStatePassingBwdParams& 
         int c = nchunks - 1, walk = 0, st = 0;
         int ksteps = ksteps_last;  // of chunk c, per pass
         for (int s = 0; s < steps; ++s) {
-          // Step s's copies landed (this thread's), handed to the async proxy; at most the last
-          // kInFlight groups (step s-1's) still run, so step s-2's buffer, refilled below once every
-          // thread passed the barrier, is free.
+          // Step s's copies landed (this thread's, and with kTma the copy engine's bytes on the
+          // stage's barrier), handed to the async proxy; at most the last kInFlight groups (step
+          // s-1's) still run, so step s-2's buffer, refilled below once every thread passed the
+          // barrier, is free. (With kTma the cp.async groups hold only P_c's copies.)
           ptx::cp_async_wait<STAGES - 3>();
+          if constexpr (kTma) parity.wait(s_bar, s % STAGES);
           ptx::fence_proxy_async_shared();
           warpgroup::wait_group<kInFlight>();
           warpgroup::fence_operand(acc);

@@ -496,11 +496,13 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
 }
 
 TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives the staged pair's bits, every "
-          "tile and grid cap: all gradients and the workspace's ds, states_t, their second terms, the rho slots" *
+          "tile and grid cap, TMA and cp.async stages: all gradients and the workspace's ds, states_t, their second "
+          "terms, the rho slots" *
           doctest::skip(!gpu_available())) {
   RuntimeHolder rt;
   ssd::BackwardTuning staged;
   staged.staged_state_pass = true;
+  int tma_cases = 0;
   for (const BwdCase& c : kBwdCases) {
     CAPTURE(describe(c));
     BwdProblem prob(c);
@@ -519,12 +521,19 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
     for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC))
       if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) fused_configs.push_back(k);
     REQUIRE(fused_configs.size() == 1);
+    // On sm_90a the wgmma kernel's dy and C stages come by TMA (SSD_FLAG_TMA) where the shape takes the
+    // wgmma kernel (dense inputs here, so they fit the maps); its cp.async loaders run too, for every tile.
+    const bool tma = (fused_configs[0].flags & SSD_FLAG_TMA) != 0;
+    tma_cases += tma;
+    if (device_is_sm90a() && c.p % 64 == 0 && c.n % 64 == 0 && c.Q * (c.z ? 2 : 1) >= 128) REQUIRE(tma);
     std::vector<ssd_kernel_config> all = configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &staged);
-    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0])) {
-      ssd_kernel_config k = fused_configs[0];
-      k.tile = t;
-      all.push_back(k);
-    }
+    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0]))
+      for (uint32_t flags : {fused_configs[0].flags, fused_configs[0].flags & ~uint32_t(SSD_FLAG_TMA)}) {
+        ssd_kernel_config k = fused_configs[0];
+        k.tile = t;
+        k.flags = flags;
+        all.push_back(k);
+      }
     precompile(rt.rt, all);
 
     const std::vector<uint8_t> want = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &staged);
@@ -532,16 +541,20 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
     CHECK(same_bytes(prob.run(rt.rt), want));
     CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
     int variants = 0;
-    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0])) {
-      ssd::BackwardTuning tn;
-      tn.state_pass = t;
-      CAPTURE(t.m);
-      CAPTURE(t.n);
-      CAPTURE(t.k);
-      CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
-      CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
-      ++variants;
-    }
+    for (const ssd_tile& t : ssd::legal_tiles(fused_configs[0]))
+      for (bool cp_async : {false, true}) {
+        if (cp_async && !tma) continue;
+        ssd::BackwardTuning tn;
+        tn.state_pass = t;
+        tn.cp_async = cp_async;
+        CAPTURE(t.m);
+        CAPTURE(t.n);
+        CAPTURE(t.k);
+        CAPTURE(cp_async);
+        CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
+        CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
+        ++variants;
+      }
     for (int32_t g : {1, 7, 64}) {
       ssd::BackwardTuning tn;
       tn.max_blocks = g;
@@ -549,10 +562,12 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
       CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
       CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
     }
-    MESSAGE("bwd fused state pass " << describe(c) << ": " << variants
-                                    << " tiles and 3 grid caps bitwise equal to the staged pair (gradients, ds, "
+    MESSAGE("bwd fused state pass " << describe(c) << (tma ? " (TMA and cp.async stages)" : "") << ": " << variants
+                                    << " variants and 3 grid caps bitwise equal to the staged pair (gradients, ds, "
                                        "states_t, second terms, rho slots)");
   }
+  MESSAGE("bwd fused state pass: " << tma_cases << " cases ran the TMA stages");
+  if (device_is_sm90a()) CHECK(tma_cases > 0);
 }
 
 TEST_CASE("ssd_backward: the fused dcb + ddA_intra (chunk_scan_bwd_dcb_ddA_intra) gives the pair's bits, every "

@@ -488,3 +488,53 @@ TEST_CASE("backward kernel list: the recompute's state pass follows the slices (
   CHECK((padded_cfg.flags & SSD_FLAG_TMA) == 0);
   CHECK(padded_cfg.tile.m == 64);  // still the narrow tile where it is legal
 }
+
+TEST_CASE("backward kernel list: the fused state pass takes TMA stages where dy and C fit the maps in every slice") {
+  // nemotronh-56b at b=1 L=16384 (8 group slices), dense inputs: chunk_state_passing_bwd's wgmma
+  // kernel with SSD_FLAG_TMA on sm_90a, the cp.async loaders on request (the same bits) and on sm_90.
+  ssd_backward_args a = backward_args_with_D_bias(Shape{1, 16384, 256, 64, 8, 256, 256});
+  a.x = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
+  a.dout = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
+  a.B = dense(SSD_DTYPE_BF16, {1, 16384, 8, 256});
+  a.C = dense(SSD_DTYPE_BF16, {1, 16384, 8, 256});
+  auto fused = [](const ssd_backward_args& args, ssd_arch arch, const BackwardTuning* tn = nullptr) {
+    auto cfgs = backward_kernel_configs(&args, arch, SSD_MODE_DETERMINISTIC, tn);
+    REQUIRE(cfgs.ok());
+    for (const ssd_kernel_config& c : cfgs.value())
+      if (c.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) return c;
+    FAIL("no chunk_state_passing_bwd in the list");
+    return ssd_kernel_config{};
+  };
+  CHECK((fused(a, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) != 0);
+  CHECK((fused(a, SSD_ARCH_SM90).flags & SSD_FLAG_TMA) == 0);
+  BackwardTuning cp;
+  cp.cp_async = true;
+  CHECK((fused(a, SSD_ARCH_SM90A, &cp).flags & SSD_FLAG_TMA) == 0);
+  // The kernel family refuses the flag where the wgmma kernel does not run.
+  ssd_kernel_config on90 = fused(a, SSD_ARCH_SM90);
+  on90.flags |= SSD_FLAG_TMA;
+  const Status refused = validate_config(on90);
+  CHECK(refused.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(refused.detail, "tma"));
+
+  // dout with a padded head stride (66 elements, 132 bytes: off the 16-byte grid): no map fits, so the
+  // cp.async loaders.
+  ssd_backward_args padded = a;
+  padded.dout.strides[0] = 16384 * 256 * 66;
+  padded.dout.strides[1] = 256 * 66;
+  padded.dout.strides[2] = 66;
+  CHECK((fused(padded, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) == 0);
+  // C with a padded group stride (260 elements: 520 bytes): slice 0's view (one group) would fit a
+  // map, slice 1's would start 8 bytes off; every slice takes the cp.async loaders.
+  ssd_backward_args padded_c = a;
+  padded_c.C.strides[0] = 16384 * 8 * 260;
+  padded_c.C.strides[1] = 8 * 260;
+  padded_c.C.strides[2] = 260;
+  CHECK((fused(padded_c, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) == 0);
+  // With z dy is the workspace's (gate_bwd's output, contiguous): dout's layout does not matter.
+  ssd_backward_args gated = padded;
+  gated.z = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
+  gated.out_x = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
+  gated.dz = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
+  CHECK((fused(gated, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) != 0);
+}
