@@ -23,6 +23,13 @@
 #               baseline's lines marked "base" in $OUT/ab.txt.
 #   --python[=ARGS]: then the PyTorch package's GPU tests, scripts/python-gpu-test.sh (pip install
 #               ./python, scripts/python_gpu_test.py), ARGS passed on, e.g. --python=--kwargs-budget=120.
+#   --prebuilt=DIR: no build on the device (it takes minutes of the session's device time): DIR
+#               (relative to the root, carried) holds the binaries built here by
+#               `bash scripts/prebuilt.sh DIR` (ssd_gpu_tests, ssdgen, libssdgen.so); with it
+#               .deps is not needed, the CPU unit tests are skipped (CI runs them) and --ab is refused
+#               (it builds its baseline).
+#   --exclude=PATTERN: GPU test names to leave out (doctest -tce), e.g. to split the suite over two
+#               calls: --only='ssd_backward over the shape matrix*' and --exclude= the same.
 #
 # Logs go to $OUT (the device tool brings them back), else build-gpu/out. The device tool returns at
 # most 8 files: the build logs stay in build-gpu/logs (their tails are printed on failure), so that
@@ -41,6 +48,8 @@ digests_compare=
 only=
 ab=
 unit=1
+prebuilt=
+exclude=
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
@@ -54,22 +63,36 @@ for arg in "$@"; do
     --only=*) only=${arg#--only=} ;;
     --ab=*) ab=${arg#--ab=} ;;
     --gpu-only) unit=0 ;;
+    --prebuilt=*) prebuilt=${arg#--prebuilt=} ;;
+    --exclude=*) exclude=${arg#--exclude=} ;;
     *) echo "usage: $0 [--sanitize] [--bench] [--accuracy] [--digests[=LABEL]] [--digests-compare=FILE] [--python[=ARGS]]" \
-            "[--only=GPU_TEST_NAME_PATTERN] [--ab=BASELINE_TREE] [--gpu-only]" >&2; exit 2 ;;
+            "[--only=GPU_TEST_NAME_PATTERN] [--exclude=GPU_TEST_NAME_PATTERN] [--ab=BASELINE_TREE] [--gpu-only]" \
+            "[--prebuilt=DIR]" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out" "$root/build-gpu/logs"
 logs=$root/build-gpu/logs
 prefix=$root/.deps/prefix
-ls "$root"/.deps/debs/*.deb >/dev/null 2>&1 || { echo "no .deps/debs: run scripts/fetch-gpu-deps.sh here and carry .deps" >&2; exit 2; }
-for deb in "$root"/.deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
-
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-set -e
-cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
-  >"$logs/cmake.log" 2>&1 || { cat "$logs/cmake.log"; exit 1; }
-ninja -C "$root/build-gpu" -j"$(nproc)" >"$logs/build.log" 2>&1 || { tail -50 "$logs/build.log"; exit 1; }
-set +e
+if [ -n "$prebuilt" ]; then
+  [ -z "$ab" ] || { echo "--ab builds its baseline: not with --prebuilt" >&2; exit 2; }
+  [ $python = 0 ] || { echo "--python builds the package: not with --prebuilt" >&2; exit 2; }
+  bin=$root/$prebuilt
+  for f in ssd_gpu_tests ssdgen libssdgen.so; do
+    [ -f "$bin/$f" ] || { echo "--prebuilt=$prebuilt: no $f there (bash scripts/prebuilt.sh $prebuilt, then carry it)" >&2; exit 2; }
+  done
+  gpu_tests=$bin/ssd_gpu_tests cli=$bin/ssdgen lib=$bin/libssdgen.so
+  unit=0
+else
+  ls "$root"/.deps/debs/*.deb >/dev/null 2>&1 || { echo "no .deps/debs: run scripts/fetch-gpu-deps.sh here and carry .deps" >&2; exit 2; }
+  for deb in "$root"/.deps/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
+  set -e
+  cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix/usr" \
+    >"$logs/cmake.log" 2>&1 || { cat "$logs/cmake.log"; exit 1; }
+  ninja -C "$root/build-gpu" -j"$(nproc)" >"$logs/build.log" 2>&1 || { tail -50 "$logs/build.log"; exit 1; }
+  set +e
+  gpu_tests=$root/build-gpu/tests/ssd_gpu_tests cli=$root/build-gpu/ssdgen lib=$root/build-gpu/libssdgen.so
+fi
 
 export SSD_CACHE_DIR=$(mktemp -d)
 status=0
@@ -79,7 +102,7 @@ if [ $unit = 1 ]; then
   tail -3 "$out/unit.log"
 fi
 echo "== GPU tests"
-"$root/build-gpu/tests/ssd_gpu_tests" -ni ${only:+-tc="$only"} >"$out/gpu-full.log" 2>&1 || status=1
+"$gpu_tests" -ni ${only:+-tc="$only"} ${exclude:+-tce="$exclude"} >"$out/gpu-full.log" 2>&1 || status=1
 grep -E "^GPU tests|MESSAGE:|: ERROR:|test cases:|assertions:|Status:" "$out/gpu-full.log" | sed 's/^.*MESSAGE: //' | tail -80
 if grep -q -E ": (ERROR|FATAL ERROR):" "$out/gpu-full.log"; then
   # Each failed check under its test case (the tail above may have cut them off).
@@ -90,7 +113,7 @@ fi
 if [ $sanitize = 1 ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
-    compute-sanitizer --tool $tool --error-exitcode 9 "$root/build-gpu/tests/ssd_gpu_tests" \
+    compute-sanitizer --tool $tool --error-exitcode 9 "$gpu_tests" \
       -tc="chunk_cumsum_bwd matches*,chunk_cumsum_fwd matches*,ssd_forward matches*,ssd_backward sanitizer*" \
       >"$out/sanitize-$tool.log" 2>&1 || status=1
     tail -4 "$out/sanitize-$tool.log"
@@ -104,19 +127,19 @@ if [ $python = 1 ]; then
 fi
 if [ $accuracy = 1 ]; then
   echo "== accuracy side by side with mamba_ssm (issue 11)"
-  PYTHONUNBUFFERED=1 python3 "$root/scripts/accuracy_side_by_side.py" --lib "$root/build-gpu/libssdgen.so" \
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/accuracy_side_by_side.py" --lib "$lib" \
     --peer "$root/.peer/mamba" --out "$out" >"$out/accuracy.log" 2>&1 || status=1
   grep -E "^(ok|FAIL|accuracy|worst)" "$out/accuracy.log"
 fi
 if [ $digests = 1 ]; then
   echo "== output digests (record)"
-  PYTHONUNBUFFERED=1 python3 "$root/scripts/output_digests.py" --lib "$root/build-gpu/libssdgen.so" \
+  PYTHONUNBUFFERED=1 python3 "$root/scripts/output_digests.py" --lib "$lib" \
     --record "$out/digests.json" ${digests_label:+--label "$digests_label"} >"$out/digests.log" 2>&1 || status=1
   grep -E "^(output_digests|FAIL|digests:|wrote)|[1-9][0-9]* different$|DIFFERENT|OVER" "$out/digests.log"
 fi
 if [ -n "$digests_compare" ]; then
   echo "== output digests (compare with $digests_compare)"
-  (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib build-gpu/libssdgen.so \
+  (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib "$lib" \
     --compare "$digests_compare") >"$out/digests-compare.log" 2>&1 || status=1
   grep -E "^(output_digests|record:|warning|note|FAIL|digests:)|[1-9][0-9]* different$|DIFFERENT|OVER|only in" \
     "$out/digests-compare.log"
@@ -128,7 +151,7 @@ if [ -n "$ab" ]; then
        >"$logs/cmake-base.log" 2>&1 && ninja -C "$base_build" -j"$(nproc)" libssdgen.so ssdgen >"$logs/build-base.log" 2>&1; then
     (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib "$base_build/libssdgen.so" \
       --record "$out/digests-base.json" --label "baseline $ab") >"$out/digests-ab.log" 2>&1 &&
-    (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib build-gpu/libssdgen.so \
+    (cd "$root" && PYTHONUNBUFFERED=1 python3 scripts/output_digests.py --lib "$lib" \
       --compare "$out/digests-base.json") >>"$out/digests-ab.log" 2>&1 || status=1
     grep -E "^(FAIL|digests:)|[1-9][0-9]* different$|DIFFERENT|OVER|only in" "$out/digests-ab.log"
     IFS=';' read -ra ab_benches <<<"${AB_BENCH:-fwd --batch 4 --seqlen 2048;fwd --batch 4 --seqlen 4096;fwd --batch 1 --seqlen 16384}"
@@ -137,7 +160,7 @@ if [ -n "$ab" ]; then
         # shellcheck disable=SC2086  # the argument list is words
         { echo "-- base, round $round: bench $args"; "$base_build/ssdgen" bench $args; } >>"$out/ab.txt" 2>&1 || status=1
         # shellcheck disable=SC2086
-        { echo "-- this tree, round $round: bench $args"; "$root/build-gpu/ssdgen" bench $args; } >>"$out/ab.txt" 2>&1 || status=1
+        { echo "-- this tree, round $round: bench $args"; "$cli" bench $args; } >>"$out/ab.txt" 2>&1 || status=1
       done
     done
     grep -E "^-- |chunk_scan_fwd|chunk_state_passing|total|host path:" "$out/ab.txt"
@@ -147,7 +170,7 @@ if [ -n "$ab" ]; then
 fi
 if [ $bench = 1 ] && [ -x "$root/scripts/bench.sh" ]; then
   echo "== benchmarks"
-  bash "$root/scripts/bench.sh" "$out" || status=1
+  SSDGEN=$cli SSD_LIB=$lib bash "$root/scripts/bench.sh" "$out" || status=1
 fi
 echo "gpu-test.sh: exit $status"
 exit $status
