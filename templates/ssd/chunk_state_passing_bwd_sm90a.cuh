@@ -117,6 +117,10 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
       smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + bwd_geom::chunk_state_passing_bwd_wgmma_p_bytes(BLOCK_M, BLOCK_N));
   static_assert(STAGES <= chunk_state_passing_wgmma_barriers(), "one mbarrier per stage");
   MbarrierParities parity;
+  // The barriers' set-up and the stage copies below are the forward state pass's lines, kept as
+  // their own in both kernels: through shared helpers (tried in session 27) the forward's PTX
+  // changed and its 128 x 64 x 32 TMA tile went from 128 to 136 registers (one block per SM
+  // instead of two).
   if constexpr (kTma) {
     if (tid == 0) {
 #pragma unroll
