@@ -23,6 +23,17 @@ const char* tile_problem(const ssd_kernel_config& c) {
 bool uses_wgmma(const ssd_kernel_config& c) {
   return c.arch == SSD_ARCH_SM90A && ssd_kernels::bwd_geom::dx_wg_shape(c.headdim, c.dstate, c.tile.m, c.tile.k);
 }
+// SSD_FLAG_TMA: the wgmma tiles' operand stages by the copy engine (Spec::kTma,
+// ChunkScanBwdDxTmaParams): phase A's row and K tiles, phase B's dy tile with headdim 64. Legal
+// only with the wgmma tiles, so a TMA config's tile set is theirs; the call drops the flag for
+// the others (the same bits either way).
+const char* tma_tile_problem(const ssd_kernel_config& c) {
+  if (const char* problem = tile_problem(c)) return problem;
+  return (c.flags & SSD_FLAG_TMA) && !uses_wgmma(c)
+             ? "with tma (SSD_FLAG_TMA) the wgmma tiles only: arch sm_90a, m 128, k 64, headdim 32 or 64, dstate a "
+               "multiple of 64"
+             : nullptr;
+}
 ssd_tile default_tile(const ssd_kernel_config& c) {
   // The resident layout (sm_90, sm_90a): 128 x . x 64 (the wgmma tile on sm_90a) where legal.
   if (resident_rows(c)) {
@@ -32,7 +43,7 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
   }
   return best_legal_tile(c, {128, 0, 32, 0, 0}, {64, 0, 32, 0, 0}, tile_problem);
 }
-using Rules = TensorCoreRules<kUses, tile_problem, false, true>;
+using Rules = TensorCoreRules<kUses, tma_tile_problem, false, true>;
 
 KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s = tile_spec(c, kUses, "positions", nullptr, nullptr);
@@ -45,11 +56,14 @@ KernelSpec spec(const ssd_kernel_config& c) {
   // Written only here: the others keep their Spec.
   if (resident_rows(c)) s.boolean("kResidentRows", true);
   if (uses_wgmma(c)) s.boolean("kWgmma", true);
+  const bool tma = uses_wgmma(c) && (c.flags & SSD_FLAG_TMA);
+  if (tma) s.boolean("kTma", true);  // likewise
   KernelSpec k{s.members(), ssd_kernels::bwd_geom::dx_threads(), 2};
   if (resident_rows(c))
     k.dynamic_shared_bytes = ssd_kernels::bwd_geom::dx_res_dynamic_bytes(
         c.chunk_size, c.headdim, c.dstate, c.tile.m, c.tile.k, (c.flags & SSD_FLAG_SEQ_IDX) != 0, uses_wgmma(c));
   if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDxZParams";
+  if (tma) k.params = "ChunkScanBwdDxTmaParams";  // (it extends ChunkScanBwdDxZParams)
   return k;
 }
 
@@ -57,7 +71,8 @@ KernelSpec spec(const ssd_kernel_config& c) {
 
 extern const KernelFamily kChunkScanBwdDxFamily = {
     SSD_KERNEL_CHUNK_SCAN_BWD_DX, "chunk_scan_bwd_dx", "ssd/chunk_scan_bwd_dx.cuh", "ChunkScanBwdDxParams",
-    "chunk_scan_bwd_dx", SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z, Rules::defaults, Rules::validate, default_tile,
+    "chunk_scan_bwd_dx", SSD_FLAG_SEQ_IDX | SSD_FLAG_D | SSD_FLAG_D_PER_HEADDIM | SSD_FLAG_Z | SSD_FLAG_TMA,
+    Rules::defaults, Rules::validate, default_tile,
     Rules::legal_tiles, spec};
 
 }  // namespace ssd

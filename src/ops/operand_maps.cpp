@@ -28,6 +28,23 @@ Result<CUtensorMap> blhp_map(const ssd_tensor& v, uint32_t rows) {
   return ssd::cuda::encode_tensor_map(d);
 }
 
+Result<CUtensorMap> dense_map(const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0,
+                              uint32_t b1) {
+  ssd::cuda::TensorMapDesc d;
+  d.dtype = dtype;
+  d.base = base;
+  d.rank = 4;
+  uint64_t stride = eb;
+  for (int i = 0; i < 4; ++i) {
+    d.dims[i] = dims[i];
+    if (i > 0) d.strides[i] = stride;
+    stride *= dims[i];
+  }
+  d.box[0] = b0, d.box[1] = b1, d.box[2] = 1, d.box[3] = 1;
+  d.swizzle = ssd::cuda::TmaSwizzle::k128B;
+  return ssd::cuda::encode_tensor_map(d);
+}
+
 Status put_map(const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out) {
   if (!m.ok()) return m.status();
   static_assert(sizeof(CUtensorMap) == sizeof(ssd_kernels::TensorMap), "TensorMap mirrors CUtensorMap");

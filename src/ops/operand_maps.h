@@ -20,6 +20,10 @@ namespace ssd {
 bool fits_tma_map(const ssd_tensor& t);
 // Such a tensor's map: dims {inner, heads, L, b}, box {64, 1, rows, 1}, 128-byte swizzle.
 Result<CUtensorMap> blhp_map(const ssd_tensor& v, uint32_t rows);
+// A contiguous workspace tensor of `eb`-byte elements, dims {d0, d1, d2, d3} innermost first: its map
+// with box {b0, b1, 1, 1}, 128-byte swizzle (chunk_scan_fwd's P and CB, chunk_scan_bwd_dx's P and ds terms).
+Result<CUtensorMap> dense_map(const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0,
+                              uint32_t b1);
 // An encoded map (or its encoding's status) into a parameter block's TensorMap.
 Status put_map(const Result<CUtensorMap>& m, ssd_kernels::TensorMap& out);
 

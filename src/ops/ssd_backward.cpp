@@ -622,9 +622,39 @@ Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 }
 
 // B-d: dx, dΔˣ's state part, w, v (with z, SSD_FLAG_Z: v's p sum also over dy's second term).
-ssd_kernel_config dx_cfg(const B& c) { return c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DX, c.tn.dx); }
+// Its wgmma tiles take TMA stages (SSD_FLAG_TMA) where C, B and dy fit the maps (the K tiles are the
+// workspace's, contiguous): sm_90a, the tile (the tuning's, else the default) one of
+// bwd_geom::dx_wg_shape's, not turned off by BackwardTuning::cp_async; the cp.async loaders
+// otherwise (the same bits).
+bool dx_tma(const B& c, const ssd_kernel_config& k) {
+  const ssd_tile t = k.tile.m ? k.tile : default_tile(k);
+  return c.arch == SSD_ARCH_SM90A && !c.tn.cp_async &&
+         ssd_kernels::bwd_geom::dx_wg_shape(int(c.d.p), int(c.d.n), t.m, t.k) && fits_tma_map(c.a.C) &&
+         fits_tma_map(c.a.B) && fits_tma_map(c.dy());
+}
+ssd_kernel_config dx_cfg(const B& c) {
+  ssd_kernel_config k = c.shaped(SSD_KERNEL_CHUNK_SCAN_BWD_DX, c.tn.dx);
+  if (dx_tma(c, k)) k.flags |= SSD_FLAG_TMA;
+  return k;
+}
+// ChunkScanBwdDxTmaParams' maps (backward_params.cuh) for the kernel's tile.
+Status encode_dx_maps(const B& c, const ssd_tile& t, ssd_kernels::ChunkScanBwdDxTmaParams& p) {
+  SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.C, uint32_t(t.m)), p.map_c));
+  SSD_RETURN_IF_ERROR(put_map(blhp_map(c.a.B, uint32_t(t.m)), p.map_b));
+  const uint64_t dims[4] = {uint64_t(c.d.n), uint64_t(c.d.p), uint64_t(c.d.h), uint64_t(c.d.b * c.d.nc)};
+  const ssd_dtype T = c.a.x.dtype;
+  const uint32_t P = uint32_t(c.d.p);
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.states_t), T, 2, dims, 64, P), p.map_states));
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.states_t_lo), T, 2, dims, 64, P), p.map_states_lo));
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.ds), T, 2, dims, 64, P), p.map_ds));
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.ds_lo), T, 2, dims, 64, P), p.map_ds_lo));
+  if (c.d.p == 64) SSD_RETURN_IF_ERROR(put_map(blhp_map(c.dy(), uint32_t(t.k)), p.map_dy));  // phase B's dy (headdim 64)
+  return Status::Ok();
+}
 Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
-  ssd_kernels::ChunkScanBwdDxZParams p{};  // without z the kernel reads only the ChunkScanBwdDxParams prefix
+  // The larger block for every specialization: the others read its ChunkScanBwdDxZParams (without z
+  // ChunkScanBwdDxParams) prefix.
+  ssd_kernels::ChunkScanBwdDxTmaParams p{};
   p.CB = c.cb<const float, 4>(c.L.CB);
   p.x = ref<const void, 4>(c.a.x);
   p.dy = ref<const void, 4>(c.dy());
@@ -642,6 +672,7 @@ Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {
   p.dx = ref<void, 4>(c.a.dx);
   p.ddt_x = c.vec(c.L.ddt_x); p.w = c.vec(c.L.w); p.v = c.vec(c.L.v);  // laid out as dA_cumsum
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.nheads = c.d.h;
+  if (k.built->config.flags & SSD_FLAG_TMA) SSD_RETURN_IF_ERROR(encode_dx_maps(c, k.built->config.tile, p));
   void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::bwd_geom::dx_tiles(c.d.Q, k.built->config.tile.m), c.tn.max_blocks),
                        c.gy(), c.gh(), params, stream);
@@ -829,14 +860,16 @@ bool slices_keep_alignment(const ssd_backward_args& a, int64_t h_slice, int64_t 
   return slice_views_keep_alignment(a.x, h_slice) && slice_views_keep_alignment(a.B, g_slice) &&
          slice_views_keep_alignment(a.C, g_slice);
 }
-// The same for the fused backward state pass's TMA path (fused_tma), which every slice takes as slice
-// 0 does: dout (dy without z; with z dy is the workspace's) and C must fit a map as the whole tensors
-// (a slice of one head or group would skip its head axis's stride check) and keep the alignment in
-// every slice; where they do not, the tuning's cp_async turns the path off for the whole call.
+// The same for the backward's TMA paths (the fused state pass's fused_tma, dx's dx_tma), which every
+// slice takes as slice 0 does: dout (dy without z; with z dy is the workspace's), B and C must fit a
+// map as the whole tensors (a slice of one head or group would skip its head axis's stride check)
+// and keep the alignment in every slice; where they do not, the tuning's cp_async turns the paths
+// off for the whole call.
 BackwardTuning with_slice_loaders(const ssd_backward_args& a, const ForwardDims& ds, bool sliced, BackwardTuning tn) {
   if (sliced && !(a.z.data || (fits_tma_map(a.dout) && slice_views_keep_alignment(a.dout, ds.h))))
     tn.cp_async = true;
-  if (sliced && !(fits_tma_map(a.C) && slice_views_keep_alignment(a.C, ds.g))) tn.cp_async = true;
+  for (const ssd_tensor* t : {&a.B, &a.C})
+    if (sliced && !(fits_tma_map(*t) && slice_views_keep_alignment(*t, ds.g))) tn.cp_async = true;
   return tn;
 }
 // `a`: the whole problem's arguments; f0, ds: slice 0's forward inputs and extents (the whole

@@ -62,9 +62,10 @@ struct BackwardTuning {
   // to give each buffer its own copy (one P more per extra buffer, the slices' state passes side by
   // side). The same bits either way.
   bool p_per_buffer = false;
-  // The fused state pass's cp.async loaders where its TMA path (SSD_FLAG_TMA) would run: the same bits
-  // (the GPU tests compare them); `forward.cp_async` is the recompute's. `ssdgen bench bwd --cp-async`
-  // sets both. A sliced call sets it itself where a later slice's dy or C view would not fit a map.
+  // The fused state pass's and dx's cp.async loaders where their TMA paths (SSD_FLAG_TMA) would run:
+  // the same bits (the GPU tests compare them); `forward.cp_async` is the recompute's. `ssdgen bench
+  // bwd --cp-async` sets both. A sliced call sets it itself where a later slice's dy, B or C view would
+  // not fit a map.
   bool cp_async = false;
 };
 

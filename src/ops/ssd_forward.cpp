@@ -239,25 +239,6 @@ Status passing_launch(const F& c, const ssd_kernel& k, CUstream stream) {
 
 // Both TMA paths: sm_90a, not turned off by ForwardTuning::cp_async, and x fits a map.
 bool tma_allowed(const F& c) { return c.arch == SSD_ARCH_SM90A && !c.tiles.cp_async && fits_tma_map(c.a.x); }
-// A contiguous workspace tensor of `eb`-byte elements, dims {d0, d1, d2, d3} innermost first: its map
-// with box {b0, b1, 1, 1}, 128-byte swizzle (chunk_scan_fwd's P and CB).
-Result<CUtensorMap> dense_map(const void* base, ssd_dtype dtype, uint64_t eb, const uint64_t (&dims)[4], uint32_t b0,
-                              uint32_t b1) {
-  ssd::cuda::TensorMapDesc d;
-  d.dtype = dtype;
-  d.base = base;
-  d.rank = 4;
-  uint64_t stride = eb;
-  for (int i = 0; i < 4; ++i) {
-    d.dims[i] = dims[i];
-    if (i > 0) d.strides[i] = stride;
-    stride *= dims[i];
-  }
-  d.box[0] = b0, d.box[1] = b1, d.box[2] = 1, d.box[3] = 1;
-  d.swizzle = ssd::cuda::TmaSwizzle::k128B;
-  return ssd::cuda::encode_tensor_map(d);
-}
-
 // F2 + F3 fused: entering states and final states, s_c kept on chip (the default path).
 bool fused(const F& c) { return !c.tiles.staged_states; }
 // Its wgmma kernel with TMA stages where x and B fit the maps (sm_90a; its cp.async loaders otherwise,

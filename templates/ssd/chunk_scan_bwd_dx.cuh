@@ -180,6 +180,23 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
   __syncthreads();  // the stage buffers are reused by the staging tile
 }
 
+// The TMA specialization's fence between this thread's ordinary shared-memory accesses and the copy
+// engine's later writes of the same bytes (fence.proxy.async; sm_90a), before the block barrier that
+// precedes those copies; nothing without TMA.
+template <bool TMA>
+__device__ __forceinline__ void dx_fence_for_copy_engine() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (TMA) ptx::fence_proxy_async_shared();
+#endif
+}
+
+// The TMA specialization's per-barrier phase bits (MbarrierParities, sm_90a); a stand-in elsewhere.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using DxParities = MbarrierParities;
+#else
+struct DxParities {};
+#endif
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // dx_n_loop on sm_90a with wgmma (Spec::kWgmma; resident rows, bwd_geom::dx_wg_shape): the same
 // chains — per 64-wide K step four k16 steps in increasing n, the hi term's steps then the lo
@@ -194,24 +211,37 @@ __device__ __forceinline__ void dx_n_loop(FragC (&acc)[MI][NJ], unsigned s_body,
 // smem::desc_k_major_sw128's with ~5 instead of ~22 instructions per wgmma. out: the chain's
 // result in the mma.sync fragments (the same (row, column) per thread: WgAcc's register 4j + q is
 // out[0][j].x[q]); its value on entry is not read (the chain starts from +0 here).
-template <int STAGES, int KA, int P, int BLOCK_M, int STAGE_A, int RES_BYTES, class T, class LoadStage,
-          class WhileCopying>
+// With TMA (Spec::kTma) load_stage issues the copy engine's copies of a step (thread 0) on
+// bars[buf], and each step waits on its buffer's barrier instead of its cp.async groups.
+template <int STAGES, int KA, int P, int BLOCK_M, int STAGE_A, int RES_BYTES, bool TMA, class T, class LoadStage,
+          class WhileCopying, class Parities>
 __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned char* s_body, LoadStage& load_stage,
-                                             const WhileCopying& while_copying) {
+                                             const WhileCopying& while_copying, unsigned long long* bars,
+                                             Parities& parity) {
   WgAcc<P> acc;
   acc.zero();
   const block::CpAsyncPipeline<STAGES> ring{KA};
-  ring.prologue(load_stage);
+  if constexpr (TMA) {
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st)
+      if (st < KA) load_stage(st, st);
+  } else {
+    ring.prologue(load_stage);
+  }
   while_copying();
   const int wg_rows = (int(threadIdx.x) >> 7) * 64 * 128;  // this warpgroup's rows in the row tile
   int rd = 0, wr = STAGES - 1;
   int n0 = 0;  // the step's first column of the row tile
   for (int ks = 0; ks < KA; ++ks) {
-    ptx::cp_async_wait<STAGES - 2>();
-    ptx::fence_proxy_async_shared();
+    if constexpr (TMA) {
+      parity.wait(bars, rd);  // the copy engine's bytes of step ks landed
+    } else {
+      ptx::cp_async_wait<STAGES - 2>();
+      ptx::fence_proxy_async_shared();
+    }
     __syncthreads();
     if (ks + STAGES - 1 < KA) load_stage(wr, ks + STAGES - 1);
-    ptx::cp_async_commit();
+    if constexpr (!TMA) ptx::cp_async_commit();
     // The descriptors' low words (start address >> 4, LBO): this warpgroup's rows (the row tile's
     // atom of 64 n at n0) and the stage's K tile; a k16 slice is 32 bytes further. Formed here each
     // step: hoisted out of the loop, the words made ptxas spill more (164 against 140 bytes).
@@ -230,7 +260,7 @@ __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned ch
     warpgroup::fence_operand(acc);
     n0 = ks == KA / 2 - 1 ? 0 : n0 + 64;
   }
-  ring.drain();
+  if constexpr (!TMA) ring.drain();
   __syncthreads();  // the stage buffers are reused by the staging tile
 #pragma unroll
   for (int j = 0; j < P / 8; ++j)
@@ -241,14 +271,17 @@ __device__ __forceinline__ void dx_n_loop_wg(FragC (&out)[1][P / 8], unsigned ch
 
 // The n loop of a phase: dx_n_loop_wg with WG (sm_90a, Spec::kWgmma), else dx_n_loop (LDR, RES_BYTES:
 // resident rows or the 48 KiB layout). The same chains either way.
-template <bool WG, int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T, int LDR,
-          int RES_BYTES, int P, int BLOCK_M, class LoadStage, class WhileCopying>
+template <bool WG, bool TMA, int NT, int STAGES, int KA, int BKN, int LDA, int STAGE_A, int MI, int NJ, class T,
+          int LDR, int RES_BYTES, int P, int BLOCK_M, class LoadStage, class WhileCopying, class Parities>
 __device__ __forceinline__ void dx_phase_n_loop(FragC (&acc)[MI][NJ], unsigned char* s_body, unsigned s_body_addr,
                                                 unsigned a_lane, unsigned b_lane, LoadStage& load_stage,
-                                                const WhileCopying& while_copying) {
+                                                const WhileCopying& while_copying, unsigned long long* bars,
+                                                Parities& parity) {
+  static_assert(!TMA || WG, "the TMA stages are the wgmma layout's");
   if constexpr (WG) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    dx_n_loop_wg<STAGES, KA, P, BLOCK_M, STAGE_A, RES_BYTES, T>(acc, s_body, load_stage, while_copying);
+    dx_n_loop_wg<STAGES, KA, P, BLOCK_M, STAGE_A, RES_BYTES, TMA, T>(acc, s_body, load_stage, while_copying, bars,
+                                                                     parity);
 #endif
   } else {
     dx_n_loop<NT, STAGES, KA, BKN, LDA, STAGE_A, MI, NJ, T, LoadStage, WhileCopying, LDR, RES_BYTES>(
@@ -342,6 +375,13 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   static_assert(!kWg || bwd_geom::dx_wg_shape(P, N, BLOCK_M, BLOCK_K), "the wgmma n loops need dx_wg_shape");
   // Phase B on wgmma too where dy's rows are one 128-byte swizzle atom (headdim 64).
   constexpr bool kWgB = kWg && P == 64;
+  // The wgmma tiles' operand stages by the copy engine (SSD_FLAG_TMA, ChunkScanBwdDxTmaParams): phase
+  // A's row tile (C, then B) and K tiles (P's, then ds's terms), and with kWgB phase B's dy tile;
+  // CB keeps its cp.async copies (only its lower triangle is written). The same bytes in the same
+  // shared layout (positions past seqlen zero-filled as the predicates do), so the same bits.
+  constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
+  static_assert(!kTma || kWg, "the TMA stages are the wgmma tiles' (bwd_geom::dx_wg_shape)");
+  constexpr bool kTmaB = kTma && kWgB;  // phase B's dy tile too (its swizzled atom: headdim 64)
   static_assert(!kWgB || (bwd_geom::dx_stage_b_bytes(P, BLOCK_M, BLOCK_K) % 1024 == 0 && (BLOCK_K * (BLOCK_M + 4) * 4) % 1024 == 0),
                 "phase B's dy tiles must start on 1 KiB (the swizzle atom)");
   static_assert((kRes ? bwd_geom::dx_res_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)
@@ -409,6 +449,28 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   __shared__ __align__(16) float s_dA[Q];
   __shared__ __align__(16) float s_dt[Q];
   __shared__ int s_seq[Spec::kSeqIdx ? Q : 1];
+  // With kTma: phase A's ring barriers 0 .. STAGES_A - 1, phase B's 4 .. 4 + STAGES_B - 1 (one arrival:
+  // thread 0's arrive.expect_tx; the copies' bytes complete them); every thread waits each phase once.
+  __shared__ __align__(8) unsigned long long s_bars[kTma ? 8 : 1];
+  static_assert(!kTma || (STAGES_A <= 4 && STAGES_B <= 4), "four barriers per ring");
+  detail::DxParities parity;
+  if constexpr (kTma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ptx::mbarrier_init(s_bars + i, 1);
+      ptx::fence_mbarrier_init();
+      ptx::tma_prefetch_map(&p.map_c);
+      ptx::tma_prefetch_map(&p.map_b);
+      ptx::tma_prefetch_map(&p.map_states);
+      ptx::tma_prefetch_map(&p.map_states_lo);
+      ptx::tma_prefetch_map(&p.map_ds);
+      ptx::tma_prefetch_map(&p.map_ds_lo);
+      if constexpr (kTmaB) ptx::tma_prefetch_map(&p.map_dy);
+    }
+    __syncthreads();
+#endif
+  }
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -624,6 +686,34 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           };
         };
 
+        // With kTma the n loops' copies of step ks into buffer buf by the copy engine (thread 0), on
+        // barrier buf: in the hi chain's steps (ks < KA) the row tile's 64 columns k0 .. (BLOCK_M rows
+        // of C (phase 0: A2) or B (phase 1: A1) from position t0 + m0; rows past seqlen zero-filled)
+        // into its resident atom, and every step the K tile (P rows of the (b, c, h) block of the
+        // term's map: P's terms in A2, ds's in A1; hi in steps 0 .. KA-1, lo in KA .. 2KA-1).
+        auto tma_n_loads = [&](int phase) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+          const int row0 = int(t0 + m0), kb = b * int(p.nchunks) + c, hh = h, gg = g, bb = b;
+#endif
+          return [=, &p](int buf, int ks) {
+            if constexpr (kTma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+              if (threadIdx.x != 0) return;
+              const bool hi = ks < KA;
+              const int k0 = (hi ? ks : ks - KA) * 64;
+              unsigned long long* bar = s_bars + buf;
+              ptx::mbarrier_arrive_expect_tx(bar, unsigned(STAGE_A + (hi ? BLOCK_M * 128 : 0)));
+              if (hi)
+                ptx::tma_load_4d(s_body + (k0 / 64) * BLOCK_M * 128, phase == 0 ? &p.map_c : &p.map_b, bar, k0, gg,
+                                 row0, bb);
+              const TensorMap* km = phase == 0 ? (hi ? &p.map_states : &p.map_states_lo)
+                                               : (hi ? &p.map_ds : &p.map_ds_lo);
+              ptx::tma_load_4d(s_body + RES_BYTES + buf * STAGE_A, km, bar, k0, 0, hh, kb);
+#endif
+            }
+          };
+        };
+
         // ---- Staging of acc through the shared fp32 tile [l][p], and the per-row p sums ----
         float* so = reinterpret_cast<float*>(s_body);
         auto stage_acc = [&]() {
@@ -644,10 +734,18 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
         zero_acc();
         {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
           const ChunkPtrs at = chunk_ptrs();
-          auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
-                                    p.states.stride[3], vec_p);
-          detail::dx_phase_n_loop<kWg, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P, BLOCK_M>(
-              acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position);
+          if constexpr (kTma) {
+            auto load_stage = tma_n_loads(0);
+            detail::dx_phase_n_loop<kWg, true, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
+                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position,
+                                             s_bars, parity);
+          } else {
+            auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data,
+                                      at.p_off, p.states.stride[3], vec_p);
+            detail::dx_phase_n_loop<kWg, false, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
+                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position,
+                                             s_bars, parity);
+          }
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -669,21 +767,31 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                                                     v_out, finish_v);
           }
         }
+        // The staging tile's ordinary accesses, before the copy engine writes the same bytes.
+        detail::dx_fence_for_copy_engine<kTma>();
         __syncthreads();  // the staging tile is reused by phase A1's stages
 
         // ---------------- Phase A1: acc = B_tile · ds_cᵀ (over n), row scale eend, then w ----------------
         zero_acc();
         {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
           const ChunkPtrs at = chunk_ptrs();
-          auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
-                                    p.ds.stride[3], vec_ds);
           auto prefetch_x = [&] {
             // Row r of x, which w's row sum reads after phase A1, into L1 (thread r < BLOCK_M).
             if (vec_x && tid < BLOCK_M && m0 + tid < valid)
               detail::dx_prefetch_row<P>(at.safe_x + (at.t0 + m0 + tid) * p.x.stride[1]);
           };
-          detail::dx_phase_n_loop<kWg, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P, BLOCK_M>(
-              acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x);
+          if constexpr (kTma) {
+            auto load_stage = tma_n_loads(1);
+            detail::dx_phase_n_loop<kWg, true, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
+                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x,
+                                             s_bars, parity);
+          } else {
+            auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
+                                      p.ds.stride[3], vec_ds);
+            detail::dx_phase_n_loop<kWg, false, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
+                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x,
+                                             s_bars, parity);
+          }
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];
@@ -721,6 +829,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
           for (int r = tid; r < BLOCK_M; r += NT)
             if (m0 + r >= valid) ddt_x_out[m0 + r] = 0.f;  // dx_row_dots wrote w's zeros past λ
         }
+        detail::dx_fence_for_copy_engine<kTma>();  // as before phase A1
         __syncthreads();  // the staging tile is reused by phase B's stages
 
         // ---------------- Phase B: acc += Wt · dY (contraction over m) ----------------
@@ -771,7 +880,24 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                   ptx::cp_async_16(dy_dst + it * kDyIter, ok ? dy_next + it * dy_row_step : safe_dy, ok);
               }
             };
-            if (vec_b_phase) {  // the common case: both 16-byte paths, no branch between them
+            if constexpr (kTmaB) {
+              // dy by the copy engine (thread 0, on phase B's barrier 4 + buf), CB as below.
+              if (vec_cb) {
+                cb_vec();
+              } else {
+                block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + k0 * cb_stride + m0, cb_stride, 1,
+                                                             false, cb_base, [&](int r, int c0) {
+                                                               return m0 + c0 <= k0 + r && k0 + r < valid;
+                                                             });
+              }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+              if (threadIdx.x == 0) {
+                unsigned long long* bar = s_bars + 4 + buf;
+                ptx::mbarrier_arrive_expect_tx(bar, unsigned(BLOCK_K * 128));
+                ptx::tma_load_4d(sDY(buf), &p.map_dy, bar, 0, h, int(t0 + k0), b);
+              }
+#endif
+            } else if (vec_b_phase) {  // the common case: both 16-byte paths, no branch between them
               cb_vec();
               dy_vec();
             } else {
@@ -868,6 +994,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               // Step ks's copies (this thread's) to the async proxy, then every thread's; the buffer
               // refilled below was read by step ks − 1, whose wgmma every warpgroup waited for.
               ptx::cp_async_wait<STAGES_B - 2>();
+              if constexpr (kTmaB) parity.wait(s_bars, 4 + ks % STAGES_B);  // dy's bytes
               ptx::fence_proxy_async_shared();
               __syncthreads();
               if (ks + STAGES_B - 1 < nk) load_block((ks + STAGES_B - 1) % STAGES_B, ks + STAGES_B - 1);
@@ -973,6 +1100,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
             groups(false);
           }
         }
+        detail::dx_fence_for_copy_engine<kTma>();  // the next tile's copies write these bytes
         __syncthreads();  // the staging tile and the per-position arrays are reused by the next tile
       }
     }

@@ -435,6 +435,14 @@ TEST_CASE("ssd_backward D2 + D4 and the ddA bug class: every legal tile of every
     for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC, &staged))
       if (k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DSTATES || k.kernel == SSD_KERNEL_STATE_PASSING_BWD)
         base_configs.push_back(k);
+    // dx's cp.async twin where the call takes its TMA stages: a TMA config's legal tiles are the
+    // wgmma tiles only, the twin's are all of them (the call drops the flag for the others).
+    for (const ssd_kernel_config& k : std::vector<ssd_kernel_config>(base_configs))
+      if (k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX && (k.flags & SSD_FLAG_TMA)) {
+        ssd_kernel_config twin = k;
+        twin.flags &= ~uint32_t(SSD_FLAG_TMA);
+        base_configs.push_back(twin);
+      }
     // And the fused dcb + ddA_intra (opt-in: the same bits).
     ssd::BackwardTuning fused;
     fused.fused_dcb_intra = true;
@@ -568,6 +576,36 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
   }
   MESSAGE("bwd fused state pass: " << tma_cases << " cases ran the TMA stages");
   if (device_is_sm90a()) CHECK(tma_cases > 0);
+}
+
+TEST_CASE("ssd_backward on sm_90a: the TMA stages (fused state pass, dx) give the cp.async loaders' bits, every "
+          "case" *
+          doctest::skip(!gpu_available())) {
+  if (!device_is_sm90a()) {
+    MESSAGE("not an sm_90a device: the TMA paths do not run here");
+    return;
+  }
+  RuntimeHolder rt;
+  ssd::BackwardTuning cp_async;
+  cp_async.cp_async = true;
+  int dx_tma = 0, pass_tma = 0;
+  for (const BwdCase& c : kBwdCases) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC)) {
+      dx_tma += k.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX && (k.flags & SSD_FLAG_TMA);
+      pass_tma += k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD && (k.flags & SSD_FLAG_TMA);
+    }
+    const std::vector<uint8_t> tma = prob.run(rt.rt), cp = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &cp_async);
+    size_t equal = 0;
+    for (size_t i = 0; i < tma.size() && i < cp.size(); ++i) equal += tma[i] == cp[i];
+    MESSAGE(describe(c) << ": " << equal << " of " << tma.size() << " gradient bytes equal (TMA vs cp.async stages)");
+    CHECK(same_bytes(tma, cp));
+  }
+  MESSAGE("TMA stages ran in " << pass_tma << " fused state passes and " << dx_tma << " dx kernels of "
+                                << std::size(kBwdCases) << " cases");
+  CHECK(pass_tma > 0);
+  CHECK(dx_tma > 0);
 }
 
 TEST_CASE("ssd_backward: the fused dcb + ddA_intra (chunk_scan_bwd_dcb_ddA_intra) gives the pair's bits, every "

@@ -538,3 +538,52 @@ TEST_CASE("backward kernel list: the fused state pass takes TMA stages where dy 
   gated.dz = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
   CHECK((fused(gated, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) != 0);
 }
+
+TEST_CASE("backward kernel list: dx takes TMA stages at its wgmma tiles where C, B and dy fit the maps") {
+  ssd_backward_args a = backward_args_with_D_bias(Shape{4, 2048, 256, 64, 8, 256, 256});
+  a.x = dense(SSD_DTYPE_BF16, {4, 2048, 256, 64});
+  a.dout = dense(SSD_DTYPE_BF16, {4, 2048, 256, 64});
+  a.B = dense(SSD_DTYPE_BF16, {4, 2048, 8, 256});
+  a.C = dense(SSD_DTYPE_BF16, {4, 2048, 8, 256});
+  auto dx = [](const ssd_backward_args& args, ssd_arch arch, const BackwardTuning* tn = nullptr) {
+    auto cfgs = backward_kernel_configs(&args, arch, SSD_MODE_DETERMINISTIC, tn);
+    REQUIRE(cfgs.ok());
+    for (const ssd_kernel_config& c : cfgs.value())
+      if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX) return c;
+    FAIL("no chunk_scan_bwd_dx in the list");
+    return ssd_kernel_config{};
+  };
+  const ssd_kernel_config tma = dx(a, SSD_ARCH_SM90A);
+  CHECK((tma.flags & SSD_FLAG_TMA) != 0);
+  CHECK(default_tile(tma).m == 128);  // the list keeps 0 (the default tile)
+  CHECK(default_tile(tma).k == 64);
+  CHECK((dx(a, SSD_ARCH_SM90).flags & SSD_FLAG_TMA) == 0);
+  BackwardTuning cp;
+  cp.cp_async = true;
+  CHECK((dx(a, SSD_ARCH_SM90A, &cp).flags & SSD_FLAG_TMA) == 0);
+  // A tile that is not one of the wgmma tiles: the cp.async loaders.
+  BackwardTuning narrow;
+  narrow.dx = ssd_tile{64, 0, 32, 0, 0};
+  const ssd_kernel_config narrow_cfg = dx(a, SSD_ARCH_SM90A, &narrow);
+  CHECK((narrow_cfg.flags & SSD_FLAG_TMA) == 0);
+  CHECK(narrow_cfg.tile.m == 64);
+  // The family refuses the flag there, by name.
+  ssd_kernel_config forced = narrow_cfg;
+  forced.flags |= SSD_FLAG_TMA;
+  const Status refused = validate_config(forced);
+  CHECK(refused.code == SSD_ERROR_INVALID_CONFIG);
+  CHECK(contains(refused.detail, "tma"));
+  // Every legal tile of the TMA config is a wgmma tile; the twin without the flag has more.
+  ssd_kernel_config twin = tma;
+  twin.flags &= ~uint32_t(SSD_FLAG_TMA);
+  const auto tma_tiles = legal_tiles(tma), all_tiles = legal_tiles(twin);
+  CHECK(!tma_tiles.empty());
+  CHECK(tma_tiles.size() < all_tiles.size());
+  for (const ssd_tile& t : tma_tiles) CHECK((t.m == 128 && t.k == 64));
+  // B with a padded group stride (off the 16-byte grid): no map, so cp.async.
+  ssd_backward_args padded = a;
+  padded.B.strides[0] = 2048 * 8 * 260;
+  padded.B.strides[1] = 8 * 260;
+  padded.B.strides[2] = 260;
+  CHECK((dx(padded, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) == 0);
+}
