@@ -598,15 +598,47 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                       : reinterpret_cast<T*>(s_body + buf * STAGE_A) + BLOCK_M * LDA;
         };
 
+        // With kTma the n loops' copies of step ks into buffer buf by the copy engine (thread 0), on
+        // barrier buf: in the hi chain's steps (ks < KA) the row tile's 64 columns k0 .. (BLOCK_M rows
+        // of C (phase 0: A2) or B (phase 1: A1) from position t0 + m0; rows past seqlen zero-filled)
+        // into its resident atom, and every step the K tile (P rows of the (b, c, h) block of the
+        // term's map: P's terms in A2, ds's in A1; hi in steps 0 .. KA-1, lo in KA .. 2KA-1).
+        auto tma_n_loads = [&](int phase) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+          const int row0 = int(t0 + m0), kb = b * int(p.nchunks) + c, hh = h, gg = g, bb = b;
+#endif
+          return [=, &p](int buf, int ks) {
+            if constexpr (kTma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+              if (threadIdx.x != 0) return;
+              const bool hi = ks < KA;
+              const int k0 = (hi ? ks : ks - KA) * 64;
+              unsigned long long* bar = s_bars + buf;
+              ptx::mbarrier_arrive_expect_tx(bar, unsigned(STAGE_A + (hi ? BLOCK_M * 128 : 0)));
+              if (hi)
+                ptx::tma_load_4d(s_body + (k0 / 64) * BLOCK_M * 128, phase == 0 ? &p.map_c : &p.map_b, bar, k0, gg,
+                                 row0, bb);
+              const TensorMap* km = phase == 0 ? (hi ? &p.map_states : &p.map_states_lo)
+                                               : (hi ? &p.map_ds : &p.map_ds_lo);
+              ptx::tma_load_4d(s_body + RES_BYTES + buf * STAGE_A, km, bar, k0, 0, hh, kb);
+#endif
+            }
+          };
+        };
+
         // The n loops' copies of step ks into buffer buf: the row tile's rows m0 + r of `rows`
         // (C or B: (b, L, g, n), rows of the chunk from t0), columns k0 .. k0 + BKN of n, rows
         // past λ zero-filled; the K tile's rows p of `kt_hi` / `kt_lo` (P or ds terms, (b, c, h)
         // rows of n from k_off), the hi term in steps 0 .. KA-1, the lo term in KA .. 2KA-1. On
         // the 16-byte path the thread's source pointers are formed once (row_src; rows past λ read
         // nothing, their pointer is the valid `safe`) and each step adds its k0.
+        // With kTma they are tma_n_loads(phase)'s (phase 0: A2, 1: A1).
         auto n_loads = [&](long long t_first, const T* rows, const TensorRef<const void, 4>& view, bool vec_rows,
                            const T* safe, const void* kt_hi, const void* kt_lo, long long k_off, long long k_stride,
-                           bool vec_k) {
+                           bool vec_k, int phase) {
+          if constexpr (kTma) {
+            return tma_n_loads(phase);
+          } else {
           const T* row_src[RowChunks::ITERS];
           bool row_ok[RowChunks::ITERS];
 #pragma unroll
@@ -684,34 +716,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               block::load_tile<NT, P, BKN, LDA>(sK(buf), src, k_stride, 1, false, src, [&](int, int) { return true; });
             }
           };
-        };
-
-        // With kTma the n loops' copies of step ks into buffer buf by the copy engine (thread 0), on
-        // barrier buf: in the hi chain's steps (ks < KA) the row tile's 64 columns k0 .. (BLOCK_M rows
-        // of C (phase 0: A2) or B (phase 1: A1) from position t0 + m0; rows past seqlen zero-filled)
-        // into its resident atom, and every step the K tile (P rows of the (b, c, h) block of the
-        // term's map: P's terms in A2, ds's in A1; hi in steps 0 .. KA-1, lo in KA .. 2KA-1).
-        auto tma_n_loads = [&](int phase) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-          const int row0 = int(t0 + m0), kb = b * int(p.nchunks) + c, hh = h, gg = g, bb = b;
-#endif
-          return [=, &p](int buf, int ks) {
-            if constexpr (kTma) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-              if (threadIdx.x != 0) return;
-              const bool hi = ks < KA;
-              const int k0 = (hi ? ks : ks - KA) * 64;
-              unsigned long long* bar = s_bars + buf;
-              ptx::mbarrier_arrive_expect_tx(bar, unsigned(STAGE_A + (hi ? BLOCK_M * 128 : 0)));
-              if (hi)
-                ptx::tma_load_4d(s_body + (k0 / 64) * BLOCK_M * 128, phase == 0 ? &p.map_c : &p.map_b, bar, k0, gg,
-                                 row0, bb);
-              const TensorMap* km = phase == 0 ? (hi ? &p.map_states : &p.map_states_lo)
-                                               : (hi ? &p.map_ds : &p.map_ds_lo);
-              ptx::tma_load_4d(s_body + RES_BYTES + buf * STAGE_A, km, bar, k0, 0, hh, kb);
-#endif
-            }
-          };
+          }
         };
 
         // ---- Staging of acc through the shared fp32 tile [l][p], and the per-row p sums ----
@@ -734,18 +739,11 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
         zero_acc();
         {  // steps 0 .. KA-1: the hi term's chain over n; KA .. 2KA-1: the lo term's
           const ChunkPtrs at = chunk_ptrs();
-          if constexpr (kTma) {
-            auto load_stage = tma_n_loads(0);
-            detail::dx_phase_n_loop<kWg, true, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
-                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position,
-                                             s_bars, parity);
-          } else {
-            auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data,
-                                      at.p_off, p.states.stride[3], vec_p);
-            detail::dx_phase_n_loop<kWg, false, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
-                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position,
-                                             s_bars, parity);
-          }
+          auto load_stage = n_loads(at.t0, at.safe_c, p.C, vec_c, at.safe_c, p.states.data, p.states_lo.data, at.p_off,
+                                    p.states.stride[3], vec_p, 0);
+          detail::dx_phase_n_loop<kWg, kTma, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
+                                  BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, fill_per_position,
+                                           s_bars, parity);
         }
         stage_acc();
         auto finish_v = [&](int l, float dot) {  // v_l = e_l · dot_l (l <= λ)
@@ -780,18 +778,11 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
             if (vec_x && tid < BLOCK_M && m0 + tid < valid)
               detail::dx_prefetch_row<P>(at.safe_x + (at.t0 + m0 + tid) * p.x.stride[1]);
           };
-          if constexpr (kTma) {
-            auto load_stage = tma_n_loads(1);
-            detail::dx_phase_n_loop<kWg, true, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
-                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x,
-                                             s_bars, parity);
-          } else {
-            auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
-                                      p.ds.stride[3], vec_ds);
-            detail::dx_phase_n_loop<kWg, false, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
-                                    BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x,
-                                             s_bars, parity);
-          }
+          auto load_stage = n_loads(at.t0, at.safe_b, p.B, vec_b, at.safe_b, p.ds.data, p.ds_lo.data, at.ds_off,
+                                    p.ds.stride[3], vec_ds, 1);
+          detail::dx_phase_n_loop<kWg, kTma, NT, STAGES_A, 2 * KA, BKN, LDA, STAGE_A, MI, NJ, T, LDR, RES_BYTES, P,
+                                  BLOCK_M>(acc, s_body, s_body_addr, a_lane_n, b_lane_n, load_stage, prefetch_x, s_bars,
+                                           parity);
         }
         // Row scale eend_l (Rst), and the rows' A(l) for phase B.
         float a_row[MI][2];
@@ -880,8 +871,8 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                   ptx::cp_async_16(dy_dst + it * kDyIter, ok ? dy_next + it * dy_row_step : safe_dy, ok);
               }
             };
-            if constexpr (kTmaB) {
-              // dy by the copy engine (thread 0, on phase B's barrier 4 + buf), CB as below.
+            // CB's tile: the 16-byte path, else element copies (groups with l0 <= m <= λ only).
+            auto cb_tile = [&]() {
               if (vec_cb) {
                 cb_vec();
               } else {
@@ -890,6 +881,10 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                                                                return m0 + c0 <= k0 + r && k0 + r < valid;
                                                              });
               }
+            };
+            if constexpr (kTmaB) {
+              // dy by the copy engine (thread 0, on phase B's barrier 4 + buf), CB as below.
+              cb_tile();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
               if (threadIdx.x == 0) {
                 unsigned long long* bar = s_bars + 4 + buf;
@@ -901,14 +896,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               cb_vec();
               dy_vec();
             } else {
-              if (vec_cb) {
-                cb_vec();
-              } else {
-                block::load_tile<NT, BLOCK_K, BLOCK_M, LDCB>(sCB(buf), cb_base + k0 * cb_stride + m0, cb_stride, 1,
-                                                             false, cb_base, [&](int r, int c0) {
-                                                               return m0 + c0 <= k0 + r && k0 + r < valid;
-                                                             });
-              }
+              cb_tile();
               if (vec_dy && kDyRowWalk) {
                 dy_vec();
               } else if constexpr (kWgB) {

@@ -448,6 +448,27 @@ TEST_CASE("workspace sizes: chunk_cumsum_bwd with L near 2^63 does not overflow"
   CHECK(contains(r.status().detail, "ddt: element offsets exceed 2^62"));
 }
 
+// backward_args_with_D_bias with dense bf16 x, dout, B and C (views every tensor map fits).
+ssd_backward_args dense_backward_args(const Shape& s) {
+  ssd_backward_args a = backward_args_with_D_bias(s);
+  a.x = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  a.dout = dense(SSD_DTYPE_BF16, {s.b, s.L, s.h, s.p});
+  a.B = dense(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  a.C = dense(SSD_DTYPE_BF16, {s.b, s.L, s.g, s.n});
+  return a;
+}
+
+// The config of `kernel` in a backward call's kernel list (deterministic mode).
+ssd_kernel_config listed_kernel(const ssd_backward_args& args, ssd_kernel_id kernel, ssd_arch arch,
+                                const BackwardTuning* tn = nullptr) {
+  auto cfgs = backward_kernel_configs(&args, arch, SSD_MODE_DETERMINISTIC, tn);
+  REQUIRE(cfgs.ok());
+  for (const ssd_kernel_config& c : cfgs.value())
+    if (c.kernel == kernel) return c;
+  FAIL("no " << kernel_name(kernel) << " in the list");
+  return ssd_kernel_config{};
+}
+
 TEST_CASE("backward kernel list: the recompute's state pass follows the slices (narrow tile; cp.async where a slice's view loses alignment)") {
   // nemotronh-56b at b=1 L=16384: 8 group slices of 32 heads, whose default-tile state-pass grid
   // (32 blocks) takes the 64 x 64 x 64 tile; x, B and C dense, so the TMA loaders.
@@ -459,12 +480,7 @@ TEST_CASE("backward kernel list: the recompute's state pass follows the slices (
   REQUIRE(layout.ok());
   REQUIRE(layout->slices == 8);
   auto state_pass = [](const ssd_backward_args& args, const BackwardTuning* tn = nullptr) {
-    auto cfgs = backward_kernel_configs(&args, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, tn);
-    REQUIRE(cfgs.ok());
-    for (const ssd_kernel_config& c : cfgs.value())
-      if (c.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_FWD) return c;
-    FAIL("no chunk_state_passing_fwd in the list");
-    return ssd_kernel_config{};
+    return listed_kernel(args, SSD_KERNEL_CHUNK_STATE_PASSING_FWD, SSD_ARCH_SM90A, tn);
   };
   const ssd_kernel_config dense_cfg = state_pass(a);
   CHECK(dense_cfg.tile.m == 64);
@@ -492,18 +508,9 @@ TEST_CASE("backward kernel list: the recompute's state pass follows the slices (
 TEST_CASE("backward kernel list: the fused state pass takes TMA stages where dy and C fit the maps in every slice") {
   // nemotronh-56b at b=1 L=16384 (8 group slices), dense inputs: chunk_state_passing_bwd's wgmma
   // kernel with SSD_FLAG_TMA on sm_90a, the cp.async loaders on request (the same bits) and on sm_90.
-  ssd_backward_args a = backward_args_with_D_bias(Shape{1, 16384, 256, 64, 8, 256, 256});
-  a.x = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
-  a.dout = dense(SSD_DTYPE_BF16, {1, 16384, 256, 64});
-  a.B = dense(SSD_DTYPE_BF16, {1, 16384, 8, 256});
-  a.C = dense(SSD_DTYPE_BF16, {1, 16384, 8, 256});
+  ssd_backward_args a = dense_backward_args(Shape{1, 16384, 256, 64, 8, 256, 256});
   auto fused = [](const ssd_backward_args& args, ssd_arch arch, const BackwardTuning* tn = nullptr) {
-    auto cfgs = backward_kernel_configs(&args, arch, SSD_MODE_DETERMINISTIC, tn);
-    REQUIRE(cfgs.ok());
-    for (const ssd_kernel_config& c : cfgs.value())
-      if (c.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) return c;
-    FAIL("no chunk_state_passing_bwd in the list");
-    return ssd_kernel_config{};
+    return listed_kernel(args, SSD_KERNEL_CHUNK_STATE_PASSING_BWD, arch, tn);
   };
   CHECK((fused(a, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) != 0);
   CHECK((fused(a, SSD_ARCH_SM90).flags & SSD_FLAG_TMA) == 0);
@@ -540,18 +547,9 @@ TEST_CASE("backward kernel list: the fused state pass takes TMA stages where dy 
 }
 
 TEST_CASE("backward kernel list: dx takes TMA stages at its wgmma tiles where C, B and dy fit the maps") {
-  ssd_backward_args a = backward_args_with_D_bias(Shape{4, 2048, 256, 64, 8, 256, 256});
-  a.x = dense(SSD_DTYPE_BF16, {4, 2048, 256, 64});
-  a.dout = dense(SSD_DTYPE_BF16, {4, 2048, 256, 64});
-  a.B = dense(SSD_DTYPE_BF16, {4, 2048, 8, 256});
-  a.C = dense(SSD_DTYPE_BF16, {4, 2048, 8, 256});
+  ssd_backward_args a = dense_backward_args(Shape{4, 2048, 256, 64, 8, 256, 256});
   auto dx = [](const ssd_backward_args& args, ssd_arch arch, const BackwardTuning* tn = nullptr) {
-    auto cfgs = backward_kernel_configs(&args, arch, SSD_MODE_DETERMINISTIC, tn);
-    REQUIRE(cfgs.ok());
-    for (const ssd_kernel_config& c : cfgs.value())
-      if (c.kernel == SSD_KERNEL_CHUNK_SCAN_BWD_DX) return c;
-    FAIL("no chunk_scan_bwd_dx in the list");
-    return ssd_kernel_config{};
+    return listed_kernel(args, SSD_KERNEL_CHUNK_SCAN_BWD_DX, arch, tn);
   };
   const ssd_kernel_config tma = dx(a, SSD_ARCH_SM90A);
   CHECK((tma.flags & SSD_FLAG_TMA) != 0);
