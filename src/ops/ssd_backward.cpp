@@ -622,13 +622,13 @@ Status fused_launch(const B& c, const ssd_kernel& k, CUstream stream) {
 }
 
 // B-d: dx, dΔˣ's state part, w, v (with z, SSD_FLAG_Z: v's p sum also over dy's second term).
-// Its wgmma tiles take TMA stages (SSD_FLAG_TMA) where C, B and dy fit the maps (the K tiles are the
-// workspace's, contiguous): sm_90a, the tile (the tuning's, else the default) one of
+// Its wgmma tiles at headdim 64 take TMA stages (SSD_FLAG_TMA) where C, B and dy fit the maps (the K
+// tiles are the workspace's, contiguous): sm_90a, the tile (the tuning's, else the default) one of
 // bwd_geom::dx_wg_shape's, not turned off by BackwardTuning::cp_async; the cp.async loaders
 // otherwise (the same bits).
 bool dx_tma(const B& c, const ssd_kernel_config& k) {
   const ssd_tile t = k.tile.m ? k.tile : default_tile(k);
-  return c.arch == SSD_ARCH_SM90A && !c.tn.cp_async &&
+  return c.arch == SSD_ARCH_SM90A && !c.tn.cp_async && c.d.p == 64 &&
          ssd_kernels::bwd_geom::dx_wg_shape(int(c.d.p), int(c.d.n), t.m, t.k) && fits_tma_map(c.a.C) &&
          fits_tma_map(c.a.B) && fits_tma_map(c.dy());
 }
@@ -648,7 +648,7 @@ Status encode_dx_maps(const B& c, const ssd_tile& t, ssd_kernels::ChunkScanBwdDx
   SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.states_t_lo), T, 2, dims, 64, P), p.map_states_lo));
   SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.ds), T, 2, dims, 64, P), p.map_ds));
   SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.ds_lo), T, 2, dims, 64, P), p.map_ds_lo));
-  if (c.d.p == 64) SSD_RETURN_IF_ERROR(put_map(blhp_map(c.dy(), uint32_t(t.k)), p.map_dy));  // phase B's dy (headdim 64)
+  SSD_RETURN_IF_ERROR(put_map(blhp_map(c.dy(), uint32_t(t.k)), p.map_dy));  // phase B's dy
   return Status::Ok();
 }
 Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {

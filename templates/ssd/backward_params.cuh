@@ -125,13 +125,13 @@ struct ChunkScanBwdDxZParams : ChunkScanBwdDxParams {
   const void* dy_lo;  // rn_T(dy_fp32 − float(dy)), element type T, laid out as dy
 };
 // The same with the tensor maps of the sm_90a TMA specialization (SSD_FLAG_TMA: the wgmma tiles,
-// bwd_geom::dx_wg_shape; the others take the blocks above). 4-D, innermost first, 128-byte swizzle,
+// bwd_geom::dx_wg_shape, at headdim 64; the others take the blocks above). 4-D, innermost first, 128-byte swizzle,
 // boxes of 64 innermost elements (the layouts the cp.async loaders write; positions past seqlen lie
 // outside the maps, zero-filled as their predicates do):
 //   map_c, map_b   C, B (b, L, g, n):   dims {n, g, L, b}, box {64, 1, BLOCK_M, 1} (phase A's row tile)
 //   map_states, map_states_lo, map_ds, map_ds_lo   the K tiles, contiguous (b, nchunks, h, p, n):
 //                  dims {n, p, h, b · nchunks}, box {64, P, 1, 1}
-//   map_dy         dy (b, L, h, p):     dims {p, h, L, b}, box {64, 1, BLOCK_K, 1} (phase B; headdim 64)
+//   map_dy         dy (b, L, h, p):     dims {p, h, L, b}, box {64, 1, BLOCK_K, 1} (phase B)
 // (CB keeps its cp.async copies: only its lower triangle is written.)
 struct ChunkScanBwdDxTmaParams : ChunkScanBwdDxZParams {
   TensorMap map_c, map_b, map_states, map_states_lo, map_ds, map_ds_lo, map_dy;

@@ -382,6 +382,9 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
   static_assert(!kTma || kWg, "the TMA stages are the wgmma tiles' (bwd_geom::dx_wg_shape)");
   constexpr bool kTmaB = kTma && kWgB;  // phase B's dy tile too (its swizzled atom: headdim 64)
+  // Headdim 64 only (the family's rule): the shape the GPU tests proved; phase A's TMA loaders are
+  // written for any wgmma tile, phase B's for headdim 64.
+  static_assert(!kTma || kTmaB, "the TMA specialization is headdim 64's");
   static_assert(!kWgB || (bwd_geom::dx_stage_b_bytes(P, BLOCK_M, BLOCK_K) % 1024 == 0 && (BLOCK_K * (BLOCK_M + 4) * 4) % 1024 == 0),
                 "phase B's dy tiles must start on 1 KiB (the swizzle atom)");
   static_assert((kRes ? bwd_geom::dx_res_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)

@@ -584,4 +584,6 @@ TEST_CASE("backward kernel list: dx takes TMA stages at its wgmma tiles where C,
   padded.B.strides[1] = 8 * 260;
   padded.B.strides[2] = 260;
   CHECK((dx(padded, SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) == 0);
+  // Headdim 32 (a wgmma tile too): cp.async until its TMA path is proven on the GPU.
+  CHECK((dx(dense_backward_args(Shape{2, 1024, 32, 32, 4, 128, 256}), SSD_ARCH_SM90A).flags & SSD_FLAG_TMA) == 0);
 }
