@@ -846,16 +846,16 @@ const std::vector<Stage<B>>& backward_plan() {
 // A pure function of the extents, so a precompiled kernel list (backward_kernel_configs) holds the
 // call's kernels; the same bits for every tile (docs/determinism.md, D2).
 constexpr int64_t kNarrowRecomputeBlocks = 64;
-// Every slice runs slice 0's recompute kernels, and which of the state pass's loaders they take (TMA
-// or cp.async: the same bits) follows x's and B's alignment (fits_tma_map), which a slice's view
-// keeps only if it starts a multiple of 16 bytes after slice 0's. Where one does not (a stride the
-// one head or group of a slice leaves unchecked), the recompute takes the cp.async loaders, which
-// every view can use.
 // A (b, L, heads, inner) tensor's slice views of `count` heads (or groups) each start a multiple of
 // 16 bytes apart.
 bool slice_views_keep_alignment(const ssd_tensor& t, int64_t count) {
   return !t.data || (count * t.strides[2] * int64_t(dtype_size(t.dtype))) % 16 == 0;
 }
+// Every slice runs slice 0's recompute kernels, and which of the state pass's loaders they take (TMA
+// or cp.async: the same bits) follows x's and B's alignment (fits_tma_map), which a slice's view
+// keeps only if it starts a multiple of 16 bytes after slice 0's. Where one does not (a stride the
+// one head or group of a slice leaves unchecked), the recompute takes the cp.async loaders, which
+// every view can use.
 bool slices_keep_alignment(const ssd_backward_args& a, int64_t h_slice, int64_t g_slice) {
   return slice_views_keep_alignment(a.x, h_slice) && slice_views_keep_alignment(a.B, g_slice) &&
          slice_views_keep_alignment(a.C, g_slice);
