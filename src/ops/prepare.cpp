@@ -120,7 +120,7 @@ Result<ssd_arch> resolve_arch(ssd_runtime& rt, const ssd_prepare_options& o) {
 
 // The call's configs, normalized and de-duplicated. On sm_90a a call whose x, B, C (or dout) do not fit the
 // tensor maps (a view aligned only to its elements, strides off the 16-byte grid) runs the cp.async
-// kernels instead of the TMA ones (SSD_FLAG_TMA, ssd_forward.cpp): the shapes alone cannot tell, so
+// kernels instead of the TMA ones (SSD_FLAG_TMA, ssd_forward.cpp and ssd_backward.cpp): the shapes alone cannot tell, so
 // the configs with `cp_async` tuning (the TMA paths off) join them there.
 template <class Configs, class Tuning>
 Result<std::vector<ssd_kernel_config>> with_cp_async_twins(ssd_arch arch, Configs configs_with, const Tuning* cp_async) {
@@ -175,7 +175,7 @@ Result<std::vector<ssd_kernel_config>> backward_prepare_configs(const ssd_backwa
   const ssd_backward_args a = backward_stand_ins(args.value());
   // The workspace layout too (with the gate's and chunk_cumsum's own checks), as the call does.
   SSD_RETURN_IF_ERROR(backward_layout(&a, mode).status());
-  BackwardTuning cp_async;  // the recompute's state pass and the backward's fused one
+  BackwardTuning cp_async;  // the recompute's state pass, the backward's fused one and dx
   cp_async.forward.cp_async = true;
   cp_async.cp_async = true;
   return with_cp_async_twins(arch, [&](const BackwardTuning* t) { return backward_kernel_configs(&a, arch, mode, t); },

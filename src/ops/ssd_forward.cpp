@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -20,7 +19,6 @@
 #include "ops/tensor_check.h"
 #include "ops/tensor_ref.h"
 #include "ops/workspace.h"
-#include "runtime/tensor_map.h"
 #include "ssd/forward_params.cuh"
 #include "ssd/kernel_params.cuh"
 

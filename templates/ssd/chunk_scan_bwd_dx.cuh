@@ -376,15 +376,13 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // Phase B on wgmma too where dy's rows are one 128-byte swizzle atom (headdim 64).
   constexpr bool kWgB = kWg && P == 64;
   // The wgmma tiles' operand stages by the copy engine (SSD_FLAG_TMA, ChunkScanBwdDxTmaParams): phase
-  // A's row tile (C, then B) and K tiles (P's, then ds's terms), and with kWgB phase B's dy tile;
-  // CB keeps its cp.async copies (only its lower triangle is written). The same bytes in the same
-  // shared layout (positions past seqlen zero-filled as the predicates do), so the same bits.
+  // A's row tile (C, then B) and K tiles (P's, then ds's terms), and phase B's dy tile; CB keeps its
+  // cp.async copies (only its lower triangle is written). The same bytes in the same shared layout
+  // (positions past seqlen zero-filled as the predicates do), so the same bits. Headdim 64 only (the
+  // family's rule: the shape the GPU tests proved), so phase B is on wgmma too (kWgB: dy's swizzled
+  // atom); phase A's TMA loaders are written for any wgmma tile.
   constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
-  static_assert(!kTma || kWg, "the TMA stages are the wgmma tiles' (bwd_geom::dx_wg_shape)");
-  constexpr bool kTmaB = kTma && kWgB;  // phase B's dy tile too (its swizzled atom: headdim 64)
-  // Headdim 64 only (the family's rule): the shape the GPU tests proved; phase A's TMA loaders are
-  // written for any wgmma tile, phase B's for headdim 64.
-  static_assert(!kTma || kTmaB, "the TMA specialization is headdim 64's");
+  static_assert(!kTma || kWgB, "the TMA specialization is the headdim-64 wgmma tiles' (bwd_geom::dx_wg_shape)");
   static_assert(!kWgB || (bwd_geom::dx_stage_b_bytes(P, BLOCK_M, BLOCK_K) % 1024 == 0 && (BLOCK_K * (BLOCK_M + 4) * 4) % 1024 == 0),
                 "phase B's dy tiles must start on 1 KiB (the swizzle atom)");
   static_assert((kRes ? bwd_geom::dx_res_tile_problem(Q, P, N, BLOCK_M, 0, BLOCK_K, Spec::kSeqIdx)
@@ -469,7 +467,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
       ptx::tma_prefetch_map(&p.map_states_lo);
       ptx::tma_prefetch_map(&p.map_ds);
       ptx::tma_prefetch_map(&p.map_ds_lo);
-      if constexpr (kTmaB) ptx::tma_prefetch_map(&p.map_dy);
+      if constexpr (kTma) ptx::tma_prefetch_map(&p.map_dy);
     }
     __syncthreads();
 #endif
@@ -885,7 +883,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                                                              });
               }
             };
-            if constexpr (kTmaB) {
+            if constexpr (kTma) {
               // dy by the copy engine (thread 0, on phase B's barrier 4 + buf), CB as below.
               cb_tile();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -985,7 +983,7 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               // Step ks's copies (this thread's) to the async proxy, then every thread's; the buffer
               // refilled below was read by step ks − 1, whose wgmma every warpgroup waited for.
               ptx::cp_async_wait<STAGES_B - 2>();
-              if constexpr (kTmaB) parity.wait(s_bars, 4 + ks % STAGES_B);  // dy's bytes
+              if constexpr (kTma) parity.wait(s_bars, 4 + ks % STAGES_B);  // dy's bytes
               ptx::fence_proxy_async_shared();
               __syncthreads();
               if (ks + STAGES_B - 1 < nk) load_block((ks + STAGES_B - 1) % STAGES_B, ks + STAGES_B - 1);

@@ -626,7 +626,7 @@ int cmd_bench(Context& ctx, const std::vector<std::string>& args) {
     tuning->staged_state_pass = ga.staged;      // dstates + state_passing_bwd instead of the fused kernel
     tuning->fused_dcb_intra = ga.fused_intra;   // the fused dcb + ddA_intra instead of the pair
     tuning->forward.cp_async = ga.cp_async;     // the recompute's state pass with cp.async stages
-    tuning->cp_async = ga.cp_async;             // and the backward's fused state pass
+    tuning->cp_async = ga.cp_async;             // and the backward's fused state pass and dx
     tuning->max_blocks = ga.max_blocks;         // 0: one block per work item
     tuning->group_slices = ga.slices;           // 0: the default slicing
     tuning->slice_buffers = ga.slice_buffers;

@@ -144,7 +144,7 @@ softplus (the Mamba2 layer's options), deterministic mode. --tiles overrides sta
 measuring candidates; the library's defaults do not change). --staged runs the states as two
 kernels (chunk_state_fwd, state_passing_fwd: the same bits) instead of the fused
 chunk_state_passing_fwd. --cp-async runs the sm_90a state pass and chunk_scan_fwd with their cp.async loaders where their
-TMA path would run (the same bits; bwd: the recompute's state pass and the fused backward state pass). --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
+TMA path would run (the same bits; bwd: the recompute's state pass, the fused backward state pass and dx). --z adds the z gate (out = y · silu(z), out_x = y; random bf16 z): the
 chunk_scan_fwd specialization with z. --arch builds every kernel for that target instead of the
 device's (an sm_90 build runs on an sm_90a device; sm_80 cubins do not load on Hopper): e.g.
 `--arch sm_90` times the mma.sync chunk_scan_fwd and state pass next to sm_90a's wgmma ones. --max-blocks caps every
