@@ -24,7 +24,7 @@ bool uses_wgmma(const ssd_kernel_config& c) {
   return c.arch == SSD_ARCH_SM90A && ssd_kernels::bwd_geom::dx_wg_shape(c.headdim, c.dstate, c.tile.m, c.tile.k);
 }
 // SSD_FLAG_TMA: the wgmma tiles' operand stages by the copy engine (Spec::kTma,
-// ChunkScanBwdDxTmaParams): phase A's row and K tiles and phase B's dy tile. Legal only with the
+// ChunkScanBwdDxTmaParams): phase A's row and K tiles and phase B's CB and dy tiles. Legal only with the
 // wgmma tiles at headdim 64 (the shape the GPU tests proved bitwise; headdim 32's wgmma tiles keep
 // cp.async), so a TMA config's tile set is theirs; the call drops the flag for the others (the same
 // bits either way).

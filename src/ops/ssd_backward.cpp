@@ -649,6 +649,8 @@ Status encode_dx_maps(const B& c, const ssd_tile& t, ssd_kernels::ChunkScanBwdDx
   SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.ds), T, 2, dims, 64, P), p.map_ds));
   SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.ds_lo), T, 2, dims, 64, P), p.map_ds_lo));
   SSD_RETURN_IF_ERROR(put_map(blhp_map(c.dy(), uint32_t(t.k)), p.map_dy));  // phase B's dy
+  const uint64_t cb_dims[4] = {uint64_t(c.d.Q), uint64_t(c.d.Q), uint64_t(c.d.g), uint64_t(c.d.b * c.d.nc)};
+  SSD_RETURN_IF_ERROR(put_map(dense_map(c.at(c.L.CB), SSD_DTYPE_FP32, 4, cb_dims, 32, uint32_t(t.k)), p.map_cb));
   return Status::Ok();
 }
 Status dx_launch(const B& c, const ssd_kernel& k, CUstream stream) {

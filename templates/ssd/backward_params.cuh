@@ -132,9 +132,11 @@ struct ChunkScanBwdDxZParams : ChunkScanBwdDxParams {
 //   map_states, map_states_lo, map_ds, map_ds_lo   the K tiles, contiguous (b, nchunks, h, p, n):
 //                  dims {n, p, h, b · nchunks}, box {64, P, 1, 1}
 //   map_dy         dy (b, L, h, p):     dims {p, h, L, b}, box {64, 1, BLOCK_K, 1} (phase B)
-// (CB keeps its cp.async copies: only its lower triangle is written.)
+//   map_cb         CB, fp32, contiguous (b, nchunks, g, Q, Q): dims {Q (l), Q (m), g, b · nchunks},
+//                  box {32, BLOCK_K, 1, 1} (phase B: BLOCK_M / 32 boxes a step; only the lower
+//                  triangle is written, and only it is selected)
 struct ChunkScanBwdDxTmaParams : ChunkScanBwdDxZParams {
-  TensorMap map_c, map_b, map_states, map_states_lo, map_ds, map_ds_lo, map_dy;
+  TensorMap map_c, map_b, map_states, map_states_lo, map_ds, map_ds_lo, map_dy, map_cb;
 };
 
 // chunk_scan_bwd_dcb (B-e), per (b, c, g), lower-triangle tiles of (l, s):

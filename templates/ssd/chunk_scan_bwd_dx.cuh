@@ -376,11 +376,11 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
   // Phase B on wgmma too where dy's rows are one 128-byte swizzle atom (headdim 64).
   constexpr bool kWgB = kWg && P == 64;
   // The wgmma tiles' operand stages by the copy engine (SSD_FLAG_TMA, ChunkScanBwdDxTmaParams): phase
-  // A's row tile (C, then B) and K tiles (P's, then ds's terms), and phase B's dy tile; CB keeps its
-  // cp.async copies (only its lower triangle is written). The same bytes in the same shared layout
-  // (positions past seqlen zero-filled as the predicates do), so the same bits. Headdim 64 only (the
-  // family's rule: the shape the GPU tests proved), so phase B is on wgmma too (kWgB: dy's swizzled
-  // atom); phase A's TMA loaders are written for any wgmma tile.
+  // A's row tile (C, then B) and K tiles (P's, then ds's terms), and phase B's CB and dy tiles. The
+  // same bytes (CB: the same selected entries, in swizzled boxes: form_a) with positions past seqlen
+  // zero-filled as the predicates do, so the same bits. Headdim 64 only (the family's rule: the shape
+  // the GPU tests proved), so phase B is on wgmma too (kWgB: dy's swizzled atom); phase A's TMA
+  // loaders are written for any wgmma tile.
   constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
   static_assert(!kTma || kWgB, "the TMA specialization is the headdim-64 wgmma tiles' (bwd_geom::dx_wg_shape)");
   static_assert(!kWgB || (bwd_geom::dx_stage_b_bytes(P, BLOCK_M, BLOCK_K) % 1024 == 0 && (BLOCK_K * (BLOCK_M + 4) * 4) % 1024 == 0),
@@ -467,7 +467,8 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
       ptx::tma_prefetch_map(&p.map_states_lo);
       ptx::tma_prefetch_map(&p.map_ds);
       ptx::tma_prefetch_map(&p.map_ds_lo);
-      if constexpr (kTma) ptx::tma_prefetch_map(&p.map_dy);
+      ptx::tma_prefetch_map(&p.map_dy);
+      ptx::tma_prefetch_map(&p.map_cb);
     }
     __syncthreads();
 #endif
@@ -884,12 +885,18 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
               }
             };
             if constexpr (kTma) {
-              // dy by the copy engine (thread 0, on phase B's barrier 4 + buf), CB as below.
-              cb_tile();
+              // CB and dy by the copy engine (thread 0, on phase B's barrier 4 + buf): CB as BLOCK_M / 32
+              // swizzled boxes of (BLOCK_K rows m) x (32 columns l), box j at sCB(buf) + j·BLOCK_K·32
+              // (form_a's kTma index), whole boxes (entries off the lower triangle or past λ are
+              // copied too and never selected: form_a's masks), then dy's tile.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
               if (threadIdx.x == 0) {
                 unsigned long long* bar = s_bars + 4 + buf;
-                ptx::mbarrier_arrive_expect_tx(bar, unsigned(BLOCK_K * 128));
+                ptx::mbarrier_arrive_expect_tx(bar, unsigned(BLOCK_K * 128 + BLOCK_M * BLOCK_K * 4));
+                const int bc_mem = b * int(p.nchunks) + c;  // CB's (b, nchunks) axes as one
+#pragma unroll
+                for (int j = 0; j < BLOCK_M / 32; ++j)
+                  ptx::tma_load_4d(sCB(buf) + j * BLOCK_K * 32, &p.map_cb, bar, m0 + 32 * j, k0, g, bc_mem);
                 ptx::tma_load_4d(sDY(buf), &p.map_dy, bar, 0, h, int(t0 + k0), b);
               }
 #endif
@@ -939,8 +946,20 @@ __device__ void chunk_scan_bwd_dx(const Params& p) {
                   const int r = wm0 + 16 * i + lg + 8 * half;  // row inside the tile
                   const int l = m0 + r;
                   const float al = a_row[i][half];
-                  const float* cbc = scb + mk * LDCB + r;  // CB(m01, l): Wt(l, m01) before the decay
-                  const float c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
+                  // CB(m01, l): Wt(l, m01) before the decay; rows m01 + 1, + 8, + 9 beside it.
+                  float c0, c1, c8, c9;
+                  if constexpr (kTma) {
+                    // The copy engine's boxes (load_stage): CB(m, r) at (r >> 5)·BLOCK_K·32 + m·32 +
+                    // ((((r & 31) >> 2) ^ (m & 7)) << 2) + (r & 3); rows m and m + 8 share a swizzle
+                    // (mk is even: m + 1's is mk's + 1), so two addresses serve the four reads.
+                    const int box = (r >> 5) * BLOCK_K * 32 + (r & 3), q4 = (r & 31) >> 2;
+                    const float* e0 = scb + box + mk * 32 + ((q4 ^ (mk & 7)) << 2);
+                    const float* e1 = scb + box + (mk + 1) * 32 + ((q4 ^ ((mk + 1) & 7)) << 2);
+                    c0 = e0[0], c1 = e1[0], c8 = e0[8 * 32], c9 = e1[8 * 32];
+                  } else {
+                    const float* cbc = scb + mk * LDCB + r;
+                    c0 = cbc[0], c1 = cbc[LDCB], c8 = cbc[8 * LDCB], c9 = cbc[9 * LDCB];
+                  }
                   // Each product is formed, then selected (no branch per element); a selected
                   // element is that product.
                   float w0 = __fmul_rn(c0, __expf(fminf(am01.x - al, 0.f)));
