@@ -1,5 +1,5 @@
 // chunk_scan_bwd_ddA_intra (templates/ssd/chunk_scan_bwd_ddA_intra.cuh): the intra-chunk part of
-// the gradient w.r.t. the increments A·Δ, by row prefix sums in a fixed column order. With z
+// the gradient w.r.t. the increments A·Δ, by row prefix and column sums in fixed 16-wide blocks. With z
 // (SSD_FLAG_Z) dy comes as two T terms from gate_bwd and M's chain over p takes both (kDyLo).
 #include "kernels/family.h"
 #include "ssd/backward_params.cuh"
@@ -17,10 +17,21 @@ ssd_tile default_tile(const ssd_kernel_config& c) {
 }
 using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 
+// __launch_bounds__'s minimum of blocks per SM. The 64x32 tile without z at headdim <= 64 gets 5:
+// 96 registers and no local memory (NVRTC 13.0, sm_90a and sm_80), and its <= 39 KiB of shared
+// memory allow 5 blocks; without the bound ptxas takes 128 registers (4 blocks) for the row
+// prefix's side-by-side 16-column chains. Elsewhere ptxas chooses (a bound of 5 spills there: z at
+// headdim 64 28 bytes, headdim 128 40 bytes).
+int min_blocks(const ssd_kernel_config& c) {
+  const bool bounded = c.tile.m == 64 && c.tile.n == 32 && c.headdim <= 64 && !(c.flags & SSD_FLAG_Z) &&
+                       ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n) == 128;
+  return bounded ? 5 : 0;
+}
+
 KernelSpec spec(const ssd_kernel_config& c) {
   SpecWriter s = tile_spec(c, kUses, "rows l", "columns s", "headdim step");
   s.boolean("kDeterministic", c.mode == SSD_MODE_DETERMINISTIC).boolean("kDyLo", c.flags & SSD_FLAG_Z);
-  KernelSpec k{s.members(), ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n), 0};
+  KernelSpec k{s.members(), ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n), min_blocks(c)};
   if (c.flags & SSD_FLAG_Z) k.params = "ChunkScanBwdDdaIntraZParams";
   return k;
 }

@@ -159,14 +159,19 @@ struct ChunkScanBwdDcbParams {
 // Σ_p dy·x + Σ_p dy_lo·x, one chain; chunk_scan_bwd_ddA_intra.cuh):
 //   W(l, s)  = (s < l && l <= λ) ? CB(l, s) · d(l, s) : 0      (d as in dcb for this head, without σ:
 //                                                              CB is already 0 where σ = 0)
-//   S(l, k)  = Σ_{s < k} W(l, s)                               (s increasing from +0.0)
-//   T_r(k)   = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)     (l increasing from +0.0)
+//   S(l, k)  = Σ_{s < k} W(l, s)                               (16-column blocks: see below)
+//   T_r(k)   = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)     (four 16-row blocks: see below)
+// the sums blocked at kIntraSumBlock = 16 chunk positions, whatever the tile (docs/determinism.md):
+//   S(l, k) = C_j + L_j(k), j = ⌊k/16⌋: L_j(k) = Σ_{16j <= s < k} W(l, s) (s increasing from +0.0),
+//   C_0 = +0.0, C_{j+1} = C_j + L_j(16j + 16); T_r(k) = ((σ_0 + σ_1) + σ_2) + σ_3 from +0.0, σ_q the
+//   sum over the group's rows 64r + 16q .. 64r + 16q + 15 in range, l increasing from +0.0; U_r as T_r.
 // deterministic: T_r(k) stored for every r with 64r <= λ and k < min(64r + 64, λ + 1), in
 //   intra (b, h, nchunks, Q/64, Q) contiguous; chunk_scan_bwd_ddA sums r increasing.
 // fast: T_r(k) atomically added into intra (b, h, nchunks, Q) contiguous, zeroed by the launcher.
 // dtx_intra: U_r(s) = Σ_{l in [64r, 64r+64), s <= l <= λ} CB(l, s)·(M(l, s)·exp(min(A(l) − A(s), 0)))
-//   (l increasing from +0.0), the intra part of dΔˣ, in the same slots / layout as intra.
+//   (l increasing from +0.0 in T_r's four blocks), the intra part of dΔˣ, in the same slots / layout as intra.
 constexpr int kIntraRowGroup = 64;
+constexpr int kIntraSumBlock = 16;  // the blocking of S's row prefix and of T's and U's column sums
 struct ChunkScanBwdDdaIntraParams {
   TensorRef<const float, 4> CB;  // (b, nchunks, g, Q) rows of Q fp32, unit s-stride; only s <= l <= λ read
   TensorRef<const void, 4> x;  // (b, L, h, p)

@@ -11,8 +11,9 @@
 //   with z (kDyLo) ddA_intra's M continues the same chain over dy_lo: M_z^(i) = M^(i) + Σ_p dy_lo·x
 //   (p-steps KP .. 2KP−1); dCB takes M^(i) at the end of dy's pass (as chunk_scan_bwd_dcb, which
 //   never sees dy_lo), W and u take M_z^(i) (as chunk_scan_bwd_ddA_intra);
-//   W, S, T_r, u, U_r per head as chunk_scan_bwd_ddA_intra.cuh (S's row carry from +0.0 across the
-//   column tiles in increasing order; T_r / U_r the l-increasing column chains per 64-row group).
+//   W, S, T_r, u, U_r per head as chunk_scan_bwd_ddA_intra.cuh (S in 16-column blocks, the block
+//   carry from +0.0 across the column tiles in increasing order; T_r / U_r four 16-row chains per
+//   64-row group, added in block order: detail::intra_tile_sums, the same helpers).
 //
 // Loop order of a block (row block m0, all of the group's heads): column tile s0 = 0, BN, ... outer,
 // head i = gR .. inner, p-steps innermost. The row carry of S is per (head, row): the row owner keeps

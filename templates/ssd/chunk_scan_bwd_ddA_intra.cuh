@@ -4,13 +4,13 @@
 //   M(l, s) = Σ_p dy[b, cQ+l, h, p] · x[b, cQ+s, h, p]                  (mma chain over p, from 0)
 //   d(l, s) = (M · exp(min(A(l) − A(s), 0))) · Δ_s                      (bitwise as chunk_scan_bwd_dcb)
 //   W(l, s) = (s < l && l <= λ) ? CB[b, c, g, l, s] · d(l, s) : 0       (no σ: CB is 0 where σ = 0)
-//   S(l, k) = Σ_{s < k} W(l, s)                                         (s increasing from +0.0)
-//   T_r(k)  = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)               (l increasing from +0.0)
+//   S(l, k) = Σ_{s < k} W(l, s)                                         (in 16-column blocks)
+//   T_r(k)  = Σ_{l in [64r, 64r+64), k <= l <= λ} S(l, k)               (in 16-row blocks)
 //
 // and the intra-chunk part of dΔˣ (the gradient w.r.t. Δ through x's weight, math B-d):
 //
 //   u(l, s) = (s <= l && l <= λ) ? CB[b, c, g, l, s] · (M · exp(min(A(l) − A(s), 0))) : 0
-//   U_r(s)  = Σ_{l in [64r, 64r+64), s <= l <= λ} u(l, s)               (l increasing from +0.0)
+//   U_r(s)  = Σ_{l in [64r, 64r+64), s <= l <= λ} u(l, s)               (in 16-row blocks)
 //
 // U is Σ_p x_sp · (Σ_m Wt(s, m) dy_mp) of chunk_scan_bwd_dx regrouped so that every term is an fp32
 // product of the exact M (issue 11): dx's Wt operand is rounded to T for its mma, and that rounding
@@ -31,11 +31,16 @@
 //     kDyLo the chain continues on the same accumulator over p = 0, 16, ... again with dy_lo as the
 //     A operand (the same x as B): p-steps 0 .. KP−1 on dy, KP .. 2KP−1 on dy_lo;
 //   * d: detail::bwd_decay_product (__fsub_rn, fminf, __expf, __fmul_rn, __fmul_rn), W: __fmul_rn;
-//   * S(l, ·): one thread owns row l; a running sum carried in its register from +0.0 across the
-//     column tiles s0 = 0, BN, 2BN, ... in increasing order adds W(l, s) for s increasing with
-//     __fadd_rn, so S(l, k) is the same left-to-right sum for any BLOCK_N;
-//   * T_r(k): one thread per (r, k) adds S(l, k) for l = max(64r, k) .. min(64r+63, λ) increasing
-//     with __fadd_rn from +0.0. Row groups are 64 rows (kIntraRowGroup) whatever BLOCK_M is.
+//   * S(l, ·), blocked at kIntraSumBlock = 16 chunk columns (a fixed blocking, not BLOCK_N): for
+//     block j (columns 16j .. 16j + 15), L_j(k) = Σ_{16j <= s < k} W(l, s), s increasing from +0.0;
+//     the block carries C_0 = +0.0, C_{j+1} = C_j + L_j(16j + 16), j increasing; S(l, k) =
+//     C_j + L_j(k), j = ⌊k/16⌋ — all __fadd_rn. One thread owns row l: C_j stays in its register
+//     across the column tiles s0 = 0, BN, 2BN, ... (increasing), and a tile's BN/16 block chains run
+//     side by side;
+//   * T_r(k): one thread per (r, k): σ_q = Σ S(l, k) over l in [64r + 16q, 64r + 16q + 16) with
+//     k <= l <= λ, l increasing from +0.0 (q = 0 .. 3, the four chains side by side), then T_r(k) =
+//     ((σ_0 + σ_1) + σ_2) + σ_3 from +0.0, __fadd_rn. Row groups are 64 rows (kIntraRowGroup) and
+//     row blocks 16 whatever BLOCK_M is.
 //   * u: detail::bwd_decay (__fsub_rn, fminf, __expf, __fmul_rn), then __fmul_rn by CB; U_r(k) as
 //     T_r(k), over u(l, k) instead of S(l, k). bwd_decay is the first half of bwd_decay_product, so
 //     one fill forms both from the same expression (the compiler evaluates the exp once).
@@ -77,20 +82,33 @@ namespace ssd_kernels {
 
 namespace detail {
 
-// out = Σ_{r = first}^{end − 1} col[r·LD], r increasing, from +0.0 with __fadd_rn (one fixed chain);
-// each group of 8 rows is loaded before its adds so the loads overlap.
+// out = T_r(k) / U_r(k) of one column of a 64-row group: rows base .. base + 63 of col (stride LD),
+// as four 16-row blocks σ_q = Σ_{i < 16} col[(base + 16q + i)·LD] (i increasing from +0.0, the four
+// chains side by side), then ((σ_0 + σ_1) + σ_2) + σ_3 from +0.0, all __fadd_rn. The callers' tiles hold
+// exact +0.0 outside the summed range (u and W are selected to 0 there, and the row prefix stores 0
+// for S(l, k) with k > l), and a chain from +0.0 is never −0.0, so adding those zeros gives the bits
+// of the sum over the range alone (docs/determinism.md): the loads need no predicate.
 template <int LD>
-__device__ __forceinline__ float intra_column_sum(const float* col, int first, int end) {
-  float t = 0.f;
-  int r = first;
-  for (; r + 8 <= end; r += 8) {
-    float v[8];
+__device__ __forceinline__ float intra_column_sum(const float* col, int base) {
+  constexpr int B = kIntraSumBlock, NB = kIntraRowGroup / kIntraSumBlock;
+  float part[NB];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) v[q] = col[(r + q) * LD];
+  for (int q = 0; q < NB; ++q) part[q] = 0.f;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) t = __fadd_rn(t, v[q]);
+  for (int i = 0; i < B; i += 4) {
+    float v[NB][4];
+#pragma unroll
+    for (int q = 0; q < NB; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[q][e] = col[(base + B * q + i + e) * LD];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int q = 0; q < NB; ++q) part[q] = __fadd_rn(part[q], v[q][e]);
   }
-  for (; r < end; ++r) t = __fadd_rn(t, col[r * LD]);
+  float t = 0.f;
+#pragma unroll
+  for (int q = 0; q < NB; ++q) t = __fadd_rn(t, part[q]);
   return t;
 }
 
@@ -125,35 +143,54 @@ __device__ __forceinline__ void intra_read_cb(float2 (&cbv)[MI][2][NJ], const fl
   }
 }
 
-// After a column tile's u and W are formed (one in the fp32 tile s_w, the other in registers: see
-// chunk_scan_bwd_ddA_intra's epilogue), the tile's sums in the kernel's fixed orders:
-//   * row l's exclusive prefix S(l, s0 + k) = carry + Σ_{s0 <= s < s0 + k} W(l, s), left to right,
-//     in place, by its row owner (thread l − m0 < BLOCK_M): row_prefix(row, carry) walks it, and the
-//     caller's RowCarry keeps the carry between column tiles (ddA_intra: a register; the fused
-//     dcb + ddA_intra: one per head in shared memory);
-//   * the column chains U_r(k) (from u) and T_r(k) (from S) of every 64-row group r, l increasing;
-// with the barriers of the two layouts: U_IN_STAGE (u goes to the stage buffer s_u the last p-step
-// read) or one fp32 tile (u first, then W through it). acc holds W (not U_IN_STAGE) or is free, and is
-// zeroed for the next tile's M; uf holds u when U_IN_STAGE.
+// Row l's S(l, s0 + k), k < BN, in place over its W, by its row owner; carry = C_{s0/16} on entry,
+// C_{(s0+BN)/16} on return. Per 16-column block j of the tile (chunk columns s0 + 16j .. s0 + 16j + 15;
+// s0 is a multiple of BN and so of 16): L(k) = Σ W(l, s) over the block's columns before k, s increasing from
+// +0.0 (the BN/16 chains side by side), then S = C + L(k) with C the block's carry, and the next
+// carry C + L(16): S does not depend on BN. S(l, s) with s > l (never summed into T) is stored as 0
+// so that the column chains need no mask (intra_column_sum); `diag` = l − s0.
 template <int BN>
-__device__ __forceinline__ float intra_row_prefix(float* row, float carry) {
+__device__ __forceinline__ float intra_row_prefix(float* row, float carry, int diag) {
+  constexpr int B = kIntraSumBlock, NB = BN / kIntraSumBlock;
+  static_assert(BN % kIntraSumBlock == 0, "the column tile is whole 16-column blocks");
 #pragma unroll
-  for (int k = 0; k < BN; k += 4) {
-    const float4 wv = *reinterpret_cast<const float4*>(row + k);
-    float4 sv;
-    sv.x = carry;
-    carry = __fadd_rn(carry, wv.x);
-    sv.y = carry;
-    carry = __fadd_rn(carry, wv.y);
-    sv.z = carry;
-    carry = __fadd_rn(carry, wv.z);
-    sv.w = carry;
-    carry = __fadd_rn(carry, wv.w);
-    *reinterpret_cast<float4*>(row + k) = sv;
+  for (int j = 0; j < NB; ++j) {  // the blocks' L chains are independent: ptxas interleaves them
+    float v[B];
+#pragma unroll
+    for (int i = 0; i < B; i += 4) {
+      const float4 wv = *reinterpret_cast<const float4*>(row + B * j + i);
+      v[i] = wv.x;
+      v[i + 1] = wv.y;
+      v[i + 2] = wv.z;
+      v[i + 3] = wv.w;
+    }
+    float run = 0.f;  // L(k), exclusive: before W(l, k) joins
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const float w = v[i];
+      v[i] = run;
+      run = __fadd_rn(run, w);
+    }
+#pragma unroll
+    for (int i = 0; i < B; ++i) v[i] = B * j + i <= diag ? __fadd_rn(carry, v[i]) : 0.f;
+    carry = __fadd_rn(carry, run);
+#pragma unroll
+    for (int i = 0; i < B; i += 4)
+      *reinterpret_cast<float4*>(row + B * j + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
   }
   return carry;
 }
 
+// After a column tile's u and W are formed (one in the fp32 tile s_w, the other in registers: see
+// chunk_scan_bwd_ddA_intra's epilogue), the tile's sums in the kernel's fixed orders:
+//   * row l's exclusive prefix S(l, s0 + k) in 16-column blocks (intra_row_prefix), in place, by its
+//     row owner (thread l − m0 < BLOCK_M); the caller's RowCarry keeps the block carry between column
+//     tiles (ddA_intra: a register; the fused dcb + ddA_intra: one per head in shared memory);
+//   * the column chains U_r(k) (from u) and T_r(k) (from S) of every 64-row group r in 16-row blocks
+//     (intra_column_sum);
+// with the barriers of the two layouts: U_IN_STAGE (u goes to the stage buffer s_u the last p-step
+// read) or one fp32 tile (u first, then W through it). acc holds W (not U_IN_STAGE) or is free, and is
+// zeroed for the next tile's M; uf holds u when U_IN_STAGE.
 template <int NT, int Q, int BLOCK_M, int BLOCK_N, int LDW, int LDU, bool U_IN_STAGE, bool kDeterministic, int MI,
           int NJ, class RowCarry>
 __device__ __forceinline__ void intra_tile_sums(FragC (&acc)[MI][NJ], const FragC (&uf)[MI][NJ], float* s_w, float* s_u,
@@ -177,19 +214,20 @@ __device__ __forceinline__ void intra_tile_sums(FragC (&acc)[MI][NJ], const Frag
   auto row_prefix = [&] {
     if (tid < BLOCK_M) {
       float& carry = row_carry();
-      carry = intra_row_prefix<BLOCK_N>(s_w + tid * LDW, carry);
+      carry = intra_row_prefix<BLOCK_N>(s_w + tid * LDW, carry, m0 + tid - s0);
     }
   };
-  // Column k of group rg (item idx = rg·BN + k): out_rg(k) = Σ_{l = max(64rg', k)}^{min(64rg' + 63, λ)}
-  // tile(l, k), l increasing (rg' the chunk's group index).
+  // Column k of group rg (item idx = rg·BN + k): out_rg(k) = the sum of tile(l, k) over the group's
+  // rows l in [max(64rg', k), min(64rg' + 63, λ)] in intra_column_sum's blocks (rg' the chunk's group
+  // index; the tile is 0 at the group's other rows).
   auto column_item = [&](bool from_stage, int idx, float* out) {
     const int rg = idx / BLOCK_N, k = idx % BLOCK_N;
     const int kg = s0 + k;
     const int lo = m0 + rg * kIntraRowGroup;          // first row of the group (chunk position)
     const int hi = bwd_geom::imin(lo + kIntraRowGroup, valid);  // rows l < hi
     if (lo >= valid || kg >= hi) return;              // slot not in the stored set
-    const int first = (kg > lo ? kg : lo) - m0, end = hi - m0;
-    const float t = from_stage ? intra_column_sum<LDU>(s_u + k, first, end) : intra_column_sum<LDW>(s_w + k, first, end);
+    const int base = rg * kIntraRowGroup;
+    const float t = from_stage ? intra_column_sum<LDU>(s_u + k, base) : intra_column_sum<LDW>(s_w + k, base);
     const int rglob = lo / kIntraRowGroup;
     if (kDeterministic) {
       out[(row_bhc * (Q / kIntraRowGroup) + rglob) * Q + kg] = t;
