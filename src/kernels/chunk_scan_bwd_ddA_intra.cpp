@@ -23,8 +23,8 @@ using Rules = TensorCoreRules<kUses, tile_problem, true, true>;
 // prefix's side-by-side 16-column chains. Elsewhere ptxas chooses (a bound of 5 spills there: z at
 // headdim 64 28 bytes, headdim 128 40 bytes).
 int min_blocks(const ssd_kernel_config& c) {
-  const bool bounded = c.tile.m == 64 && c.tile.n == 32 && c.headdim <= 64 && !(c.flags & SSD_FLAG_Z) &&
-                       ssd_kernels::bwd_geom::intra_threads(c.tile.m, c.tile.n) == 128;
+  // (64x32 is always 4 warps of 128 threads: bwd_geom::intra_threads)
+  const bool bounded = c.tile.m == 64 && c.tile.n == 32 && c.headdim <= 64 && !(c.flags & SSD_FLAG_Z);
   return bounded ? 5 : 0;
 }
 
