@@ -249,6 +249,44 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
         }
         int c = nchunks - 1, walk = 0, st = 0;
         int ksteps = ksteps_last;  // of chunk c, per pass
+        const int prow = p0 + 16 * warp;  // this warp's first state row
+        // Chunk c's carry inputs, fetched at its first step (in flight during its K chain).
+        detail::EpilogueInputs<Q, N, 0, NJ, HAS_SEQ_IDX> ein;
+        // The part of chunk c's epilogue that reads dS and P_c only (the stores of ds_c, states_t_c and
+        // their second terms, ρ) runs during the chunk's K chain, under its wgmma groups, instead of
+        // after it: this thread's GROUPS (half, ρ block) pairs, GPS of them after the first slice of each
+        // of the dy pass's first K steps, the ones a short chunk (the walk's first) has no step for after
+        // its chain. P_c is in shared memory from the chunk's first step's barrier on (its copies are in that
+        // step's group) until after the chunk's last step (the buffer's next copy is issued a chunk
+        // later); dS changes only after the chain (the advance), so every group reads the epilogue's dS.
+        // A group is picked by selects, not branches: ptxas serializes the wgmma chain (C7513) when a
+        // branch lies between a wgmma and its wait.
+        constexpr int JB = NJ / 4;                   // ρ blocks per fragment row
+        constexpr int GROUPS = 2 * JB;               // (half, ρ block) pairs
+        constexpr int GPS = KS >= GROUPS ? 1 : GROUPS / KS;  // groups per K step (powers of two)
+        static_assert(GPS * KS >= GROUPS, "a whole chunk has a step for every group");
+        auto emit_group = [&](int gi) {  // 0 <= gi < GROUPS
+          const int half = gi / JB, jb = gi % JB;
+          float2 dS[4];  // the group's four fragment columns 4 jb + jj of dS, row half
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            dS[jj] = make_float2(run.x[4 * jj], run.x[4 * jj + 1]);
+#pragma unroll
+            for (int g = 1; g < GROUPS; ++g) {
+              const int i0 = 4 * (4 * (g % JB) + jj) + 2 * (g / JB);
+              if (gi == g) dS[jj] = make_float2(run.x[i0], run.x[i0 + 1]);
+            }
+          }
+          const float* sp = s_p + (walk & 1) * (NT / WGT) * P_TILE + (16 * warp + FragC::row(lane, half)) * LDP +
+                            FragC::col(lane);
+          const long long at = p.ds.offset(b, c, h);
+          double* rho_c = p.rho_slots + (((long long)b * nheads + h) * nchunks + c) * SLOTS;
+          detail::state_pass_bwd_block<T, N, true>(
+              [&](int j) { return dS[j & 3]; },
+              [&](int j, long long) { return *reinterpret_cast<const float2*>(sp + 8 * j); }, jb,
+              prow + FragC::row(lane, half), n0, static_cast<T*>(p.ds.data) + at, static_cast<T*>(p.ds_lo) + at,
+              static_cast<T*>(p.states_t) + at, static_cast<T*>(p.states_t_lo) + at, rho_c, lane);
+        };
         for (int s = 0; s < steps; ++s) {
           // Step s's copies landed (this thread's, and with kTma the copy engine's bytes on the
           // stage's barrier), handed to the async proxy; at most the last kInFlight groups (step
@@ -271,6 +309,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           const bool lo_pass = X_LO && st >= ksteps;
           const float* w_step = s_w + (walk & 1) * Q + (lo_pass ? st - ksteps : st) * BLOCK_K;
           if (!lo_pass) {
+            if (st == 0) ein.fetch(p, nullptr, b, h, c, chunk_valid(c) - 1, prow, n0, lane);
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               if (kk > 0) {
@@ -278,6 +317,10 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
                 warpgroup::fence_operand(acc);
               }
               detail::state_pass_k16<T, BLOCK_K, true>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
+              if (kk == 0 && (KS <= GROUPS || st < GROUPS)) {  // while the slice's wgmma runs
+#pragma unroll
+                for (int u = 0; u < GPS; ++u) emit_group(GPS * st + u);
+              }
             }
           } else {
             // dy_lo's pass: the same weights, one term, no group in flight while its A fragment is
@@ -291,41 +334,21 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           }
           if (++st < PASSES * ksteps) continue;
 
-          // Chunk c's carry inputs, in flight while the last group runs (P_c waits in shared memory).
-          const int prow = p0 + 16 * warp;  // this warp's first state row
-          detail::EpilogueInputs<Q, N, 0, NJ, HAS_SEQ_IDX> ein;
-          ein.fetch(p, nullptr, b, h, c, chunk_valid(c) - 1, prow, n0, lane);
-          const float* sp = s_p + (walk & 1) * (NT / WGT) * P_TILE;
           // The next chunk's weights into the half the previous chunk used (every thread built its last
           // A fragment of that chunk before this chunk's first barrier), the one after's inputs on their way.
           if (c > 0) {
             put(c - 1, next, s_w + ((walk + 1) & 1) * Q);
             if (c > 1) fetch(c - 2, next);
           }
-
           const float carry = ein.carry();
-          const long long at = p.ds.offset(b, c, h);
-          double* rho_c = p.rho_slots + (((long long)b * nheads + h) * nchunks + c) * SLOTS;
-          T* dsc = static_cast<T*>(p.ds.data) + at;
-          T* dslc = static_cast<T*>(p.ds_lo) + at;
-          T* ptc = static_cast<T*>(p.states_t) + at;
-          T* ptlc = static_cast<T*>(p.states_t_lo) + at;
-          // dP_c complete: the fma below reads it (the stores and ρ before it read only dS and P_c, but
-          // they update dS element by element in the same loop, so the wait comes first).
+          for (int gi = min(GROUPS, GPS * ksteps); gi < GROUPS; ++gi) emit_group(gi);  // a short chunk's other groups
+          // dP_c complete: the advance reads it (the stores and ρ ran during the chain, from dS and P_c).
           warpgroup::wait_group<0>();
           warpgroup::fence_operand(acc);
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int row = prow + FragC::row(lane, half);
-            detail::state_pass_bwd_row<T, N, NJ, false, true>(
-                [&](int j) { return run.x + 4 * j + 2 * half; },
-                [&](int j) -> const float* { return acc.x + 4 * j + 2 * half; },
-                [&](int j, long long) {
-                  return *reinterpret_cast<const float2*>(sp + (16 * warp + FragC::row(lane, half)) * LDP + 8 * j +
-                                                          FragC::col(lane));
-                },
-                carry, row, n0, dsc, dslc, ptc, ptlc, rho_c, lane);
-          }
+          for (int half = 0; half < 2; ++half)
+            detail::state_pass_bwd_advance<NJ>([&](int j) { return run.x + 4 * j + 2 * half; },
+                                               [&](int j) -> const float* { return acc.x + 4 * j + 2 * half; }, carry);
 #pragma unroll
           for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] = 0.f;
           warpgroup::fence_operand(acc);
