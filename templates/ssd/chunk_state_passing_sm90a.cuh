@@ -318,10 +318,6 @@ __device__ void chunk_state_passing_fwd_wgmma(const Params& p) {
           if constexpr (!kTma) ptx::cp_async_commit();
         }
         int c = 0, ks = 0;
-        // The carry's inputs of chunk c, dA_cumsum_c(λ_c) and seq_idx(cQ + λ_c), loaded at the chunk's first
-        // step, so their round trip passes under its K chain instead of opening its epilogue.
-        float dA_last = 0.f;
-        int last_id = 0;
         for (int s = 0; s < steps; ++s) {
           // Step s's copies landed (this thread's), handed to the async proxy (wgmma reads B); at most the
           // last kInFlight groups (step s-1's) still run, so step s-2's buffer (and step s-1's, with
@@ -339,11 +335,6 @@ __device__ void chunk_state_passing_fwd_wgmma(const Params& p) {
           const unsigned char* sx = stage + wg * X_BYTES;
           const unsigned sb_lo = smem::desc_lo_sw128(ptx::smem_addr(stage + (NT / WGT) * X_BYTES), BLOCK_K * 128);
           const float* w_step = s_w + (c & 1) * Q + ks * BLOCK_K;
-          if (ks == 0) {
-            const int last = chunk_valid(c) - 1;  // λ_c
-            dA_last = p.dA_cumsum.ptr(b, h, c)[last];
-            if (HAS_SEQ_IDX) last_id = p.seq_idx(b, (long long)c * Q + last);
-          }
           // The step's first A fragment read before the next stage's copies are issued, so its
           // ldmatrix latency passes under them (the same fragment, no more of them live).
           const detail::StatePassA first = detail::state_pass_a_load(sx, w_step, 0, lt, a_row, a_col);
@@ -374,8 +365,10 @@ __device__ void chunk_state_passing_fwd_wgmma(const Params& p) {
             if (c + 2 < nchunks) fetch(c + 2, next);
           }
           // Epilogue of chunk c: P_c = S_{c-1} (while the last group runs), then S_c = fma(carry, S_{c-1}, s_c).
-          float carry = expf(dA_last);
+          const int last = chunk_valid(c) - 1;  // λ_c
+          float carry = expf(p.dA_cumsum.ptr(b, h, c)[last]);
           if (HAS_SEQ_IDX) {
+            const int last_id = p.seq_idx(b, (long long)c * Q + last);
             if (last_id != prev_id) carry = 0.f;
             prev_id = last_id;
           }
