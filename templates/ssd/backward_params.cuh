@@ -537,36 +537,46 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 }
 
 // chunk_state_passing_bwd on sm_90a (wgmma; chunk_state_passing_bwd_sm90a.cuh): chunk_state_passing_fwd's
-// wgmma geometry (fwd_geom: warpgroups, heads per block, stages, ring) and tiles (m in 64, 128; n in 64,
-// 128; k in 32, 64; n | dstate, so ρ's blocks of 32 columns lie in one warp's fragments; within 227 KiB
-// of shared memory); the weights of two chunks per warpgroup, two P_c buffers, no output staging tile.
-// Used when the arch is sm_90a and headdim, dstate are multiples of 64.
-// The walk's P_c buffers are two, by the chunk's parity, and P_c is copied with its chunk's first stage,
-// i.e. STAGES - 2 = 128 / BLOCK_K steps ahead: safe only when one chunk's steps (passes · Q / BLOCK_K;
-// passes 2 with z's dy_lo pass) cover that distance, so that the copy of chunk c comes after the
-// epilogue of chunk c + 2 read the same buffer. Shorter chunks (Q = 32, or Q = 64 without z) keep the
-// mma.sync kernel (a copy overwrote a buffer still being read: a race found in review and confirmed on
-// the H200, session 15).
+// wgmma geometry (fwd_geom: warpgroups, heads per block, ring) and tiles (m in 64, 128; n in 64, 128; k in
+// 32, 64; n | dstate, so ρ's blocks of 32 columns lie in one warp's fragments; within 227 KiB of shared
+// memory); the weights of two chunks per warpgroup, one P_c buffer, no output staging tile. Used when the
+// arch is sm_90a and headdim, dstate are multiples of 64.
+// P_c is copied at its chunk's first step into the one buffer (the previous chunk's readers passed that
+// step's barrier) and read from STAGES - 2 steps later on (the step whose cp.async wait covers the copy).
+// Chunks shorter than 128 positions counting passes (Q = 32, or Q = 64 without z) keep the mma.sync kernel
+// (the rule of the walk's first form, whose two P_c buffers were copied a ring's distance ahead).
 SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int passes) { return passes * q >= 128; }
+// Three blocks per SM for the default 64 x 64 x 64 with TMA stages (session 30): its block fits 168
+// registers (the launch bound; no spill in bf16 / fp16 with any flag at dstate 256) and, with a ring of 3
+// stages (64 positions ahead of the stage being multiplied) and one P_c buffer, ~69 KiB of shared memory.
+// Every other tile, and the cp.async loaders (whose addresses spilled at 168), keep the forward's ring
+// (128 positions ahead) and one block per SM as the bound.
+SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_three_blocks(int bm, int bn, int bk, bool tma) {
+  return tma && bm == 64 && bn == 64 && bk == 64;
+}
+SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_stages(int bm, int bn, int bk, bool tma) {
+  return chunk_state_passing_bwd_wgmma_three_blocks(bm, bn, bk, tma) ? 3 : fwd_geom::chunk_state_passing_wgmma_stages(bk);
+}
 // wgmma groups left running while the next A fragment is built (two A fragments live): the forward
 // state pass's choice (fwd_geom::chunk_state_passing_wgmma_in_flight), and 1 also for the default
-// 64 x 64 x 64, whose block ptxas already gives ~250 registers (2 blocks per SM either way): the
-// second fragment fits without a spill (sm_90a, bf16 / fp16, every flag, headdim 64 / 128, dstate
-// 64-256), and the k16 steps stop waiting for each other (0.862 -> 0.832 ms at nemotronh-56b b=4
-// L=2048, docs/perf.md). Other 64-row tiles keep 0 (64 x 128: 4-128 bytes of spill with 1).
+// 64 x 64 x 64: the second fragment fits without a spill (sm_90a, bf16 / fp16, every flag, headdim 64 /
+// 128, dstate 64-256), and the k16 steps stop waiting for each other (0.862 -> 0.832 ms at nemotronh-56b
+// b=4 L=2048, docs/perf.md). Other 64-row tiles keep 0 (64 x 128: 4-128 bytes of spill with 1).
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, int bn, int bk) {
   return fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk) == 1 || (bm == 64 && bn == 64 && bk == 64) ? 1 : 0;
 }
 // P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
-// The forward's stages and weights (4: no staged output tile), then P_c's two buffers of BLOCK_M rows,
-// then with `tma` (SSD_FLAG_TMA) one mbarrier per stage (fwd_geom::chunk_state_passing_wgmma_barriers).
+// The stages, the weights of two chunks per warpgroup (2 Q fp32 each), P_c's buffer of BLOCK_M rows, with
+// `tma` (SSD_FLAG_TMA) one mbarrier per stage (fwd_geom::chunk_state_passing_wgmma_barriers), and 1024
+// bytes to align the base to the swizzle atom.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_bytes(int bm, int bn) {
-  return 2 * bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
+  return bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
 }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk, bool tma = false) {
-  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, bm, bn, bk, 4) + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn) +
-         (tma ? fwd_geom::chunk_state_passing_wgmma_barriers() * 8 : 0);
+  return chunk_state_passing_bwd_wgmma_stages(bm, bn, bk, tma) * fwd_geom::chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) +
+         (bm / 64) * 8 * q + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn) +
+         (tma ? fwd_geom::chunk_state_passing_wgmma_barriers() * 8 : 0) + 1024;
 }
 SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem(int q, int p, int n,
                                                                                  int heads_per_group, int bm, int bn,
@@ -574,7 +584,7 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem
   return fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk) != nullptr
              ? fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk)
          : chunk_state_passing_bwd_wgmma_smem_bytes(q, bm, bn, bk, true) > 227 * 1024
-             ? "shared memory above 227 KiB (stages, weights and two P_c buffers)"
+             ? "shared memory above 227 KiB (stages, weights and the P_c buffer)"
              : nullptr;
 }
 

@@ -136,105 +136,76 @@ __device__ __forceinline__ BwdWalkStep bwd_walk_step(int s, int nchunks, int ste
   return w;
 }
 
-// Chunk c's epilogue, the part that reads dS and P_c only (state_passing_bwd's steps per element, ρ's
-// products), for fragment columns j and j + 1 (j even) of one fragment row of this thread: run_at(j) the
-// pair of the running dS (a float2 value: it is not changed here), p_at(j, e) P_c's pair (e = row · N + col, col = col0 + 8 j +
-// FragC::col(lane)). Stores rn_T(dS), rn_T(P_c) and their second terms (QUAD: one 8-byte whole-sector
-// store per pair of columns, detail::store_quad; else 4-byte pairs) and gives ρ's exact fp64 products
-// prod[jj][q] = P_c · dS of column j + jj's pair member q.
-template <class T, bool QUAD, class RunAt, class PAt>
-__device__ __forceinline__ void state_pass_bwd_pair(RunAt run_at, PAt p_at, int j, long long e_row, int col0, T* dsc,
-                                                    T* dslc, T* ptc, T* ptlc, int lane, double (&prod)[2][2]) {
-  unsigned u_ds[2], u_pt[2], u_dsl[2], u_ptl[2];  // the T pairs of fragment columns j, j + 1
-#pragma unroll
-  for (int jj = 0; jj < 2; ++jj) {
-    const int col = col0 + 8 * (j + jj) + FragC::col(lane);
-    const float2 Pv = p_at(j + jj, e_row + col);
-    const float2 dS = run_at(j + jj);
-    const float v[2] = {dS.x, dS.y};
-    const T ds0 = from_float<T>(v[0]), ds1 = from_float<T>(v[1]);
-    const T p0h = from_float<T>(Pv.x), p1h = from_float<T>(Pv.y);
-    u_ds[jj] = pack_pair<T>(ds0, ds1);
-    u_pt[jj] = pack_pair<T>(p0h, p1h);
-    u_dsl[jj] = pack_pair<T>(lo_term<T>(v[0], ds0), lo_term<T>(v[1], ds1));
-    u_ptl[jj] = pack_pair<T>(lo_term<T>(Pv.x, p0h), lo_term<T>(Pv.y, p1h));
-    prod[jj][0] = __dmul_rn(double(Pv.x), double(v[0]));  // exact: 24 + 24 mantissa bits
-    prod[jj][1] = __dmul_rn(double(Pv.y), double(v[1]));
-    if constexpr (!QUAD) {
-      *reinterpret_cast<unsigned*>(dsc + e_row + col) = u_ds[jj];
-      *reinterpret_cast<unsigned*>(ptc + e_row + col) = u_pt[jj];
-      *reinterpret_cast<unsigned*>(dslc + e_row + col) = u_dsl[jj];
-      *reinterpret_cast<unsigned*>(ptlc + e_row + col) = u_ptl[jj];
-    }
-  }
-  if constexpr (QUAD) {
-    const int lt = lane & 3, col = col0 + 8 * j + FragC::col(lane);
-    store_quad<T>(dsc + e_row, col, u_ds[0], u_ds[1], lt);
-    store_quad<T>(ptc + e_row, col, u_pt[0], u_pt[1], lt);
-    store_quad<T>(dslc + e_row, col, u_dsl[0], u_dsl[1], lt);
-    store_quad<T>(ptlc + e_row, col, u_ptl[0], u_ptl[1], lt);
-  }
-}
-
-// ρ's block jb of one epilogue row (fragment columns 4 jb .. 4 jb + 3, i.e. the 32 consecutive
-// e = row · N + col0 + 32 jb + i, N and col0 multiples of 32): its columns' stores (state_pass_bwd_pair)
-// and its sum by the header's butterfly (offsets 16 and 8 inside the thread, 4 and 2 by shuffles, 1 the
-// pair) into rho_c[e0 / 32]. Reads dS and P_c only, so a kernel may run it while dP_c is still forming.
-template <class T, int N, bool QUAD, class RunAt, class PAt>
-__device__ __forceinline__ void state_pass_bwd_block(RunAt run_at, PAt p_at, int jb, int row, int col0, T* dsc, T* dslc,
-                                                     T* ptc, T* ptlc, double* rho_c, int lane) {
-  const long long e_row = (long long)row * N;
-  double lo[2][2], hi[2][2];  // the products of columns 4 jb, 4 jb + 1 and of 4 jb + 2, 4 jb + 3
-  state_pass_bwd_pair<T, QUAD>(run_at, p_at, 4 * jb, e_row, col0, dsc, dslc, ptc, ptlc, lane, lo);
-  state_pass_bwd_pair<T, QUAD>(run_at, p_at, 4 * jb + 2, e_row, col0, dsc, dslc, ptc, ptlc, lane, hi);
-  double t[2];
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const double s16a = __dadd_rn(lo[0][q], hi[0][q]), s16b = __dadd_rn(lo[1][q], hi[1][q]);  // offset 16
-    t[q] = __dadd_rn(s16a, s16b);                                                               // offset 8
-    t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));                              // offset 4
-    t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));                              // offset 2
-  }
-  const double sum = __dadd_rn(t[0], t[1]);  // offset 1
-  // The four lanes of the row group hold the same sum (each add is commutative, so lane lt and lane
-  // lt ^ 2, lt ^ 1 form the same bits) and all store it: one sector, and no branch (the wgmma kernel runs
-  // this between a wgmma and its wait, where ptxas would serialize the chain around a branch: C7513).
-  rho_c[(e_row + col0 + 32 * jb) / 32] = sum;
-}
-
-// The carry of chunk c's epilogue for one fragment row: dS = __fmaf_rn(carry, dS, dP_c) per element, v =
-// run_at(j), a = acc_at(j) (after the stores and ρ of the row, which read the dS before it).
-template <int NJ, class RunAt, class AccAt>
-__device__ __forceinline__ void state_pass_bwd_advance(RunAt run_at, AccAt acc_at, float carry) {
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) {
-    float* v = run_at(j);
-    const float* a = acc_at(j);
-    v[0] = __fmaf_rn(carry, v[0], a[0]);
-    v[1] = __fmaf_rn(carry, v[1], a[1]);
-  }
-}
-
-// Chunk c's whole epilogue for one fragment row of this thread (state_passing_bwd's steps per element,
-// dP_c = acc): `row` its state row (p), NJ fragments of columns col0 + 8 j + FragC::col(lane); the stores
-// and ρ of state_pass_bwd_block per ρ block (ROW_PAIRS: dstate 16, a block spans rows lg, lg ^ 1, summed
-// with a shuffle for offset 16), then state_pass_bwd_advance. The mma.sync kernel calls it per (fragment
-// row i, half). The wgmma kernel (chunk_state_passing_bwd_sm90a.cuh) runs the blocks during the chunk's K
-// chain and the advance after it, per half of its warp's 16 rows, whose accumulator holds the same pairs
-// (WgAcc: register 4 j + 2 half + q is fragment j's x[2 half + q]). The same operations on the same
-// values: the same bits.
+// Chunk c's epilogue for one fragment row of this thread (state_passing_bwd's steps per element,
+// dP_c = acc): `row` its state row (p), NJ fragments of columns col0 + 8 j + FragC::col(lane), the pair
+// v = run_at(j) of the running dS (updated to fma(carry, dS, dP_c)), a = acc_at(j) of dP_c and P_c's
+// pair p_at(j, e) (e = row · N + col). Stores rn_T(dS), rn_T(P_c) and their second terms (QUAD: 8-byte
+// whole-sector stores, detail::store_quad; else 4-byte pairs), and ρ's sums of 32 consecutive e = row · N + col
+// (the butterfly of the header; ROW_PAIRS: dstate 16, a block spans rows lg, lg ^ 1). The mma.sync
+// kernel calls it per (fragment row i, half); the wgmma kernel (chunk_state_passing_bwd_sm90a.cuh)
+// per half of its warp's 16 rows, whose accumulator holds the same pairs (WgAcc: register 4 j + 2 half
+// + q is fragment j's x[2 half + q]). The same operations on the same values: the same bits.
 template <class T, int N, int NJ, bool ROW_PAIRS, bool QUAD, class RunAt, class AccAt, class PAt>
 __device__ __forceinline__ void state_pass_bwd_row(RunAt run_at, AccAt acc_at, PAt p_at, float carry, int row, int col0,
                                                    T* dsc, T* dslc, T* ptc, T* ptlc, double* rho_c, int lane) {
-  const auto dS_at = [&](int j) {
-    const float* v = run_at(j);
-    return make_float2(v[0], v[1]);
-  };
+  const int lg = lane >> 2, lt = lane & 3;
+  const long long e_row = (long long)row * N;
+  // ρ's products: with dstate 16 all of the row's (the block spans two rows), else per
+  // block of four fragment columns, its offset-16 sums taken as soon as both terms exist.
+  double part[ROW_PAIRS ? NJ : 2][2], s16[2][2];
+  unsigned u_ds[2], u_pt[2], u_dsl[2], u_ptl[2];  // the T pairs of fragment columns j−1, j
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    const int col = col0 + 8 * j + FragC::col(lane);
+    const float2 Pv = p_at(j, e_row + col);
+    float* v = run_at(j);
+    const T ds0 = from_float<T>(v[0]), ds1 = from_float<T>(v[1]);
+    const T p0h = from_float<T>(Pv.x), p1h = from_float<T>(Pv.y);
+    u_ds[j & 1] = pack_pair<T>(ds0, ds1);
+    u_pt[j & 1] = pack_pair<T>(p0h, p1h);
+    u_dsl[j & 1] = pack_pair<T>(lo_term<T>(v[0], ds0), lo_term<T>(v[1], ds1));
+    u_ptl[j & 1] = pack_pair<T>(lo_term<T>(Pv.x, p0h), lo_term<T>(Pv.y, p1h));
+    const double pj[2] = {__dmul_rn(double(Pv.x), double(v[0])),  // exact: 24 + 24 mantissa bits
+                          __dmul_rn(double(Pv.y), double(v[1]))};
+    const float* a = acc_at(j);
+    v[0] = __fmaf_rn(carry, v[0], a[0]);
+    v[1] = __fmaf_rn(carry, v[1], a[1]);
+    if constexpr (!QUAD) {
+      *reinterpret_cast<unsigned*>(dsc + e_row + col) = u_ds[j & 1];
+      *reinterpret_cast<unsigned*>(ptc + e_row + col) = u_pt[j & 1];
+      *reinterpret_cast<unsigned*>(dslc + e_row + col) = u_dsl[j & 1];
+      *reinterpret_cast<unsigned*>(ptlc + e_row + col) = u_ptl[j & 1];
+    } else if (j & 1) {  // NJ is even: the pair j−1, j
+      store_quad<T>(dsc + e_row, col - 8, u_ds[0], u_ds[1], lt);
+      store_quad<T>(ptc + e_row, col - 8, u_pt[0], u_pt[1], lt);
+      store_quad<T>(dslc + e_row, col - 8, u_dsl[0], u_dsl[1], lt);
+      store_quad<T>(ptlc + e_row, col - 8, u_ptl[0], u_ptl[1], lt);
+    }
+    // ρ: state_passing_bwd's butterfly per block of 32 consecutive e (see the header).
+    if constexpr (ROW_PAIRS) {
+      part[j][0] = pj[0];
+      part[j][1] = pj[1];
+    } else if (j % 4 < 2) {
+      part[j % 4][0] = pj[0];
+      part[j % 4][1] = pj[1];
+    } else {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) s16[j % 4 - 2][q] = __dadd_rn(part[j % 4 - 2][q], pj[q]);  // offset 16
+      if (j % 4 == 3) {
+        double t[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          t[q] = __dadd_rn(s16[0][q], s16[1][q]);                                // offset 8
+          t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 2));         // offset 4
+          t[q] = __dadd_rn(t[q], __shfl_xor_sync(0xffffffffu, t[q], 1));         // offset 2
+        }
+        const double sum = __dadd_rn(t[0], t[1]);                                // offset 1
+        const long long e0 = e_row + col0 + 32 * (j / 4);
+        if (lt == 0) rho_c[e0 / 32] = sum;
+      }
+    }
+  }
   if constexpr (ROW_PAIRS) {
-    static_assert(NJ == 2, "dstate 16: one pair of fragment columns per row");
-    const int lg = (lane >> 2) & 7, lt = lane & 3;
-    double part[2][2];
-    state_pass_bwd_pair<T, QUAD>(dS_at, p_at, 0, (long long)row * N, col0, dsc, dslc, ptc, ptlc, lane, part);
     double t[2];
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -246,13 +217,7 @@ __device__ __forceinline__ void state_pass_bwd_row(RunAt run_at, AccAt acc_at, P
     }
     const double sum = __dadd_rn(t[0], t[1]);                                    // offset 1
     if (lt == 0 && (lg & 1) == 0) rho_c[row / 2] = sum;
-  } else {
-    static_assert(NJ % 4 == 0, "ρ blocks of four fragment columns");
-#pragma unroll
-    for (int jb = 0; jb < NJ / 4; ++jb)
-      state_pass_bwd_block<T, N, QUAD>(dS_at, p_at, jb, row, col0, dsc, dslc, ptc, ptlc, rho_c, lane);
   }
-  state_pass_bwd_advance<NJ>(run_at, acc_at, carry);
 }
 
 }  // namespace detail

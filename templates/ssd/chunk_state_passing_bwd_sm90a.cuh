@@ -26,18 +26,17 @@
 // kernel's fragments of a 16 x BLOCK_N warp tile (MI = 1, NJ = BLOCK_N / 8). Shared memory (dynamic,
 // 1024-aligned): a ring of stages, each a dy tile [BLOCK_K][64 p] per warpgroup (128-byte swizzle, read
 // by ldmatrix.trans) and the C tile [BLOCK_K][BLOCK_N] as BLOCK_N / 64 swizzled column blocks (the
-// MN-major wgmma B operand), then the weights of two chunks per warpgroup, then P_c's two buffers.
-// The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, 128
-// positions ahead of the stage being multiplied (chunk_state_passing_fwd_wgmma's protocol: at the top
-// of step s every thread waits for its copies of step s, fences them for the async proxy, waits for its
-// warpgroup's wgmma but the last kInFlight groups, and after the block barrier refills step s-2's
-// buffer). P_c comes into shared memory with its chunk's first stage (cp.async, in that stage's
-// group; two buffers by the walk's parity): loaded from global memory next to their use in the
-// epilogue its pairs were a dependent round trip each (the first version: 1.32 ms against the
-// mma.sync kernel's 1.105), and all at the epilogue's top they made ptxas spill. At a chunk's end the
+// MN-major wgmma B operand), then the weights of two chunks per warpgroup, then P_c's buffer.
+// The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, STAGES - 2
+// steps ahead of the stage being multiplied (bwd_geom::chunk_state_passing_bwd_wgmma_stages: 3 stages
+// at the default 64 x 64 x 64 with TMA, which runs 3 blocks per SM; the forward's 128 positions elsewhere;
+// chunk_state_passing_fwd_wgmma's protocol: at the top of step s every thread waits for its copies of
+// step s, fences them for the async proxy, waits for its warpgroup's wgmma but the last kInFlight groups,
+// and after the block barrier refills step s-2's buffer). P_c comes into shared memory by cp.async at
+// its chunk's first step (loaded from global memory next to their use its pairs were a dependent round
+// trip each: the first version, 1.32 ms against the mma.sync kernel's 1.105). At a chunk's end the
 // carry's inputs and the next chunk's weights are issued while the last wgmma group runs; then
-// wait_group 0 and the epilogue, whose outputs leave as whole-sector 8-byte stores
-// (detail::store_quad).
+// wait_group 0 and the epilogue, whose outputs leave as whole-sector 8-byte stores (detail::store_quad).
 // With Spec::kTma (SSD_FLAG_TMA, ChunkStatePassingBwdTmaParams) thread 0 fills each stage's dy (or
 // dy_lo) and C tiles with the tensor copy engine instead (chunk_state_passing_fwd_wgmma's copies: one
 // 4-D copy per warpgroup's dy tile and per 64 columns of C, the same swizzled layout, positions past
@@ -78,7 +77,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
   constexpr int HPB = chunk_state_passing_heads_per_block(P, BLOCK_M);  // heads per block
   constexpr int MT = chunk_state_passing_head_rows(P, BLOCK_M);         // rows of one head per block
   static_assert(HEADS_PER_GROUP % HPB == 0, "a block's heads share one group (one C)");
-  constexpr int STAGES = chunk_state_passing_wgmma_stages(BLOCK_K);
+  constexpr int STAGES = bwd_geom::chunk_state_passing_bwd_wgmma_stages(BLOCK_M, BLOCK_N, BLOCK_K, kTma);
   static_assert(STAGES >= 3, "the ring keeps one stage under wgmma while the next is multiplied");
   constexpr int X_BYTES = BLOCK_K * 128;  // one warpgroup's dy stage: [BLOCK_K][64 p], one swizzled column block
   constexpr int STAGE_BYTES = chunk_state_passing_wgmma_stage_bytes(BLOCK_M, BLOCK_N, BLOCK_K);
@@ -88,8 +87,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
   constexpr int KS = Q / BLOCK_K;        // K stages of a whole chunk, per pass
   constexpr int PASSES = X_LO ? 2 : 1;  // dy, then dy_lo
   static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_walk(Q, PASSES),
-                "a chunk's steps must cover the ring's prefetch distance (P_c's two buffers): the family keeps "
-                "mma.sync for shorter chunks");
+                "the family keeps mma.sync for chunks of fewer than 128 positions counting passes");
   // wgmma groups left running while the next A fragment is built (bwd_geom: the forward's choice, and
   // 1 for 64 x 64 x 64).
   constexpr int kInFlight = bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(BLOCK_M, BLOCK_N, BLOCK_K);
@@ -106,12 +104,12 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
   const int warp = wtid >> 5, lane = tid & 31, lt = lane & 3;
   const int row0 = 64 * wg;  // the warpgroup's first row of the block's stacked (head, p) rows
   float* const s_w = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES) + wg * 2 * Q;  // [2][Q] per warpgroup
-  // P_c of this warpgroup's 64 x BLOCK_N tile, two buffers (the walk's parity), rows LDP fp32 apart: a
-  // warp's float2 reads of 8 rows x 4 lanes cover each 128-byte bank window once.
+  // P_c of this warpgroup's 64 x BLOCK_N tile, one buffer, rows LDP fp32 apart: a warp's float2 reads of
+  // 8 rows x 4 lanes cover each 128-byte bank window once.
   constexpr int LDP = bwd_geom::chunk_state_passing_bwd_wgmma_p_ld(BLOCK_N);
-  constexpr int P_TILE = 64 * LDP;  // floats per warpgroup and buffer
+  constexpr int P_TILE = 64 * LDP;  // floats per warpgroup
   float* const s_p = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q) + wg * P_TILE;
-  // With kTma: one full barrier per stage after P_c's buffers (thread 0's arrive.expect_tx plus the
+  // With kTma: one full barrier per stage after P_c's buffer (thread 0's arrive.expect_tx plus the
   // copies' bytes); every thread waits once for each phase, so each keeps the same parity bits.
   unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(
       smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + bwd_geom::chunk_state_passing_bwd_wgmma_p_bytes(BLOCK_M, BLOCK_N));
@@ -197,30 +195,26 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
                                                           p.B.stride[1], p.B.stride[3], vec_b, safe_b, tid,
                                                           [&](int r) { return k0 + r < valid; });
           }
-          if (st == 0) {
-            // Chunk c's first step also brings its P_c (this warpgroup's tile; rows of N fp32, 16-byte
-            // aligned: n0 is a multiple of 64) into the buffer of its walk parity. Its epilogue reads
-            // it after the barrier of the chunk's last step, whose wait covers this older group. The
-            // buffer's previous reader is the epilogue two chunks back in the walk; this copy is
-            // issued STAGES - 2 steps before chunk c's first step, which is after that epilogue's
-            // step (and the barrier after it) only because a chunk has at least STAGES - 2 steps
-            // (the static_assert above).
-            // Each thread one 16-byte column chunk, rows RSTEP apart; the row step made opaque so the
-            // copies' addresses are formed here, not held across the K loop as invariants (ptxas
-            // spilled with them).
-            constexpr int CPR = BLOCK_N / 4;  // 16-byte chunks per row
-            constexpr int RSTEP = WGT / CPR;
-            static_assert(WGT % CPR == 0 && 64 % RSTEP == 0, "whole rows per pass");
-            const int r0 = wtid / CPR, c4 = 4 * (wtid % CPR);
-            const unsigned dst = ptx::smem_addr(s_p + ((nchunks - 1 - c) & 1) * (NT / WGT) * P_TILE + r0 * LDP + c4);
-            const float* src = p.states.ptr(b, c, h) + (long long)(p0 + r0) * N + n0 + c4;
-            long long step = (long long)RSTEP * N;
-            asm volatile("" : "+l"(step));
+        };
+        // Chunk c's P_c (this warpgroup's tile; rows of N fp32, 16-byte aligned: n0 is a multiple of 64)
+        // into the buffer, at the chunk's first step after its barrier (the previous chunk's readers are
+        // past it), in that step's cp.async group: complete at the top of step first + STAGES - 2 (the
+        // wait there leaves STAGES - 3 groups pending), visible after that step's barrier. Each thread one
+        // 16-byte column chunk, rows RSTEP apart; the row step made opaque so the copies' addresses are
+        // formed here, not held across the K loop as invariants (ptxas spilled with them).
+        auto load_p = [&](int c) {
+          constexpr int CPR = BLOCK_N / 4;  // 16-byte chunks per row
+          constexpr int RSTEP = WGT / CPR;
+          static_assert(WGT % CPR == 0 && 64 % RSTEP == 0, "whole rows per pass");
+          const int r0 = wtid / CPR, c4 = 4 * (wtid % CPR);
+          const unsigned dst = ptx::smem_addr(s_p + r0 * LDP + c4);
+          const float* src = p.states.ptr(b, c, h) + (long long)(p0 + r0) * N + n0 + c4;
+          long long step = (long long)RSTEP * N;
+          asm volatile("" : "+l"(step));
 #pragma unroll
-            for (int it = 0; it < 64 / RSTEP; ++it) {
-              ptx::cp_async_16(dst + it * RSTEP * LDP * 4, src, true);
-              src += step;
-            }
+          for (int it = 0; it < 64 / RSTEP; ++it) {
+            ptx::cp_async_16(dst + it * RSTEP * LDP * 4, src, true);
+            src += step;
           }
         };
 
@@ -249,44 +243,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
         }
         int c = nchunks - 1, walk = 0, st = 0;
         int ksteps = ksteps_last;  // of chunk c, per pass
-        const int prow = p0 + 16 * warp;  // this warp's first state row
-        // Chunk c's carry inputs, fetched at its first step (in flight during its K chain).
-        detail::EpilogueInputs<Q, N, 0, NJ, HAS_SEQ_IDX> ein;
-        // The part of chunk c's epilogue that reads dS and P_c only (the stores of ds_c, states_t_c and
-        // their second terms, ρ) runs during the chunk's K chain, under its wgmma groups, instead of
-        // after it: this thread's GROUPS (half, ρ block) pairs, GPS of them after the first slice of each
-        // of the dy pass's first K steps, the ones a short chunk (the walk's first) has no step for after
-        // its chain. P_c is in shared memory from the chunk's first step's barrier on (its copies are in that
-        // step's group) until after the chunk's last step (the buffer's next copy is issued a chunk
-        // later); dS changes only after the chain (the advance), so every group reads the epilogue's dS.
-        // A group is picked by selects, not branches: ptxas serializes the wgmma chain (C7513) when a
-        // branch lies between a wgmma and its wait.
-        constexpr int JB = NJ / 4;                   // ρ blocks per fragment row
-        constexpr int GROUPS = 2 * JB;               // (half, ρ block) pairs
-        constexpr int GPS = KS >= GROUPS ? 1 : GROUPS / KS;  // groups per K step (powers of two)
-        static_assert(GPS * KS >= GROUPS, "a whole chunk has a step for every group");
-        auto emit_group = [&](int gi) {  // 0 <= gi < GROUPS
-          const int half = gi / JB, jb = gi % JB;
-          float2 dS[4];  // the group's four fragment columns 4 jb + jj of dS, row half
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj) {
-            dS[jj] = make_float2(run.x[4 * jj], run.x[4 * jj + 1]);
-#pragma unroll
-            for (int g = 1; g < GROUPS; ++g) {
-              const int i0 = 4 * (4 * (g % JB) + jj) + 2 * (g / JB);
-              if (gi == g) dS[jj] = make_float2(run.x[i0], run.x[i0 + 1]);
-            }
-          }
-          const float* sp = s_p + (walk & 1) * (NT / WGT) * P_TILE + (16 * warp + FragC::row(lane, half)) * LDP +
-                            FragC::col(lane);
-          const long long at = p.ds.offset(b, c, h);
-          double* rho_c = p.rho_slots + (((long long)b * nheads + h) * nchunks + c) * SLOTS;
-          detail::state_pass_bwd_block<T, N, true>(
-              [&](int j) { return dS[j & 3]; },
-              [&](int j, long long) { return *reinterpret_cast<const float2*>(sp + 8 * j); }, jb,
-              prow + FragC::row(lane, half), n0, static_cast<T*>(p.ds.data) + at, static_cast<T*>(p.ds_lo) + at,
-              static_cast<T*>(p.states_t) + at, static_cast<T*>(p.states_t_lo) + at, rho_c, lane);
-        };
+        constexpr int P_READY = STAGES - 2;  // the chunk's first step whose barrier makes P_c visible
         for (int s = 0; s < steps; ++s) {
           // Step s's copies landed (this thread's, and with kTma the copy engine's bytes on the
           // stage's barrier), handed to the async proxy; at most the last kInFlight groups (step
@@ -301,6 +258,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           {
             const int ahead = s + STAGES - 2;
             if (ahead < steps) load_stage(ahead % STAGES, ahead);
+            if (st == 0) load_p(c);
             ptx::cp_async_commit();
           }
           const unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
@@ -309,7 +267,6 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           const bool lo_pass = X_LO && st >= ksteps;
           const float* w_step = s_w + (walk & 1) * Q + (lo_pass ? st - ksteps : st) * BLOCK_K;
           if (!lo_pass) {
-            if (st == 0) ein.fetch(p, nullptr, b, h, c, chunk_valid(c) - 1, prow, n0, lane);
 #pragma unroll
             for (int kk = 0; kk < BLOCK_K; kk += 16) {
               if (kk > 0) {
@@ -317,10 +274,6 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
                 warpgroup::fence_operand(acc);
               }
               detail::state_pass_k16<T, BLOCK_K, true>(acc, sx, sb_lo, w_step, kk, lt, a_row, a_col);
-              if (kk == 0 && (KS <= GROUPS || st < GROUPS)) {  // while the slice's wgmma runs
-#pragma unroll
-                for (int u = 0; u < GPS; ++u) emit_group(GPS * st + u);
-              }
             }
           } else {
             // dy_lo's pass: the same weights, one term, no group in flight while its A fragment is
@@ -334,6 +287,10 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           }
           if (++st < PASSES * ksteps) continue;
 
+          // Chunk c's carry inputs, in flight while the last group runs (P_c waits in shared memory).
+          const int prow = p0 + 16 * warp;  // this warp's first state row
+          detail::EpilogueInputs<Q, N, 0, NJ, HAS_SEQ_IDX> ein;
+          ein.fetch(p, nullptr, b, h, c, chunk_valid(c) - 1, prow, n0, lane);
           // The next chunk's weights into the half the previous chunk used (every thread built its last
           // A fragment of that chunk before this chunk's first barrier), the one after's inputs on their way.
           if (c > 0) {
@@ -341,14 +298,34 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
             if (c > 1) fetch(c - 2, next);
           }
           const float carry = ein.carry();
-          for (int gi = min(GROUPS, GPS * ksteps); gi < GROUPS; ++gi) emit_group(gi);  // a short chunk's other groups
-          // dP_c complete: the advance reads it (the stores and ρ ran during the chain, from dS and P_c).
+          // dP_c complete: the epilogue's fma reads it (its stores and ρ read only dS and P_c, but they
+          // update dS element by element in the same loop, so the wait comes first).
           warpgroup::wait_group<0>();
           warpgroup::fence_operand(acc);
+          // P_c is visible from the chunk's step P_READY on; a chunk with fewer steps (the walk's first)
+          // waits for every thread's copies here, then the barrier.
+          if (PASSES * ksteps <= P_READY) {
+            ptx::cp_async_wait<0>();
+            __syncthreads();
+          }
+          const long long at = p.ds.offset(b, c, h);
+          double* rho_c = p.rho_slots + (((long long)b * nheads + h) * nchunks + c) * SLOTS;
+          T* dsc = static_cast<T*>(p.ds.data) + at;
+          T* dslc = static_cast<T*>(p.ds_lo) + at;
+          T* ptc = static_cast<T*>(p.states_t) + at;
+          T* ptlc = static_cast<T*>(p.states_t_lo) + at;
 #pragma unroll
-          for (int half = 0; half < 2; ++half)
-            detail::state_pass_bwd_advance<NJ>([&](int j) { return run.x + 4 * j + 2 * half; },
-                                               [&](int j) -> const float* { return acc.x + 4 * j + 2 * half; }, carry);
+          for (int half = 0; half < 2; ++half) {
+            const int row = prow + FragC::row(lane, half);
+            detail::state_pass_bwd_row<T, N, NJ, false, true>(
+                [&](int j) { return run.x + 4 * j + 2 * half; },
+                [&](int j) -> const float* { return acc.x + 4 * j + 2 * half; },
+                [&](int j, long long) {
+                  return *reinterpret_cast<const float2*>(s_p + (16 * warp + FragC::row(lane, half)) * LDP + 8 * j +
+                                                          FragC::col(lane));
+                },
+                carry, row, n0, dsc, dslc, ptc, ptlc, rho_c, lane);
+          }
 #pragma unroll
           for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] = 0.f;
           warpgroup::fence_operand(acc);
