@@ -546,16 +546,16 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 // Chunks shorter than 128 positions counting passes (Q = 32, or Q = 64 without z) keep the mma.sync kernel
 // (the rule of the walk's first form, whose two P_c buffers were copied a ring's distance ahead).
 SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int passes) { return passes * q >= 128; }
-// Three blocks per SM for the default 64 x 64 x 64 with TMA stages (session 30): its block fits 168
-// registers (the launch bound; no spill in bf16 / fp16 with any flag at dstate 256) and, with a ring of 3
-// stages (64 positions ahead of the stage being multiplied) and one P_c buffer, ~69 KiB of shared memory.
-// Every other tile, and the cp.async loaders (whose addresses spilled at 168), keep the forward's ring
-// (128 positions ahead) and one block per SM as the bound.
-SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_three_blocks(int bm, int bn, int bk, bool tma) {
+// A deeper ring for the default 64 x 64 x 64 with TMA stages (session 30): 5 stages, 192 positions ahead
+// of the stage being multiplied instead of the forward's 128, in the shared memory the second P_c buffer
+// took (101 KiB a block, two blocks per SM as before). The kernel waits on its stage stream: the same
+// tile at 3 blocks per SM with 3 stages (64 positions ahead) ran 33 % slower (docs/perf.md). Every other
+// tile, and the cp.async loaders, keep the forward's ring.
+SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_deep_ring(int bm, int bn, int bk, bool tma) {
   return tma && bm == 64 && bn == 64 && bk == 64;
 }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_stages(int bm, int bn, int bk, bool tma) {
-  return chunk_state_passing_bwd_wgmma_three_blocks(bm, bn, bk, tma) ? 3 : fwd_geom::chunk_state_passing_wgmma_stages(bk);
+  return chunk_state_passing_bwd_wgmma_deep_ring(bm, bn, bk, tma) ? 5 : fwd_geom::chunk_state_passing_wgmma_stages(bk);
 }
 // wgmma groups left running while the next A fragment is built (two A fragments live): the forward
 // state pass's choice (fwd_geom::chunk_state_passing_wgmma_in_flight), and 1 also for the default

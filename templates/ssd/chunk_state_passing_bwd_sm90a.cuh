@@ -28,8 +28,8 @@
 // by ldmatrix.trans) and the C tile [BLOCK_K][BLOCK_N] as BLOCK_N / 64 swizzled column blocks (the
 // MN-major wgmma B operand), then the weights of two chunks per warpgroup, then P_c's buffer.
 // The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, STAGES - 2
-// steps ahead of the stage being multiplied (bwd_geom::chunk_state_passing_bwd_wgmma_stages: 3 stages
-// at the default 64 x 64 x 64 with TMA, which runs 3 blocks per SM; the forward's 128 positions elsewhere;
+// steps ahead of the stage being multiplied (bwd_geom::chunk_state_passing_bwd_wgmma_stages: 5 stages,
+// 192 positions, at the default 64 x 64 x 64 with TMA; the forward's 128 positions elsewhere;
 // chunk_state_passing_fwd_wgmma's protocol: at the top of step s every thread waits for its copies of
 // step s, fences them for the async proxy, waits for its warpgroup's wgmma but the last kInFlight groups,
 // and after the block barrier refills step s-2's buffer). P_c comes into shared memory by cp.async at
