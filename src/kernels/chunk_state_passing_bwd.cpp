@@ -11,7 +11,7 @@ namespace {
 constexpr SsdFieldUse kUses{true, true, true};
 
 // sm_90a runs the wgmma kernel (chunk_state_passing_bwd_sm90a.cuh) on the shapes made of whole 64 x 64
-// tiles (headdim and dstate multiples of 64) whose chunks are long enough for its two P_c buffers
+// tiles (headdim and dstate multiples of 64) whose chunks are long enough for its walk
 // (chunk_size 128 and up, or 64 with z: bwd_geom::chunk_state_passing_bwd_wgmma_walk); every other
 // specialization the mma.sync one. A pure function of the specialization, so each has one kernel, tile
 // set and key.
@@ -50,8 +50,8 @@ Status validate(const ssd_kernel_config& c) {
 // n there). wgmma: 64 x 64 x 64, one warpgroup per block (248-255 registers, no spill in bf16 or fp16 with
 // or without z and seq_idx; two blocks per SM). Measured best of the six legal tiles (docs/perf.md's
 // backward log, session 15: 0.864 ms against 0.895 for 128 x 64 x 64, whose two heads share each C
-// stage, and 0.98-1.07 for the k = 32 and n = 128 tiles; n = 128 with two warpgroups does not fit
-// two P_c buffers in shared memory).
+// stage, and 0.98-1.07 for the k = 32 and n = 128 tiles; n = 128 with two warpgroups, legal since P_c
+// takes one buffer, spills 20-40 bytes at 255 registers).
 ssd_tile default_tile(const ssd_kernel_config& c) {
   if (uses_wgmma(c)) return best_legal_tile(c, ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 64, 32, 0, 0}, tile_problem);
   return best_legal_tile(c, ssd_tile{std::min(64, c.headdim), std::min(64, c.dstate), 64, 0, 0},

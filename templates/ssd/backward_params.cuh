@@ -546,17 +546,9 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 // Chunks shorter than 128 positions counting passes (Q = 32, or Q = 64 without z) keep the mma.sync kernel
 // (the rule of the walk's first form, whose two P_c buffers were copied a ring's distance ahead).
 SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int passes) { return passes * q >= 128; }
-// A deeper ring for the default 64 x 64 x 64 with TMA stages (session 30): 5 stages, 192 positions ahead
-// of the stage being multiplied instead of the forward's 128, in the shared memory the second P_c buffer
-// took (101 KiB a block, two blocks per SM as before). The kernel waits on its stage stream: the same
-// tile at 3 blocks per SM with 3 stages (64 positions ahead) ran 33 % slower (docs/perf.md). Every other
-// tile, and the cp.async loaders, keep the forward's ring.
-SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_deep_ring(int bm, int bn, int bk, bool tma) {
-  return tma && bm == 64 && bn == 64 && bk == 64;
-}
-SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_stages(int bm, int bn, int bk, bool tma) {
-  return chunk_state_passing_bwd_wgmma_deep_ring(bm, bn, bk, tma) ? 5 : fwd_geom::chunk_state_passing_wgmma_stages(bk);
-}
+// The ring is the forward's (fwd_geom::chunk_state_passing_wgmma_stages: 128 positions ahead of the stage
+// being multiplied). Measured at the default 64 x 64 x 64 (session 30, docs/perf.md): 3 stages (64 ahead)
+// at 3 blocks per SM ran 33 % slower, 5 stages (192 ahead) the same as 4.
 // wgmma groups left running while the next A fragment is built (two A fragments live): the forward
 // state pass's choice (fwd_geom::chunk_state_passing_wgmma_in_flight), and 1 also for the default
 // 64 x 64 x 64: the second fragment fits without a spill (sm_90a, bf16 / fp16, every flag, headdim 64 /
@@ -574,7 +566,7 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_bytes(int bm, int 
   return bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
 }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk, bool tma = false) {
-  return chunk_state_passing_bwd_wgmma_stages(bm, bn, bk, tma) * fwd_geom::chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) +
+  return fwd_geom::chunk_state_passing_wgmma_stages(bk) * fwd_geom::chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) +
          (bm / 64) * 8 * q + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn) +
          (tma ? fwd_geom::chunk_state_passing_wgmma_barriers() * 8 : 0) + 1024;
 }

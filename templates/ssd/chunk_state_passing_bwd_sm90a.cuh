@@ -27,10 +27,8 @@
 // 1024-aligned): a ring of stages, each a dy tile [BLOCK_K][64 p] per warpgroup (128-byte swizzle, read
 // by ldmatrix.trans) and the C tile [BLOCK_K][BLOCK_N] as BLOCK_N / 64 swizzled column blocks (the
 // MN-major wgmma B operand), then the weights of two chunks per warpgroup, then P_c's buffer.
-// The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, STAGES - 2
-// steps ahead of the stage being multiplied (bwd_geom::chunk_state_passing_bwd_wgmma_stages: 5 stages,
-// 192 positions, at the default 64 x 64 x 64 with TMA; the forward's 128 positions elsewhere;
-// chunk_state_passing_fwd_wgmma's protocol: at the top of step s every thread waits for its copies of
+// The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, 128
+// positions ahead of the stage being multiplied (chunk_state_passing_fwd_wgmma's protocol: at the top of step s every thread waits for its copies of
 // step s, fences them for the async proxy, waits for its warpgroup's wgmma but the last kInFlight groups,
 // and after the block barrier refills step s-2's buffer). P_c comes into shared memory by cp.async at
 // its chunk's first step (loaded from global memory next to their use its pairs were a dependent round
@@ -77,7 +75,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
   constexpr int HPB = chunk_state_passing_heads_per_block(P, BLOCK_M);  // heads per block
   constexpr int MT = chunk_state_passing_head_rows(P, BLOCK_M);         // rows of one head per block
   static_assert(HEADS_PER_GROUP % HPB == 0, "a block's heads share one group (one C)");
-  constexpr int STAGES = bwd_geom::chunk_state_passing_bwd_wgmma_stages(BLOCK_M, BLOCK_N, BLOCK_K, kTma);
+  constexpr int STAGES = chunk_state_passing_wgmma_stages(BLOCK_K);
   static_assert(STAGES >= 3, "the ring keeps one stage under wgmma while the next is multiplied");
   constexpr int X_BYTES = BLOCK_K * 128;  // one warpgroup's dy stage: [BLOCK_K][64 p], one swizzled column block
   constexpr int STAGE_BYTES = chunk_state_passing_wgmma_stage_bytes(BLOCK_M, BLOCK_N, BLOCK_K);

@@ -126,19 +126,18 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: the unit selects the wgmma kernel,
     CHECK(twin->dynamic_shared_bytes ==
           (2 + 128 / t.k) * t.k * (t.m + t.n) * 2 + (t.m / 64) * 8 * 256 + 1024 + t.m * (t.n + 8) * 4);
     CHECK(contains(twin->source, "__launch_bounds__(" + std::to_string(2 * t.m) + ", 1)"));
-    // Stages of k positions (3 at 64 x 64 x 64, else 128 positions ahead), dy per warpgroup and C, the
+    // Stages of k positions (128 positions ahead), dy per warpgroup and C, the
     // weights of two chunks per warpgroup, the alignment, P_c's buffer (rows of n + 8 fp32); no output
     // staging tile; with TMA (the default where the maps fit) 8 mbarriers.
-    const bool deep = t.m == 64 && t.n == 64 && t.k == 64;  // 5 stages: 192 positions ahead
-    const int stages = deep ? 5 : 2 + 128 / t.k;
+    const int stages = 2 + 128 / t.k;
     CHECK(u->dynamic_shared_bytes ==
           stages * t.k * (t.m + t.n) * 2 + (t.m / 64) * 8 * 256 + 1024 + t.m * (t.n + 8) * 4 + 8 * 8);
     CHECK(u->dynamic_shared_bytes ==
           ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, t.m, t.n, t.k, true));
     CHECK(u->dynamic_shared_bytes <= 227 * 1024);
-    // One block as the launch bound; two such blocks still fit an SM at 64 x 64 x 64.
+    // One block as the launch bound; two such blocks fit an SM at 64 x 64 (85 KiB each at k = 64).
     CHECK(contains(u->source, "__launch_bounds__(" + std::to_string(2 * t.m) + ", 1)"));
-    if (deep) CHECK(2 * (u->dynamic_shared_bytes + 1024) <= 228 * 1024);
+    if (t.m == 64 && t.n == 64) CHECK(2 * (u->dynamic_shared_bytes + 1024) <= 228 * 1024);
   }
   for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {  // their units as before: no kWgmma member
     auto u = generate_unit(normalize_config(fused(arch, SSD_FLAG_Z)).value());
@@ -206,10 +205,7 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: geometry helpers follow the forwar
     for (int bn : {64, 128})
       for (int bm : {64, 128}) {
         for (bool tma : {false, true}) {
-          const int stages = bwd_geom::chunk_state_passing_bwd_wgmma_stages(bm, bn, bk, tma);
-          const bool deep = tma && bm == 64 && bn == 64 && bk == 64;
-          CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_deep_ring(bm, bn, bk, tma) == deep);
-          CHECK(stages == (deep ? 5 : fwd_geom::chunk_state_passing_wgmma_stages(bk)));
+          const int stages = fwd_geom::chunk_state_passing_wgmma_stages(bk);
           CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, bm, bn, bk, tma) ==
                 stages * fwd_geom::chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) + (bm / 64) * 8 * 256 +
                     bm * (bn + 8) * 4 + (tma ? 64 : 0) + 1024);
