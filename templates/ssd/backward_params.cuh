@@ -542,9 +542,11 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 // memory); the weights of two chunks per warpgroup, one P_c buffer, no output staging tile. Used when the
 // arch is sm_90a and headdim, dstate are multiples of 64.
 // P_c is copied at its chunk's first step into the one buffer (the previous chunk's readers passed that
-// step's barrier) and read from STAGES - 2 steps later on (the step whose cp.async wait covers the copy).
-// Chunks shorter than 128 positions counting passes (Q = 32, or Q = 64 without z) keep the mma.sync kernel
-// (the rule of the walk's first form, whose two P_c buffers were copied a ring's distance ahead).
+// step's barrier) and read in the chunk's epilogue: visible from STAGES - 2 steps later on (the step whose
+// cp.async wait covers the copy), else after a wait and a barrier in the epilogue. Chunks shorter than 128
+// positions counting passes (Q = 32, or Q = 64 without z) keep the mma.sync kernel: the rule of the walk's
+// first form (two P_c buffers copied a ring's distance ahead), no longer needed for correctness, kept so
+// that each specialization keeps its kernel.
 SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int passes) { return passes * q >= 128; }
 // The ring is the forward's (fwd_geom::chunk_state_passing_wgmma_stages: 128 positions ahead of the stage
 // being multiplied). Measured at the default 64 x 64 x 64 (session 30, docs/perf.md): 3 stages (64 ahead)

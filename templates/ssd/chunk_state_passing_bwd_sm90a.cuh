@@ -28,8 +28,9 @@
 // by ldmatrix.trans) and the C tile [BLOCK_K][BLOCK_N] as BLOCK_N / 64 swizzled column blocks (the
 // MN-major wgmma B operand), then the weights of two chunks per warpgroup, then P_c's buffer.
 // The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, 128
-// positions ahead of the stage being multiplied (chunk_state_passing_fwd_wgmma's protocol: at the top of step s every thread waits for its copies of
-// step s, fences them for the async proxy, waits for its warpgroup's wgmma but the last kInFlight groups,
+// positions ahead of the stage being multiplied (chunk_state_passing_fwd_wgmma's protocol: at the top
+// of step s every thread waits for its copies of step s, fences them for the async proxy, waits for
+// its warpgroup's wgmma but the last kInFlight groups,
 // and after the block barrier refills step s-2's buffer). P_c comes into shared memory by cp.async at
 // its chunk's first step (loaded from global memory next to their use its pairs were a dependent round
 // trip each: the first version, 1.32 ms against the mma.sync kernel's 1.105). At a chunk's end the
@@ -300,8 +301,10 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           // update dS element by element in the same loop, so the wait comes first).
           warpgroup::wait_group<0>();
           warpgroup::fence_operand(acc);
-          // P_c is visible from the chunk's step P_READY on; a chunk with fewer steps (the walk's first)
-          // waits for every thread's copies here, then the barrier.
+          // P_c is visible from the chunk's step P_READY on; a chunk of at most P_READY steps (a short
+          // first chunk of the walk; every chunk where PASSES · Q = 128) waits for every thread's copies
+          // here, then the barrier. (Waiting for all groups drains the cp.async loaders' prefetch there:
+          // PASSES · KS - 1 newer groups would do for a whole chunk; not yet measured.)
           if (PASSES * ksteps <= P_READY) {
             ptx::cp_async_wait<0>();
             __syncthreads();
