@@ -561,16 +561,13 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, in
 }
 // P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
-// The stages, the weights of two chunks per warpgroup (2 Q fp32 each), P_c's buffer of BLOCK_M rows, with
-// `tma` (SSD_FLAG_TMA) one mbarrier per stage (fwd_geom::chunk_state_passing_wgmma_barriers), and 1024
-// bytes to align the base to the swizzle atom.
+// The forward's stages, weights, mbarriers (with `tma`, SSD_FLAG_TMA) and alignment (state_bytes 4: no
+// staged output tile), plus P_c's buffer of BLOCK_M rows.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_bytes(int bm, int bn) {
   return bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
 }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk, bool tma = false) {
-  return fwd_geom::chunk_state_passing_wgmma_stages(bk) * fwd_geom::chunk_state_passing_wgmma_stage_bytes(bm, bn, bk) +
-         (bm / 64) * 8 * q + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn) +
-         (tma ? fwd_geom::chunk_state_passing_wgmma_barriers() * 8 : 0) + 1024;
+  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, bm, bn, bk, 4, tma) + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn);
 }
 SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem(int q, int p, int n,
                                                                                  int heads_per_group, int bm, int bn,

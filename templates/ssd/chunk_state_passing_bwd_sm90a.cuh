@@ -30,10 +30,10 @@
 // The ring runs over the walk's flattened (chunk, pass, K stage) sequence, last chunk first, 128
 // positions ahead of the stage being multiplied (chunk_state_passing_fwd_wgmma's protocol: at the top
 // of step s every thread waits for its copies of step s, fences them for the async proxy, waits for
-// its warpgroup's wgmma but the last kInFlight groups,
-// and after the block barrier refills step s-2's buffer). P_c comes into shared memory by cp.async at
-// its chunk's first step (loaded from global memory next to their use its pairs were a dependent round
-// trip each: the first version, 1.32 ms against the mma.sync kernel's 1.105). At a chunk's end the
+// its warpgroup's wgmma but the last kInFlight groups, and after the block barrier refills step s-2's
+// buffer). P_c comes into shared memory by cp.async at its chunk's first step (loaded from global
+// memory next to their use its pairs were a dependent round trip each: the first version, 1.32 ms
+// against the mma.sync kernel's 1.105). At a chunk's end the
 // carry's inputs and the next chunk's weights are issued while the last wgmma group runs; then
 // wait_group 0 and the epilogue, whose outputs leave as whole-sector 8-byte stores (detail::store_quad).
 // With Spec::kTma (SSD_FLAG_TMA, ChunkStatePassingBwdTmaParams) thread 0 fills each stage's dy (or

@@ -369,8 +369,9 @@ TEST_CASE("ssd_backward on sm_90a: the recompute's wgmma state pass (two-term, f
   // (dy's two terms), seq_idx and a partial last chunk.
   const BwdCase p32 = {2, 300, 4, 32, 2, 128, 128, SSD_DTYPE_BF16, true, false, true, true, true, true, true, true};
   // Chunk 64 without z: shorter than the wgmma state pass's walk rule (bwd_geom::
-  // chunk_state_passing_bwd_wgmma_walk), so both archs run the mma.sync kernel there (in session 15's first wgmma version these two shapes raced: 565753 of
-  // 603776 and 93508 of 99080 bytes equal, varying run to run).
+  // chunk_state_passing_bwd_wgmma_walk), so both archs run the mma.sync kernel there (in session 15's
+  // first wgmma version these two shapes raced: 565753 of 603776 and 93508 of 99080 bytes equal,
+  // varying run to run).
   const BwdCase q64a = {2, 229, 4, 64, 2, 64, 64, SSD_DTYPE_BF16, true, false, false, true, true, true, false, true};
   const BwdCase q64b = {1, 192, 2, 64, 1, 64, 64, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false};
   for (const BwdCase& c : {kBwdCases[0], kBwdCases[2], kBwdCases[3], kBwdCases[5], p32, q64a, q64b}) {
