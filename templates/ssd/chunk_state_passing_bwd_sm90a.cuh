@@ -349,4 +349,340 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
   }
 }
 
+
+namespace detail {
+
+// A stage's A operand formed in shared memory (the shared-A tile): the 16-byte chunks (row r, columns
+// c .. c+7) of the [BLOCK_K][64] dy tile at `tile` (128-byte swizzled: chunk at smem::swizzle128_offset(r, c))
+// that thread `t` of NT copied (load_tile_sw128's mapping: chunk t + i·NT is row (t + i·NT) / 8, columns
+// 8 ((t + i·NT) % 8)), each element x scaled by its row's weight w[r] as warp::scale_a_cols_two_term scales
+// a fragment: hi = rn_T(x · w) in place, lo = rn_T(x · w − float(hi)) at the same offset in `lo_tile`; with
+// TWO_TERM false (dy_lo's pass) hi only, warp::scale_a_cols's product and rounding.
+template <class T, int BLOCK_K, int NT, bool TWO_TERM>
+__device__ __forceinline__ void state_pass_form_a(unsigned char* tile, unsigned char* lo_tile, const float* w, int t) {
+  constexpr int CHUNKS = BLOCK_K * 8;
+  static_assert(CHUNKS % NT == 0, "whole chunks per thread");
+#pragma unroll
+  for (int i = 0; i < CHUNKS / NT; ++i) {
+    const int q = t + i * NT, r = q >> 3;
+    const unsigned off = smem::swizzle128_offset(r, (q & 7) * 8);
+    uint4 v = *reinterpret_cast<const uint4*>(tile + off);
+    const float f = w[r];
+    unsigned* x = reinterpret_cast<unsigned*>(&v);
+    uint4 lo;
+    unsigned* y = reinterpret_cast<unsigned*>(&lo);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float x0, x1;
+      ptx::unpack2<T>(x[k], x0, x1);
+      const float v0 = x0 * f, v1 = x1 * f;
+      x[k] = ptx::pack2<T>(v0, v1);
+      if constexpr (TWO_TERM) {
+        float h0, h1;
+        ptx::unpack2<T>(x[k], h0, h1);
+        y[k] = ptx::pack2<T>(__fsub_rn(v0, h0), __fsub_rn(v1, h1));
+      }
+    }
+    *reinterpret_cast<uint4*>(tile + off) = v;
+    if constexpr (TWO_TERM) *reinterpret_cast<uint4*>(lo_tile + off) = lo;
+  }
+}
+
+// One stage's wgmma of the shared-A tile: per 16 positions kk, m64nNk16 with A the hi tile (MN-major,
+// transposed) onto acc, then (TWO_TERM) the lo tile, B this warpgroup's C columns (MN-major): the
+// register kernel's K chain (state_pass_a_mma: hi then lo per k16 step) from shared memory. One commit group.
+template <class T, int BLOCK_K, bool TWO_TERM, int N>
+__device__ __forceinline__ void state_pass_shared_a_mma(WgAcc<N>& acc, unsigned a_hi, unsigned a_lo, unsigned b_lo) {
+  warpgroup::fence();
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_K; kk += 16) {
+    warpgroup::mma_ss<T, 1, 1>(acc, smem::desc_sw128(a_hi + kk * 128 / 16), smem::desc_sw128(b_lo + kk * 128 / 16), true);
+    if constexpr (TWO_TERM)
+      warpgroup::mma_ss<T, 1, 1>(acc, smem::desc_sw128(a_lo + kk * 128 / 16), smem::desc_sw128(b_lo + kk * 128 / 16),
+                                 true);
+  }
+  warpgroup::commit_group();
+  warpgroup::fence_operand(acc);
+}
+
+}  // namespace detail
+
+// The shared-A tile (bwd_geom::chunk_state_passing_bwd_wgmma_shared_a: BLOCK_N = 256, BLOCK_M = 64,
+// BLOCK_K = 32): chunk_state_passing_bwd_wgmma's products in its order, on two warpgroups that split the
+// 256 state columns of one 64-row (head, p) tile, 128 each. Step s's A operand is formed once by the
+// block's 256 threads in shared memory (detail::state_pass_form_a: the register kernel's products and
+// roundings element for element, hi in place over the stage's dy tile and lo in the tile beside it, both
+// in the MN-major layout the copies wrote); each thread rewrites the chunks it copied, so with cp.async
+// its own wait makes them visible to it. Both warpgroups then issue per 16 positions wgmma m64n128k16 with
+// A from shared memory, hi then lo, onto their dP_c: every (p, n) gets the same K chain of the same
+// products as with A from registers, so the same bits (the GPU tests compare every tile).
+// Pipeline (the ring of the other tiles, STAGES - 2 steps ahead): A(s + 1) is formed while step s's
+// wgmma run. At the top of step s the warpgroups wait for all but step s - 1's group, the block barrier
+// (A(s) formed and fenced for the async proxy by every thread), step s - 2's buffer is refilled, step s's
+// wgmma issued; then A(s + 1) after its copies. At a chunk's end the epilogue runs per warpgroup (its 128
+// columns, the register kernel's lines), the next chunk's weights are put, a barrier, and its first A formed.
+template <class Spec, class Params>  // Params: ChunkStatePassingBwdTmaParams with kTma, else ChunkStatePassingBwdParams
+__device__ void chunk_state_passing_bwd_wgmma_shared_a(const Params& p) {
+  SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
+  constexpr bool HAS_SEQ_IDX = Spec::kSeqIdx;
+  constexpr bool X_LO = Spec::kXLo;
+  constexpr bool kTma = spec_detail::optional_kTma<Spec>(0) != 0;
+  using namespace fwd_geom;
+  static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_shared_a(BLOCK_N) &&
+                    bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N,
+                                                                         BLOCK_K) == nullptr,
+                "illegal tile: the host's check (src/kernels) refuses it");
+  constexpr int ROWS = bwd_geom::chunk_state_passing_bwd_wgmma_rows(BLOCK_M, BLOCK_N);  // the stage's two tiles
+  constexpr int NT = bwd_geom::chunk_state_passing_bwd_wgmma_threads(BLOCK_M, BLOCK_N);
+  constexpr int WGT = 128;
+  constexpr int WN = bwd_geom::chunk_state_passing_bwd_wgmma_wg_n(BLOCK_N);  // one warpgroup's columns
+  constexpr int STAGES = chunk_state_passing_wgmma_stages(BLOCK_K);
+  static_assert(STAGES >= 4, "buffers of steps s - 1 (running), s, s + 1 (formed) and one being filled");
+  constexpr int X_BYTES = BLOCK_K * 128;  // one [BLOCK_K][64] tile: dy, then A's hi term in place; A's lo term
+  constexpr int STAGE_BYTES = chunk_state_passing_wgmma_stage_bytes(ROWS, BLOCK_N, BLOCK_K);
+  constexpr unsigned COPY_BYTES = STAGE_BYTES - X_BYTES;  // dy and C (the lo tile is formed here)
+  static_assert(X_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "stages keep the 1024-byte swizzle alignment");
+  constexpr int TILES_N = N / BLOCK_N;
+  constexpr int TILES = chunk_state_tiles(P, N, BLOCK_M, BLOCK_N);
+  constexpr int KS = Q / BLOCK_K;
+  constexpr int PASSES = X_LO ? 2 : 1;
+  static_assert(bwd_geom::chunk_state_passing_bwd_wgmma_walk(Q, PASSES),
+                "the family keeps mma.sync for chunks of fewer than 128 positions counting passes");
+  constexpr int NJ = WN / 8;
+  static_assert(NJ % 4 == 0, "ρ's blocks of 32 columns lie in one warp's fragments");
+  constexpr long long SLOTS = (long long)P * N / 32;
+  using Acc = WgAcc<WN>;
+
+  extern __shared__ unsigned char smem_dynamic[];
+  unsigned char* const smem = smem::align1024(smem_dynamic);
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7, wtid = tid & 127;
+  const int warp = wtid >> 5, lane = tid & 31;
+  // Each warpgroup's copy of the weights of two chunks (both the same values: the block's one head).
+  float* const s_w = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES) + wg * 2 * Q;
+  constexpr int LDP = bwd_geom::chunk_state_passing_bwd_wgmma_p_ld(WN);
+  constexpr int P_TILE = 64 * LDP;
+  float* const s_p = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q) + wg * P_TILE;
+  unsigned long long* const s_bar = reinterpret_cast<unsigned long long*>(
+      smem + STAGES * STAGE_BYTES + (NT / WGT) * 8 * Q + bwd_geom::chunk_state_passing_bwd_wgmma_p_bytes(BLOCK_M, BLOCK_N));
+  static_assert(STAGES <= chunk_state_passing_wgmma_barriers(), "one mbarrier per stage");
+  MbarrierParities parity;
+  if constexpr (kTma) {
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < STAGES; ++i) ptx::mbarrier_init(s_bar + i, 1);
+      ptx::fence_mbarrier_init();
+      ptx::tma_prefetch_map(&p.map_x);
+      if constexpr (X_LO) ptx::tma_prefetch_map(&p.map_xl);
+      ptx::tma_prefetch_map(&p.map_b);
+    }
+    __syncthreads();
+  }
+
+  const T* xg = static_cast<const T*>(p.x.data);
+  const T* xlg = static_cast<const T*>(p.x_lo);
+  const T* Bg = static_cast<const T*>(p.B.data);
+  bool vec_x = vec16_rows(xg, p.x);
+  if constexpr (X_LO) vec_x = vec_x && aligned16(xlg);
+  const bool vec_b = vec16_rows(Bg, p.B);
+  const int batch = int(p.batch), nheads = int(p.nheads), nchunks = int(p.nchunks);
+  const int valid_last = int(p.seqlen - (long long)(nchunks - 1) * Q);
+  const int ksteps_last = (valid_last + BLOCK_K - 1) / BLOCK_K;
+  auto chunk_valid = [&](int c) { return c < nchunks - 1 ? Q : valid_last; };
+  const int steps_first = PASSES * ksteps_last;
+  const int steps = steps_first + (nchunks - 1) * PASSES * KS;
+
+  for (int h = blockIdx.z; h < nheads; h += gridDim.z) {
+    const int g = h / HEADS_PER_GROUP;
+    for (int b = blockIdx.y; b < batch; b += gridDim.y) {
+      const T* safe_x = xg + p.x.offset(b, 0, h);
+      const T* safe_xl = X_LO ? xlg + p.x.offset(b, 0, h) : safe_x;
+      const T* safe_b = Bg + p.B.offset(b, 0, g);
+
+      using WeightInputs = detail::ChunkStateWeights<Q, WGT, HAS_SEQ_IDX, detail::ChunkWeights::kDstates>;
+      auto fetch = [&](int c, WeightInputs& in) { in.fetch(p, b, h, c, chunk_valid(c), wtid); };
+      auto put = [&](int c, const WeightInputs& in, float* w_out) { in.put(chunk_valid(c), wtid, w_out); };
+
+      for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+        // The block's p rows p0 .. p0+63 of head h; its columns n0 .. n0+BLOCK_N-1, this warpgroup's from nw.
+        const int p0 = (tile / TILES_N) * BLOCK_M, n0 = (tile % TILES_N) * BLOCK_N, nw = n0 + WN * wg;
+        auto load_stage = [&](int buf, int s) {
+          const detail::BwdWalkStep w = detail::bwd_walk_step<BLOCK_K, KS, PASSES, X_LO>(s, nchunks, steps_first, valid_last);
+          const int c = w.c, valid = w.valid, k0 = w.k0;
+          const T* safe_xs = w.lo_pass ? safe_xl : safe_x;
+          const long long row = (long long)c * Q + k0;
+          unsigned char* stage = smem + buf * STAGE_BYTES;
+          if constexpr (kTma) {
+            if (tid == 0) {
+              unsigned long long* bar = s_bar + buf;
+              const TensorMap* map_x = X_LO && w.lo_pass ? &p.map_xl : &p.map_x;
+              ptx::mbarrier_arrive_expect_tx(bar, COPY_BYTES);
+              ptx::tma_load_4d(stage, map_x, bar, p0, h, int(row), b);
+#pragma unroll
+              for (int j = 0; j < BLOCK_N / 64; ++j)
+                ptx::tma_load_4d(stage + 2 * X_BYTES + j * BLOCK_K * 128, &p.map_b, bar, n0 + 64 * j, g, int(row), b);
+            }
+          } else {
+            detail::load_tile_sw128<NT, BLOCK_K, 64>(stage, safe_xs + row * p.x.stride[1] + p0 * p.x.stride[3],
+                                                     p.x.stride[1], p.x.stride[3], vec_x, safe_xs, tid,
+                                                     [&](int r) { return k0 + r < valid; });
+            detail::load_tile_sw128<NT, BLOCK_K, BLOCK_N>(stage + 2 * X_BYTES,
+                                                          safe_b + row * p.B.stride[1] + n0 * p.B.stride[3],
+                                                          p.B.stride[1], p.B.stride[3], vec_b, safe_b, tid,
+                                                          [&](int r) { return k0 + r < valid; });
+          }
+        };
+        // This thread's copies of step s landed (and with kTma the copy engine's bytes of its stage): called
+        // once per step, in step order, where s's group is the newest but STAGES - 3.
+        auto wait_stage = [&](int s) {
+          ptx::cp_async_wait<STAGES - 3>();
+          if constexpr (kTma) parity.wait(s_bar, s % STAGES);
+        };
+        // P_c of this warpgroup's 64 x WN tile, at its chunk's first step (the register kernel's load_p).
+        auto load_p = [&](int c) {
+          constexpr int CPR = WN / 4;
+          constexpr int RSTEP = WGT / CPR;
+          static_assert(WGT % CPR == 0 && 64 % RSTEP == 0, "whole rows per pass");
+          const int r0 = wtid / CPR, c4 = 4 * (wtid % CPR);
+          const unsigned dst = ptx::smem_addr(s_p + r0 * LDP + c4);
+          const float* src = p.states.ptr(b, c, h) + (long long)(p0 + r0) * N + nw + c4;
+          long long step = (long long)RSTEP * N;
+          asm volatile("" : "+l"(step));
+#pragma unroll
+          for (int it = 0; it < 64 / RSTEP; ++it) {
+            ptx::cp_async_16(dst + it * RSTEP * LDP * 4, src, true);
+            src += step;
+          }
+        };
+        // A of step s (its buffer's dy tile; `st` its index in chunk c's walk, ks that chunk's K steps), with
+        // the weights of the chunk (`half` of s_w).
+        auto form = [&](int s, int st, int ks, int half) {
+          unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
+          const bool lo_pass = X_LO && st >= ks;
+          const float* w_step = s_w + half * Q + (lo_pass ? st - ks : st) * BLOCK_K;
+          if (lo_pass)
+            detail::state_pass_form_a<T, BLOCK_K, NT, false>(stage, stage + X_BYTES, w_step, tid);
+          else
+            detail::state_pass_form_a<T, BLOCK_K, NT, true>(stage, stage + X_BYTES, w_step, tid);
+          ptx::fence_proxy_async_shared();  // this thread's A chunks and landed copies, for wgmma
+        };
+
+        Acc run, acc;
+        acc.zero();
+        const int r_lo = p0 + Acc::row(0), c_lo = nw + Acc::col(0);
+#pragma unroll
+        for (int i = 0; i < Acc::kRegs; ++i) {
+          run.x[i] = 0.f;
+          if (p.dfinal_states.data)
+            run.x[i] = p.dfinal_states.ptr(b, h)[detail::wg_state_offset<N>(r_lo, c_lo, i)];
+        }
+
+        WeightInputs next;
+        fetch(nchunks - 1, next);
+        put(nchunks - 1, next, s_w);
+        if (nchunks > 1) fetch(nchunks - 2, next);
+#pragma unroll
+        for (int st = 0; st < STAGES - 2; ++st) {
+          if (st < steps) load_stage(st, st);
+          ptx::cp_async_commit();
+        }
+        int c = nchunks - 1, walk = 0, st = 0;
+        int ksteps = ksteps_last;
+        wait_stage(0);
+        __syncthreads();  // the first chunk's weights
+        form(0, 0, ksteps, 0);
+        // P_c's copies (the group of its chunk's first step) are complete for every thread at the top of
+        // that chunk's step P_READY (the wait for the following step's copies covers them one step earlier).
+        constexpr int P_READY = STAGES - 1;
+        for (int s = 0; s < steps; ++s) {
+          warpgroup::wait_group<1>();
+          warpgroup::fence_operand(acc);
+          __syncthreads();
+          {
+            const int ahead = s + STAGES - 2;
+            if (ahead < steps) load_stage(ahead % STAGES, ahead);
+            if (st == 0) load_p(c);
+            ptx::cp_async_commit();
+          }
+          {
+            const unsigned char* stage = smem + (s % STAGES) * STAGE_BYTES;
+            const unsigned a_hi = smem::desc_lo_sw128(ptx::smem_addr(stage), BLOCK_K * 128);
+            const unsigned b_lo = smem::desc_lo_sw128(ptx::smem_addr(stage + 2 * X_BYTES + wg * (WN / 64) * X_BYTES),
+                                                      BLOCK_K * 128);
+            if (X_LO && st >= ksteps)
+              detail::state_pass_shared_a_mma<T, BLOCK_K, false>(acc, a_hi, a_hi + X_BYTES / 16, b_lo);
+            else
+              detail::state_pass_shared_a_mma<T, BLOCK_K, true>(acc, a_hi, a_hi + X_BYTES / 16, b_lo);
+          }
+          if (++st < PASSES * ksteps) {
+            wait_stage(s + 1);
+            form(s + 1, st, ksteps, walk & 1);
+            continue;
+          }
+
+          // Chunk c's epilogue, per warpgroup on its columns (chunk_state_passing_bwd_wgmma's lines).
+          const int prow = p0 + 16 * warp;
+          detail::EpilogueInputs<Q, N, 0, NJ, HAS_SEQ_IDX> ein;
+          ein.fetch(p, nullptr, b, h, c, chunk_valid(c) - 1, prow, nw, lane);
+          if (c > 0) {
+            put(c - 1, next, s_w + ((walk + 1) & 1) * Q);
+            if (c > 1) fetch(c - 2, next);
+          }
+          const float carry = ein.carry();
+          warpgroup::wait_group<0>();
+          warpgroup::fence_operand(acc);
+          if (PASSES * ksteps < P_READY) {
+            // A chunk of fewer steps: P_c's group is the newest but PASSES · ksteps - 1 (a whole chunk's, a
+            // constant), or wait for all (a short first chunk of the walk); then every thread's copies.
+            if (ksteps == KS)
+              ptx::cp_async_wait<PASSES * KS - 1>();
+            else
+              ptx::cp_async_wait<0>();
+            __syncthreads();
+          }
+          const long long at = p.ds.offset(b, c, h);
+          double* rho_c = p.rho_slots + (((long long)b * nheads + h) * nchunks + c) * SLOTS;
+          T* dsc = static_cast<T*>(p.ds.data) + at;
+          T* dslc = static_cast<T*>(p.ds_lo) + at;
+          T* ptc = static_cast<T*>(p.states_t) + at;
+          T* ptlc = static_cast<T*>(p.states_t_lo) + at;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = prow + FragC::row(lane, half);
+            detail::state_pass_bwd_row<T, N, NJ, false, true>(
+                [&](int j) { return run.x + 4 * j + 2 * half; },
+                [&](int j) -> const float* { return acc.x + 4 * j + 2 * half; },
+                [&](int j, long long) {
+                  return *reinterpret_cast<const float2*>(s_p + (16 * warp + FragC::row(lane, half)) * LDP + 8 * j +
+                                                          FragC::col(lane));
+                },
+                carry, row, nw, dsc, dslc, ptc, ptlc, rho_c, lane);
+          }
+#pragma unroll
+          for (int i = 0; i < Acc::kRegs; ++i) acc.x[i] = 0.f;
+          warpgroup::fence_operand(acc);
+          st = 0;
+          ++walk;
+          --c;
+          if (c >= 0) {
+            ksteps = KS;
+            __syncthreads();  // the next chunk's weights (put above), and P_c's readers done
+            wait_stage(s + 1);
+            form(s + 1, 0, ksteps, walk & 1);
+          }
+        }
+        ptx::cp_async_wait<0>();
+        warpgroup::wait_group<0>();
+
+        if (p.dinit.data) {
+#pragma unroll
+          for (int i = 0; i < Acc::kRegs; ++i)
+            p.dinit.ptr(b, h)[detail::wg_state_offset<N>(r_lo, c_lo, i)] = run.x[i];
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
 }  // namespace ssd_kernels

@@ -284,6 +284,11 @@ const BwdCase kBwdCases[] = {
     {2, 512, 8, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false},
     {2, 400, 6, 64, 3, 32, 128, SSD_DTYPE_FP16, true, false, true, true, true, true, true, true},
     {3, 200, 4, 64, 4, 64, 64, SSD_DTYPE_BF16, true, true, true, false, false, true, true, false},
+    // dstate 256: the fused state pass's shared-A tile (64 x 256 x 32) with every option, a partial last
+    // chunk and dy_lo's pass (z); then chunks of 128 without z, whose every chunk reads P_c after the
+    // epilogue's wait (4 K steps a chunk) and a last chunk of 2.
+    {1, 700, 4, 64, 1, 256, 256, SSD_DTYPE_FP16, true, true, true, true, false, true, true, true},
+    {1, 300, 2, 64, 1, 256, 128, SSD_DTYPE_BF16, true, false, false, true, true, false, true, true},
 };
 
 void precompile(ssd_runtime* rt, const std::vector<ssd_kernel_config>& configs) {
