@@ -68,7 +68,7 @@ KernelSpec spec(const ssd_kernel_config& c) {
   s.boolean("kWgmma", true);  // written only here: the mma.sync specializations keep their Spec
   const bool tma = uses_tma(c);
   if (tma) s.boolean("kTma", true);  // likewise: the cp.async specializations keep theirs
-  KernelSpec k{s.members(), ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_threads(c.tile.m, c.tile.n), 1};
+  KernelSpec k{s.members(), ssd_kernels::fwd_geom::chunk_state_passing_wgmma_threads(c.tile.m), 1};
   k.dynamic_shared_bytes =
       ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(c.chunk_size, c.tile.m, c.tile.n, c.tile.k, tma);
   if (tma) k.params = "ChunkStatePassingBwdTmaParams";

@@ -538,8 +538,8 @@ SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_tile_problem(int q
 
 // chunk_state_passing_bwd on sm_90a (wgmma; chunk_state_passing_bwd_sm90a.cuh): chunk_state_passing_fwd's
 // wgmma geometry (fwd_geom: warpgroups, heads per block, ring) and tiles (m in 64, 128; n in 64, 128; k in
-// 32, 64; and the shared-A tile 64 x 256 x 32 below; n | dstate, so ρ's blocks of 32 columns lie in one
-// warp's fragments; within 227 KiB of shared memory); the weights of two chunks per warpgroup, one P_c buffer, no output staging tile. Used when the
+// 32, 64; n | dstate, so ρ's blocks of 32 columns lie in one warp's fragments; within 227 KiB of shared
+// memory); the weights of two chunks per warpgroup, one P_c buffer, no output staging tile. Used when the
 // arch is sm_90a and headdim, dstate are multiples of 64.
 // P_c is copied at its chunk's first step into the one buffer (the previous chunk's readers passed that
 // step's barrier) and read in the chunk's epilogue: visible from STAGES - 2 steps later on (the step whose
@@ -559,46 +559,20 @@ SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int pas
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, int bn, int bk) {
   return fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk) == 1 || (bm == 64 && bn == 64 && bk == 64) ? 1 : 0;
 }
-// P_c's shared rows (fp32 words): a warpgroup's columns + 8, 32 bytes past a multiple of 128 bytes.
+// P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }
-// The shared-A tile (BLOCK_N = 256; then BLOCK_M = 64 and BLOCK_K = 32): two warpgroups per block over one
-// 64-row (head, p) tile, 128 columns each. A stage's A operand, rn_T(dy · w) and its lo term, depends on
-// (position, p) only; the block's threads form it once into shared memory (the hi term in place over the
-// dy tile, the lo term beside it) and both warpgroups read it from there (wgmma with A from shared memory),
-// where the one-warpgroup tiles build it in registers once per n tile (four times per head at 64 x 64).
-// Its stage is the two-warpgroup stage of the other tiles ([BLOCK_K][64] twice, then C [BLOCK_K][BLOCK_N]),
-// its weights and P_c buffer those of two 128-column warpgroups: geometry of 128 "rows" (the stacked
-// stage tiles, 64 per warpgroup) by 128 columns per warpgroup.
-SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_shared_a(int bn) { return bn == 256; }
-SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_rows(int bm, int bn) {
-  return chunk_state_passing_bwd_wgmma_shared_a(bn) ? 128 : bm;  // 64 per warpgroup
-}
-SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_wg_n(int bn) {
-  return chunk_state_passing_bwd_wgmma_shared_a(bn) ? bn / 2 : bn;  // one warpgroup's state columns
-}
-SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_threads(int bm, int bn) {
-  return fwd_geom::chunk_state_passing_wgmma_threads(chunk_state_passing_bwd_wgmma_rows(bm, bn));
-}
 // The forward's stages, weights, mbarriers (with `tma`, SSD_FLAG_TMA) and alignment (state_bytes 4: no
-// staged output tile), plus P_c's buffer: a 64-row tile per warpgroup.
+// staged output tile), plus P_c's buffer of BLOCK_M rows.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_bytes(int bm, int bn) {
-  return chunk_state_passing_bwd_wgmma_rows(bm, bn) *
-         chunk_state_passing_bwd_wgmma_p_ld(chunk_state_passing_bwd_wgmma_wg_n(bn)) * 4;
+  return bm * chunk_state_passing_bwd_wgmma_p_ld(bn) * 4;
 }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_smem_bytes(int q, int bm, int bn, int bk, bool tma = false) {
-  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, chunk_state_passing_bwd_wgmma_rows(bm, bn), bn, bk, 4, tma) +
-         chunk_state_passing_bwd_wgmma_p_bytes(bm, bn);
+  return fwd_geom::chunk_state_passing_wgmma_smem_bytes(q, bm, bn, bk, 4, tma) + chunk_state_passing_bwd_wgmma_p_bytes(bm, bn);
 }
 SSD_HOST_DEVICE constexpr const char* chunk_state_passing_bwd_wgmma_tile_problem(int q, int p, int n,
                                                                                  int heads_per_group, int bm, int bn,
                                                                                  int bk) {
-  return chunk_state_passing_bwd_wgmma_shared_a(bn)
-             ? (bm != 64 || bk != 32 ? "on sm_90a (wgmma) with n 256 (two warpgroups sharing A): m 64, k 32"
-                : !divides(bn, n) || !divides(bk, q) || !divides(bm, p) ? "n | dstate, k | chunk_size, m | headdim"
-                : chunk_state_passing_bwd_wgmma_smem_bytes(q, bm, bn, bk, true) > 227 * 1024
-                    ? "shared memory above 227 KiB (stages, weights and the P_c buffer)"
-                    : nullptr)
-         : fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk) != nullptr
+  return fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk) != nullptr
              ? fwd_geom::chunk_state_passing_wgmma_tile_problem(q, p, n, heads_per_group, bm, bn, bk)
          : chunk_state_passing_bwd_wgmma_smem_bytes(q, bm, bn, bk, true) > 227 * 1024
              ? "shared memory above 227 KiB (stages, weights and the P_c buffer)"

@@ -390,11 +390,7 @@ template <class Spec, class Params>  // Params: ChunkStatePassingBwdTmaParams wi
 __device__ void chunk_state_passing_bwd(const Params& p) {
   if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // The shared-A tile (BLOCK_N 256: two warpgroups, A formed once in shared memory) or the others.
-    if constexpr (bwd_geom::chunk_state_passing_bwd_wgmma_shared_a(spec_detail::optional_kBlockN<Spec>(0)))
-      chunk_state_passing_bwd_wgmma_shared_a<Spec>(p);
-    else
-      chunk_state_passing_bwd_wgmma<Spec>(p);
+    chunk_state_passing_bwd_wgmma<Spec>(p);
 #else
     static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma chunk_state_passing_bwd needs the sm_90a target");
 #endif

@@ -37,21 +37,16 @@ const statepass_test::NemotronhStatePass fused{SSD_KERNEL_CHUNK_STATE_PASSING_BW
 
 TEST_CASE("chunk_state_passing_bwd on sm_90a: wgmma tiles listed, the default, other archs and shapes unchanged") {
   const ssd_kernel_config c = fused(SSD_ARCH_SM90A, 0);
-  // One head a block: one warpgroup, or with n 256 two sharing each stage's A operand (dstate 256 here).
-  const std::set<std::string> one_head = {"64x64x32", "64x64x64", "64x128x32", "64x128x64", "64x256x32"};
-  std::set<std::string> all = one_head;
+  const std::set<std::string> one_warpgroup = {"64x64x32", "64x64x64", "64x128x32", "64x128x64"};
+  std::set<std::string> all = one_warpgroup;
   for (const char* t : {"128x64x32", "128x64x64", "128x128x32", "128x128x64"}) all.insert(t);  // two heads a block
   CHECK(tile_texts(legal_tiles(c)) == all);
   CHECK(tile_text(normalize_config(c).value().tile) == "64x64x64");
   CHECK(tile_text(normalize_config(fused(SSD_ARCH_SM90A, SSD_FLAG_Z | SSD_FLAG_SEQ_IDX)).value().tile) == "64x64x64");
-  // Two heads per block need an even number of heads per group: else one head a block only.
+  // Two heads per block need an even number of heads per group: else one warpgroup only.
   ssd_kernel_config odd = c;
   odd.heads_per_group = 3;
-  CHECK(tile_texts(legal_tiles(odd)) == one_head);
-  // The shared-A tile needs n 256 to divide dstate.
-  ssd_kernel_config n128 = c;
-  n128.dstate = 128;
-  CHECK(tile_texts(legal_tiles(n128)).count("64x256x32") == 0);
+  CHECK(tile_texts(legal_tiles(odd)) == one_warpgroup);
   CHECK(tile_text(normalize_config(odd).value().tile) == "64x64x64");
   // sm_80 and sm_90 keep the mma.sync kernel's tiles and default.
   for (ssd_arch arch : {SSD_ARCH_SM80, SSD_ARCH_SM90}) {
@@ -90,21 +85,14 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: wgmma tiles listed, the default, o
 }
 
 TEST_CASE("chunk_state_passing_bwd on sm_90a: tiles outside the wgmma set are refused naming the tile and the rule") {
-  for (const ssd_tile& t : {ssd_tile{32, 64, 64, 0, 0}, ssd_tile{64, 32, 64, 0, 0}, ssd_tile{64, 64, 16, 0, 0}}) {
+  for (const ssd_tile& t : {ssd_tile{32, 64, 64, 0, 0}, ssd_tile{64, 32, 64, 0, 0}, ssd_tile{64, 256, 32, 0, 0},
+                            ssd_tile{64, 64, 16, 0, 0}}) {
     CAPTURE(tile_text(t));
     const Status s = validate_config(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, t));
     CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
     CHECK(contains(s.detail, "tile: " + tile_text(t)));
     CHECK(contains(s.detail, "chunk_state_passing_bwd"));
     CHECK(contains(s.detail, "on sm_90a (wgmma): m in 64, 128; n in 64, 128; k in 32, 64"));
-  }
-  // n 256 is the shared-A tile only: m 64, k 32.
-  for (const ssd_tile& t : {ssd_tile{64, 256, 64, 0, 0}, ssd_tile{128, 256, 32, 0, 0}}) {
-    CAPTURE(tile_text(t));
-    const Status s = validate_config(fused(SSD_ARCH_SM90A, SSD_FLAG_Z, t));
-    CHECK(s.code == SSD_ERROR_INVALID_CONFIG);
-    CHECK(contains(s.detail, "tile: " + tile_text(t)));
-    CHECK(contains(s.detail, "with n 256 (two warpgroups sharing A): m 64, k 32"));
   }
   // Two heads of 128 columns fit with one P_c buffer (with two they took 237 and 269 KiB, refused).
   for (const ssd_tile& t : {ssd_tile{128, 128, 32, 0, 0}, ssd_tile{128, 128, 64, 0, 0}}) {
@@ -211,52 +199,6 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: the presets' and all-options speci
   require_some_ptxas_report(with_report);
 }
 
-TEST_CASE("chunk_state_passing_bwd on sm_90a: the shared-A tile (64 x 256 x 32): 256 threads, its shared memory, "
-          "wgmma with A from shared memory, no serialized wgmma") {
-  const ssd_tile t{64, 256, 32, 0, 0};
-  int with_report = 0;
-  for (uint32_t flags : {0u, uint32_t(SSD_FLAG_TMA), uint32_t(SSD_FLAG_Z | SSD_FLAG_SEQ_IDX | SSD_FLAG_TMA)})
-    for (ssd_dtype dtype : {SSD_DTYPE_BF16, SSD_DTYPE_FP16}) {
-      ssd_kernel_config c = fused(SSD_ARCH_SM90A, flags, t);
-      c.dtype = dtype;
-      CAPTURE(config_label(c));
-      REQUIRE(validate_config(c).ok());
-      auto u = generate_unit(c);
-      REQUIRE_MESSAGE(u.ok(), u.status().detail);
-      // Two warpgroups over one head's 64 rows, 128 columns each; one block per SM as the bound.
-      CHECK(u->block_threads == 256);
-      CHECK(contains(u->source, "__launch_bounds__(256, 1)"));
-      // 6 stages of dy, A's lo term and C ([32][64] twice, [32][256]), both warpgroups' weights of two
-      // chunks, their P_c tiles (64 rows of 128 + 8 fp32 each), the mbarriers with TMA, the alignment.
-      const bool tma = (flags & SSD_FLAG_TMA) != 0;
-      CHECK(u->dynamic_shared_bytes == 6 * 32 * (128 + 256) * 2 + 2 * 8 * 256 + 2 * 64 * 136 * 4 + (tma ? 64 : 0) + 1024);
-      CHECK(u->dynamic_shared_bytes == ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, 64, 256, 32, tma));
-      CHECK(u->dynamic_shared_bytes <= 227 * 1024);
-      const CompiledCubin r = wgmma_test::compile_sm90a(c);
-      INFO(r.log);
-      const std::string& ptx = r.ptx;
-      // Per 32-position stage: hi and lo per 16 positions; with z the dy_lo pass's hi only (its own call).
-      const size_t wgmmas = 4 + ((flags & SSD_FLAG_Z) ? 2 : 0);
-      CHECK(count(ptx, wgmma_test::wgmma_shape(c, 128)) == wgmmas);
-      CHECK(count(ptx, "wgmma.mma_async") == wgmmas);
-      for (size_t at = ptx.find("wgmma.mma_async"); at != std::string::npos; at = ptx.find("wgmma.mma_async", at + 1)) {
-        const std::string line = ptx.substr(at, ptx.find('\n', at) - at);
-        CHECK_FALSE(contains(line, "}, {%r"));  // A from shared memory (a descriptor), not registers
-      }
-      CHECK_FALSE(contains(ptx, "ldmatrix"));  // the A chunks are read as 16-byte words, not fragments
-      CHECK(contains(ptx, "wgmma.wait_group.sync.aligned 1;"));
-      CHECK(contains(ptx, "fence.proxy.async.shared::cta"));
-      CHECK_FALSE(contains(ptx, "atom."));
-      // ptxas: no serialized wgmma; at 250-255 registers at most 16 bytes of spill (bf16 with TMA: 8).
-      CHECK_FALSE(contains(r.log, "serialized"));
-      if (r.report.registers > 0) {
-        ++with_report;
-        CHECK(r.report.spill_bytes <= 16);
-      }
-    }
-  require_some_ptxas_report(with_report);
-}
-
 TEST_CASE("chunk_state_passing_bwd on sm_90a: geometry helpers follow the forward's wgmma state pass") {
   using namespace ssd_kernels;
   for (int bk : {32, 64})
@@ -269,18 +211,6 @@ TEST_CASE("chunk_state_passing_bwd on sm_90a: geometry helpers follow the forwar
                     bm * (bn + 8) * 4 + (tma ? 64 : 0) + 1024);
         }
       }
-  // The shared-A tile: the stage and P_c geometry of two 128-column warpgroups.
-  for (bool tma : {false, true})
-    CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_smem_bytes(256, 64, 256, 32, tma) ==
-          6 * fwd_geom::chunk_state_passing_wgmma_stage_bytes(128, 256, 32) + 2 * 8 * 256 + 128 * 136 * 4 +
-              (tma ? 64 : 0) + 1024);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_threads(64, 256) == 256);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_threads(64, 128) == 128);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_threads(128, 128) == 256);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_wg_n(256) == 128);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 256, 32, 64, 256, 32) == nullptr);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 512, 32, 64, 256, 32) == nullptr);
-  CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_tile_problem(256, 64, 128, 32, 64, 256, 32) != nullptr);
   // One wgmma group in flight where the forward keeps one, and at 64 x 64 x 64; the other 64-row tiles none.
   CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(64, 64, 64) == 1);
   CHECK(bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(128, 64, 64) == 1);
