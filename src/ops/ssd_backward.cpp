@@ -898,6 +898,34 @@ ForwardTuning recompute_tuning(const ssd_backward_args& a, const ssd_forward_arg
   return t;
 }
 
+// The fused backward state pass's tile: the tuning's, and where it leaves the tile to the default on
+// sm_90a and one slice's batch × heads give the 128 × 128 × 64 tile (two heads of a group a block, 128
+// state columns each) at least kWideStatePassBlocks blocks (about one per SM: it takes one by its
+// shared memory), that tile where it is legal. Measured (docs/perf.md, session 31, b=4 L=2048: 128
+// blocks a slice): the state pass 0.835 -> 0.775 ms against the family's default 64 × 64 × 64 (512
+// blocks); at b=1 a slice gives it 32 blocks, where the default's four times as many blocks are
+// faster. A pure function of the extents, like the recompute's tile (recompute_tuning); the same bits
+// for every tile (docs/determinism.md, D2).
+constexpr int64_t kWideStatePassBlocks = 128;
+BackwardTuning with_state_pass_tile(const ssd_backward_args& a, const ForwardDims& d, const ForwardDims& ds,
+                                    ssd_mode mode, ssd_arch arch, BackwardTuning tn) {
+  const ssd_tile wide{128, 128, 64, 0, 0};
+  const ssd_tile& set = tn.state_pass;
+  if (set.m || set.n || set.k || arch != SSD_ARCH_SM90A || !fused_state_pass(mode, tn)) return tn;
+  namespace geom = ssd_kernels::fwd_geom;
+  const int p = int(ds.p);
+  const int64_t blocks = int64_t(geom::chunk_state_tiles(p, int(ds.n), geom::chunk_state_passing_head_rows(p, wide.m), wide.n)) *
+                         ds.b * (ds.h / geom::chunk_state_passing_heads_per_block(p, wide.m));
+  if (blocks < kWideStatePassBlocks) return tn;
+  const BackwardLayout no_layout{};
+  for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan())) {
+    if (c.kernel != SSD_KERNEL_CHUNK_STATE_PASSING_BWD) continue;
+    for (const ssd_tile& l : legal_tiles(c))
+      if (l.m == wide.m && l.n == wide.n && l.k == wide.k) tn.state_pass = wide;
+  }
+  return tn;
+}
+
 // The recompute (the forward's plan without chunk_scan, on one slice's extents), then the
 // backward's own stages.
 Result<std::vector<ssd_kernel_config>> configs_for(const ssd_backward_args& a, const ForwardDims& d, ssd_arch arch,
@@ -911,7 +939,7 @@ Result<std::vector<ssd_kernel_config>> configs_for(const ssd_backward_args& a, c
   std::vector<ssd_kernel_config> out = forward_plan_configs(
       ForwardCall{f0, ds, mode, arch, ForwardBuffers{}, 0, recompute_tuning(a, f0, ds, sliced, mode, arch, tn), false});
   const BackwardLayout no_layout{};
-  const BackwardTuning tn_call = with_slice_loaders(a, ds, sliced, tn);
+  const BackwardTuning tn_call = with_state_pass_tile(a, d, ds, mode, arch, with_slice_loaders(a, ds, sliced, tn));
   for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn_call, no_layout, nullptr}, backward_plan()))
     out.push_back(c);
   return out;
@@ -967,7 +995,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
   auto layout = sliced_layout_for(a, d, mode, tn_given);
   if (!layout.ok()) return layout.status();
   const BackwardLayout& L = layout.value();
-  const BackwardTuning tn = with_slice_loaders(a, slice_dims(d, L.slices), L.slices > 1, tn_given);
+  const BackwardTuning tn_loaders = with_slice_loaders(a, slice_dims(d, L.slices), L.slices > 1, tn_given);
   if (workspace && workspace_bytes < L.total)
     return make_error(SSD_ERROR_WORKSPACE_TOO_SMALL, fmt::format("workspace_bytes: {} given, {} needed "
                                                                  "(ssd_backward_workspace_size)", workspace_bytes, L.total));
@@ -975,6 +1003,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     return make_error(SSD_ERROR_INVALID_ALIGNMENT, "workspace: must be 256-byte aligned");
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
+  const BackwardTuning tn = with_state_pass_tile(a, d, slice_dims(d, L.slices), mode, arch.value(), tn_loaders);
   // A call identical to one whose launch graph is kept as that call left it (the same arguments,
   // workspace, stream, context and mode: every launch, grid and parameter byte would be recorded
   // again) replays it as is: no plan, no parameter blocks (runtime/launch_graph.h). Only calls of

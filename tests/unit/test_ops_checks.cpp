@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "ops/chunk_cumsum.h"
 #include "ops/ssd_backward.h"
+#include "state_pass_test_support.h"
 #include "ops/ssd_forward.h"
 #include "ops/tensor_check.h"
 #include "runtime/runtime.h"
@@ -503,6 +504,34 @@ TEST_CASE("backward kernel list: the recompute's state pass follows the slices (
   const ssd_kernel_config padded_cfg = state_pass(padded);
   CHECK((padded_cfg.flags & SSD_FLAG_TMA) == 0);
   CHECK(padded_cfg.tile.m == 64);  // still the narrow tile where it is legal
+}
+
+TEST_CASE("backward kernel list: the fused state pass takes 128 x 128 x 64 where a slice gives it a block per SM") {
+  auto tile = [](const ssd_backward_args& args, ssd_arch arch, const BackwardTuning* tn = nullptr) {
+    return statepass_test::tile_text(listed_kernel(args, SSD_KERNEL_CHUNK_STATE_PASSING_BWD, arch, tn).tile);
+  };
+  // nemotronh-56b at b=4 L=2048: 8 slices of 32 heads, 2 x 4 x 16 = 128 blocks at 128 x 128.
+  const ssd_backward_args b4 = dense_backward_args(Shape{4, 2048, 256, 64, 8, 256, 256});
+  CHECK(tile(b4, SSD_ARCH_SM90A) == "128x128x64");
+  // b=1 L=16384: 32 blocks a slice, so the family's default (four times the blocks; the list leaves the
+  // tile unset, 0x0x0, for the family to fill in).
+  const ssd_backward_args b1 = dense_backward_args(Shape{1, 16384, 256, 64, 8, 256, 256});
+  CHECK(tile(b1, SSD_ARCH_SM90A) == "0x0x0");
+  // Unsliced at b=1 (256 heads: 256 blocks) it is wide again; a tuning's tile stays; sm_90 keeps the
+  // mma.sync kernel's default.
+  BackwardTuning whole;
+  whole.group_slices = 1;
+  CHECK(tile(b1, SSD_ARCH_SM90A, &whole) == "128x128x64");
+  BackwardTuning set;
+  set.state_pass = ssd_tile{64, 128, 64, 0, 0};
+  CHECK(tile(b4, SSD_ARCH_SM90A, &set) == "64x128x64");
+  CHECK(tile(b4, SSD_ARCH_SM90) == "0x0x0");
+  // An odd number of heads per group (no two heads of a group a block): the default, though the grid
+  // would be 2 x 16 x 12 = 192 blocks unsliced.
+  const ssd_backward_args odd = dense_backward_args(Shape{16, 2048, 24, 64, 8, 256, 256});
+  CHECK(tile(odd, SSD_ARCH_SM90A, &whole) == "0x0x0");
+  const ssd_backward_args even = dense_backward_args(Shape{16, 2048, 16, 64, 8, 256, 256});
+  CHECK(tile(even, SSD_ARCH_SM90A, &whole) == "128x128x64");
 }
 
 TEST_CASE("backward kernel list: the fused state pass takes TMA stages where dy and C fit the maps in every slice") {
