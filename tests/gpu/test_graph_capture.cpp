@@ -521,7 +521,7 @@ TEST_CASE("launch graphs: repeated calls replay a cached graph with the eager la
     // B's call replaces every node's parameters; A after it takes a graph of its own, repeated A
     // calls set none.
     CHECK(after.nodes_updated - before.nodes_updated == planned);
-    MESSAGE((backward ? "bwd" : "fwd") << ": eager " << after.eager - before.eager << ", instantiated "
+    MESSAGE(std::string(backward ? "bwd" : "fwd") << ": eager " << after.eager - before.eager << ", instantiated "
                                        << after.instantiated - before.instantiated << ", replays "
                                        << after.replays - before.replays << ", nodes updated "
                                        << after.nodes_updated - before.nodes_updated << " (" << planned

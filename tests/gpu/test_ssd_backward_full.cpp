@@ -576,7 +576,7 @@ TEST_CASE("ssd_backward: the fused state pass (chunk_state_passing_bwd) gives th
       CHECK(same_bytes(prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &tn), want));
       CHECK(same_bytes(pass_bytes(fused_layout.value()), want_pass));
     }
-    MESSAGE("bwd fused state pass " << describe(c) << (tma ? " (TMA and cp.async stages)" : "") << ": " << variants
+    MESSAGE("bwd fused state pass " << describe(c) << std::string(tma ? " (TMA and cp.async stages)" : "") << ": " << variants
                                     << " variants and 3 grid caps bitwise equal to the staged pair (gradients, ds, "
                                        "states_t, second terms, rho slots)");
   }
@@ -819,6 +819,39 @@ TEST_CASE("ssd_backward: group slices give the whole problem's bits, one or two 
   MESSAGE("group slices: " << compared << " sliced calls on " << cases.size() << " problems bitwise the whole problem's; "
           << describe(big.c) << ": default " << dl->slices << " slices in " << dl->buffers << " buffers, workspace "
           << dl->total << " bytes (whole " << wl->total << "), bitwise the whole's");
+}
+
+TEST_CASE("ssd_backward: the fused state pass's 128 x 128 x 64 tile, taken where a slice gives it a block per SM, "
+          "gives the family default's bits" *
+          doctest::skip(!gpu_available())) {
+  if (!device_is_sm90a()) {
+    MESSAGE("not an sm_90a device: the wgmma state pass does not run here");
+    return;
+  }
+  RuntimeHolder rt;
+  // 8 x 32 heads of 16 per group: 2 x 8 x 16 = 256 blocks at 128 x 128 (128 in each of two slices); a
+  // partial last chunk; plain, then every option.
+  for (const BwdCase& c :
+       {BwdCase{8, 600, 32, 64, 2, 256, 256, SSD_DTYPE_BF16, true, false, false, true, true, false, false, false},
+        BwdCase{8, 600, 32, 64, 2, 256, 256, SSD_DTYPE_FP16, true, true, true, true, true, true, true, true}}) {
+    CAPTURE(describe(c));
+    BwdProblem prob(c);
+    int listed = 0;
+    for (const ssd_kernel_config& k : configs_of(rt.rt, prob, SSD_MODE_DETERMINISTIC))
+      if (k.kernel == SSD_KERNEL_CHUNK_STATE_PASSING_BWD) {
+        ++listed;
+        CHECK(k.tile.m == 128);
+        CHECK(k.tile.n == 128);
+        CHECK(k.tile.k == 64);
+      }
+    REQUIRE(listed == 1);
+    ssd::BackwardTuning narrow;
+    narrow.state_pass = ssd_tile{64, 64, 64, 0, 0};
+    const std::vector<uint8_t> want = prob.run(rt.rt, SSD_MODE_DETERMINISTIC, &narrow);
+    for (int round = 0; round < 2; ++round) CHECK(same_bytes(prob.run(rt.rt), want));
+    MESSAGE("bwd fused state pass " << describe(c) << ": the default call (128 x 128 x 64) bitwise the 64 x 64 x 64 "
+                                       "tile's, twice");
+  }
 }
 
 TEST_CASE("ssd_backward: bad arguments are refused by name, nothing written" * doctest::skip(!gpu_available())) {
