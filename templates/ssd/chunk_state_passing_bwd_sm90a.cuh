@@ -303,10 +303,14 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
           warpgroup::fence_operand(acc);
           // P_c is visible from the chunk's step P_READY on; a chunk of at most P_READY steps (a short
           // first chunk of the walk; every chunk where PASSES · Q = 128) waits for every thread's copies
-          // here, then the barrier. (Waiting for all groups drains the cp.async loaders' prefetch there:
-          // PASSES · KS - 1 newer groups would do for a whole chunk; not yet measured.)
+          // here, then the barrier: P_c's group (its first step's) is followed by one group per later
+          // step of the chunk, so a whole chunk leaves PASSES · KS - 1 newer groups pending (the cp.async
+          // loaders' prefetch keeps running); a short first chunk waits for all.
           if (PASSES * ksteps <= P_READY) {
-            ptx::cp_async_wait<0>();
+            if (ksteps == KS)
+              ptx::cp_async_wait<PASSES * KS - 1>();
+            else
+              ptx::cp_async_wait<0>();
             __syncthreads();
           }
           const long long at = p.ds.offset(b, c, h);
