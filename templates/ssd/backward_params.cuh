@@ -557,7 +557,12 @@ SSD_HOST_DEVICE constexpr bool chunk_state_passing_bwd_wgmma_walk(int q, int pas
 // 128, dstate 64-256), and the k16 steps stop waiting for each other (0.862 -> 0.832 ms at nemotronh-56b
 // b=4 L=2048, docs/perf.md). Other 64-row tiles keep 0 (64 x 128: 4-128 bytes of spill with 1).
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_in_flight(int bm, int bn, int bk) {
-  return fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk) == 1 || (bm == 64 && bn == 64 && bk == 64) ? 1 : 0;
+  // 128 x 128 x 64 (the call's tile where a slice gives it a block per SM) keeps 0: its epilogue already
+  // takes 255 registers with 12 bytes of spill, 20 with a second fragment.
+  return (fwd_geom::chunk_state_passing_wgmma_in_flight(bm, bn, bk) == 1 && !(bn == 128 && bk == 64)) ||
+                 (bm == 64 && bn == 64 && bk == 64)
+             ? 1
+             : 0;
 }
 // P_c's shared rows (fp32 words): BLOCK_N + 8, 32 bytes past a multiple of 128 bytes.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_bwd_wgmma_p_ld(int bn) { return bn + 8; }

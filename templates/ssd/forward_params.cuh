@@ -400,11 +400,12 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_heads_per_block(int p, int bm)
 SSD_HOST_DEVICE constexpr int chunk_state_passing_head_rows(int p, int bm) { return bm > p ? p : bm; }
 SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_stage_bytes(int bm, int bn, int bk) { return bk * (bm + bn) * 2; }
 // wgmma groups (16 positions each) left running while the next A fragment is built: 1 (two A fragments
-// live) for two warpgroups per block, which hold one block per SM whatever their registers, where ptxas
-// fits it without spilling (n = 64, or k = 32); 0 elsewhere — a 64-row block keeps ~168 registers and
-// 3 blocks per SM at n = 64, and n = 128 with k = 64 is at the 255-register limit.
+// live) for two warpgroups per block, which hold one block per SM whatever their registers (ptxas fits
+// the second fragment without spilling at every two-warpgroup tile: 128 x 128 x 64, the TMA default,
+// 248 registers, 254 with cp.async, the two-term recompute 198); 0 for 64-row blocks, which keep ~168
+// registers and 3 blocks per SM at n = 64.
 SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_in_flight(int bm, int bn, int bk) {
-  return bm == 128 && (bn == 64 || bk == 32) ? 1 : 0;
+  return bm == 128 ? 1 : 0;
 }
 // The P_c staging tile of two-warpgroup blocks (BLOCK_M = 128: one block per SM whatever its shared
 // memory, 255 registers; a 64-row block runs 2-3 per SM, and the tile would cost it one) with 16-bit P

@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "presets.h"
 #include "ptxas_report_support.h"
+#include "ssd/backward_params.cuh"
 #include "ssd/forward_params.cuh"
 #include "state_pass_test_support.h"
 #include "wgmma_test_support.h"
@@ -226,10 +227,12 @@ TEST_CASE("state pass grid: heads per block and rows per head follow the tile, t
   CHECK(chunk_state_passing_wgmma_threads(128) == 256);
   CHECK(chunk_state_passing_wgmma_stages(64) == 4);
   CHECK(chunk_state_passing_wgmma_stages(32) == 6);
-  // One wgmma group left running while the next A fragment is built only where registers allow it.
+  // One wgmma group left running while the next A fragment is built only where registers allow it: every
+  // two-warpgroup tile (the backward's 128 x 128 x 64 keeps 0: its own rule, test_state_pass_bwd_wgmma).
   CHECK(chunk_state_passing_wgmma_in_flight(128, 128, 32) == 1);
   CHECK(chunk_state_passing_wgmma_in_flight(128, 64, 64) == 1);
-  CHECK(chunk_state_passing_wgmma_in_flight(128, 128, 64) == 0);
+  CHECK(chunk_state_passing_wgmma_in_flight(128, 128, 64) == 1);
+  CHECK(ssd_kernels::bwd_geom::chunk_state_passing_bwd_wgmma_in_flight(128, 128, 64) == 0);
   CHECK(chunk_state_passing_wgmma_in_flight(64, 64, 64) == 0);
   CHECK(chunk_state_passing_wgmma_in_flight(64, 128, 32) == 0);
 }
