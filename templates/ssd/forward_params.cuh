@@ -404,7 +404,7 @@ SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_stage_bytes(int bm, int 
 // the second fragment without spilling at every two-warpgroup tile: 128 x 128 x 64, the TMA default,
 // 248 registers, 254 with cp.async, the two-term recompute 198); 0 for 64-row blocks, which keep ~168
 // registers and 3 blocks per SM at n = 64.
-SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_in_flight(int bm, int bn, int bk) {
+SSD_HOST_DEVICE constexpr int chunk_state_passing_wgmma_in_flight(int bm, int /*bn*/, int /*bk*/) {
   return bm == 128 ? 1 : 0;
 }
 // The P_c staging tile of two-warpgroup blocks (BLOCK_M = 128: one block per SM whatever its shared

@@ -593,7 +593,7 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
         max_abs = std::max(max_abs, std::fabs(a[i] - b[i]));
       }
       const double rel = ssd::ref::rel_l2(a.data(), b.data(), a.size());
-      MESSAGE(describe(c) << " " << what << ": " << equal << " of " << a.size() << " bitwise equal"
+      MESSAGE(describe(c) << " " << std::string(what) << ": " << equal << " of " << a.size() << " bitwise equal"
                           << (equal == a.size() ? "" : ", max abs diff " + std::to_string(max_abs) +
                                                            ", rel L2 " + std::to_string(rel)));
       all_equal += equal;
