@@ -164,7 +164,7 @@ __device__ void chunk_state_passing_bwd_wgmma(const Params& p) {
         // Flattened step s of the walk -> (chunk c, pass, K step), as the mma.sync kernel's.
         auto load_stage = [&](int buf, int s) {
           const detail::BwdWalkStep w = detail::bwd_walk_step<BLOCK_K, KS, PASSES, X_LO>(s, nchunks, steps_first, valid_last);
-          const int c = w.c, st = w.st, valid = w.valid, k0 = w.k0;
+          const int c = w.c, valid = w.valid, k0 = w.k0;
           const T* safe_xs = w.lo_pass ? safe_xl : safe_x;
           const long long row = (long long)c * Q + k0;
           unsigned char* stage = smem + buf * STAGE_BYTES;
