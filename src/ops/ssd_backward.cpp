@@ -874,6 +874,20 @@ BackwardTuning with_slice_loaders(const ssd_backward_args& a, const ForwardDims&
     if (sliced && !(fits_tma_map(*t) && slice_views_keep_alignment(*t, ds.g))) tn.cp_async = true;
   return tn;
 }
+// The blocks of a wgmma state pass's grid (chunk_state_passing_fwd / _bwd, launch_state_pass) at tile
+// t over one slice's extents ds, and whether t is among c's legal tiles: the two tests of the slice
+// rules below.
+int64_t state_pass_blocks(const ForwardDims& ds, const ssd_tile& t) {
+  namespace geom = ssd_kernels::fwd_geom;
+  const int p = int(ds.p);
+  return int64_t(geom::chunk_state_tiles(p, int(ds.n), geom::chunk_state_passing_head_rows(p, t.m), t.n)) * ds.b *
+         (ds.h / geom::chunk_state_passing_heads_per_block(p, t.m));
+}
+bool tile_is_legal(const ssd_kernel_config& c, const ssd_tile& t) {
+  for (const ssd_tile& l : legal_tiles(c))
+    if (l.m == t.m && l.n == t.n && l.k == t.k) return true;
+  return false;
+}
 // `a`: the whole problem's arguments; f0, ds: slice 0's forward inputs and extents (the whole
 // problem's when `sliced` is false).
 ForwardTuning recompute_tuning(const ssd_backward_args& a, const ssd_forward_args& f0, const ForwardDims& ds,
@@ -882,18 +896,13 @@ ForwardTuning recompute_tuning(const ssd_backward_args& a, const ssd_forward_arg
   if (sliced && !slices_keep_alignment(a, ds.h, ds.g)) t.cp_async = true;
   const ssd_tile& set = t.state_pass;
   if (set.m || set.n || set.k || t.staged_states) return t;
-  namespace geom = ssd_kernels::fwd_geom;
   for (const ssd_kernel_config& c : forward_plan_configs(ForwardCall{f0, ds, mode, arch, ForwardBuffers{}, 0, t, false})) {
     if (c.kernel != SSD_KERNEL_CHUNK_STATE_PASSING_FWD) continue;
     const ssd_tile def = default_tile(c);
-    const int p = c.headdim;
     if (def.m <= 0 || def.n <= 0) return t;
-    const int64_t blocks = int64_t(geom::chunk_state_tiles(p, c.dstate, geom::chunk_state_passing_head_rows(p, def.m), def.n)) *
-                           ds.b * (ds.h / geom::chunk_state_passing_heads_per_block(p, def.m));
-    if (blocks > kNarrowRecomputeBlocks) return t;
+    if (state_pass_blocks(ds, def) > kNarrowRecomputeBlocks) return t;
     const ssd_tile narrow{64, 64, 64, 0, 0};
-    for (const ssd_tile& l : legal_tiles(c))
-      if (l.m == narrow.m && l.n == narrow.n && l.k == narrow.k) t.state_pass = narrow;
+    if (tile_is_legal(c, narrow)) t.state_pass = narrow;
   }
   return t;
 }
@@ -912,17 +921,9 @@ BackwardTuning with_state_pass_tile(const ssd_backward_args& a, const ForwardDim
   const ssd_tile wide{128, 128, 64, 0, 0};
   const ssd_tile& set = tn.state_pass;
   if (set.m || set.n || set.k || arch != SSD_ARCH_SM90A || !fused_state_pass(mode, tn)) return tn;
-  namespace geom = ssd_kernels::fwd_geom;
-  const int p = int(ds.p);
-  const int64_t blocks = int64_t(geom::chunk_state_tiles(p, int(ds.n), geom::chunk_state_passing_head_rows(p, wide.m), wide.n)) *
-                         ds.b * (ds.h / geom::chunk_state_passing_heads_per_block(p, wide.m));
-  if (blocks < kWideStatePassBlocks) return tn;
+  if (state_pass_blocks(ds, wide) < kWideStatePassBlocks) return tn;
   const BackwardLayout no_layout{};
-  for (const ssd_kernel_config& c : plan_configs(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}, backward_plan())) {
-    if (c.kernel != SSD_KERNEL_CHUNK_STATE_PASSING_BWD) continue;
-    for (const ssd_tile& l : legal_tiles(c))
-      if (l.m == wide.m && l.n == wide.n && l.k == wide.k) tn.state_pass = wide;
-  }
+  if (tile_is_legal(fused_cfg(BackwardCall{a, d, mode, arch, tn, no_layout, nullptr}), wide)) tn.state_pass = wide;
   return tn;
 }
 
@@ -1003,7 +1004,6 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     return make_error(SSD_ERROR_INVALID_ALIGNMENT, "workspace: must be 256-byte aligned");
   auto arch = runtime_arch(rt);
   if (!arch.ok()) return arch.status();
-  const BackwardTuning tn = with_state_pass_tile(a, d, slice_dims(d, L.slices), mode, arch.value(), tn_loaders);
   // A call identical to one whose launch graph is kept as that call left it (the same arguments,
   // workspace, stream, context and mode: every launch, grid and parameter byte would be recorded
   // again) replays it as is: no plan, no parameter blocks (runtime/launch_graph.h). Only calls of
@@ -1015,6 +1015,7 @@ Status ssd_backward(ssd_runtime& rt, const ssd_backward_args* user_args, void* w
     Status replayed;
     if (!same_call.empty() && CallRecording::replay_same_call(rt, stream, same_call, &replayed)) return replayed;
   }
+  const BackwardTuning tn = with_state_pass_tile(a, d, slice_dims(d, L.slices), mode, arch.value(), tn_loaders);
 
   // Every kernel first: nothing is allocated or launched unless all of them are available. Every
   // slice runs the same kernels (the specializations depend on the shape per head and group, not on
