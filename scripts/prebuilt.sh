@@ -8,7 +8,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$root/${1:-.gl}
 build=${SSD_BUILD_DIR:-$root/build}
-ninja -C "$build" ssd_gpu_tests ssdgen_cli ssdgen >/dev/null
+# libssdgen.so by its file: the target name `ssdgen` is also the CLI's output file, which ninja builds instead.
+ninja -C "$build" ssd_gpu_tests ssdgen_cli libssdgen.so >/dev/null
 mkdir -p "$dir"
 cp "$build/tests/ssd_gpu_tests" "$build/ssdgen" "$dir/"
 cp -L "$build/libssdgen.so" "$dir/libssdgen.so"

@@ -173,8 +173,24 @@ Status cumsum_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   return launch_chunk_cumsum_fwd(k, p, c.max_blocks, stream);
 }
 
-// F4: CB = C B^T per (b, c, g).
-ssd_kernel_config bmm_config(const F& c) { return shaped(c, SSD_KERNEL_BMM_CHUNK_FWD, c.tiles.bmm); }
+// F4: CB = C B^T per (b, c, g). The family's default is the mma.sync kernel's 64 x 64 tile (Q/64 ·
+// (Q/64 + 1) / 2 blocks per chunk and group, four per SM); on sm_90a, where the shape has the wgmma
+// kernel, the tuning leaves the tile unset and that kernel's grid (one block per pair of row bands)
+// has at least kWgmmaBmmMinBlocks blocks (about one per SM), its tile 64 x 64 x 64 instead. Measured
+// (docs/perf.md, forward log entries 24-25, nemotronh-56b): faster from 128 blocks (b=1 L=2048 0.018
+// -> 0.015 ms, b=4 0.049 -> 0.037), slower at 32 (b=1 L=512 0.010 -> 0.013) and 64 (the backward's
+// group slices, b=4 L=2048). A pure function of the extents (prepare's lists hold both kernels); the
+// same bits either way.
+constexpr int64_t kWgmmaBmmMinBlocks = 128;
+ssd_kernel_config bmm_config(const F& c) {
+  ssd_kernel_config k = shaped(c, SSD_KERNEL_BMM_CHUNK_FWD, c.tiles.bmm);
+  const ssd_tile& t = c.tiles.bmm;
+  const int64_t blocks = c.d.b * c.d.nc * c.d.g * ssd_kernels::fwd_geom::bmm_chunk_wgmma_pairs(c.d.Q);
+  if (!t.m && !t.n && !t.k && c.arch == SSD_ARCH_SM90A &&
+      ssd_kernels::fwd_geom::bmm_chunk_wgmma_shape(c.d.Q, int(c.d.n)) && blocks >= kWgmmaBmmMinBlocks)
+    k.tile = ssd_tile{64, 64, 64, 0, 0};
+  return k;
+}
 Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   ssd_kernels::BmmChunkFwdParams p{};
   p.C = ref<const void, 4>(c.a.C);
@@ -184,7 +200,11 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.ngroups = c.d.g;
   const ssd_tile& t = k.built->config.tile;
   void* params[] = {&p};
-  return launch_kernel(k, grid_x(ssd_kernels::fwd_geom::bmm_chunk_tiles(c.d.Q, t.m, t.n), c.max_blocks), gy(c),
+  const ssd_kernel_config& kc = k.built->config;
+  return launch_kernel(k, grid_x(ssd_kernels::fwd_geom::bmm_chunk_blocks_x(kc.arch == SSD_ARCH_SM90A, kc.chunk_size,
+                                                                           kc.dstate, t.m, t.n, t.k),
+                                 c.max_blocks),
+                       gy(c),
                        grid_yz(c.d.g, c.max_blocks), params, stream);
 }
 

@@ -19,6 +19,10 @@
 // steps, in increasing n, starting from 0: its bits do not depend on BLOCK_M, BLOCK_N, K or the
 // warp split.
 //
+// On sm_90a (Spec::kWgmma: the arch is sm_90a, the chunk 128 or 256, dstate a multiple of 64 and the
+// tile 64 x 64 x 64) the entry runs bmm_chunk_fwd_wgmma (bmm_chunk_sm90a.cuh) instead: the same chains
+// on wgmma, the same bits.
+//
 // Launch: block = fwd_geom::bmm_chunk_threads(BLOCK_M, BLOCK_N) threads;
 //         grid  = (fwd_geom::bmm_chunk_tiles(Q, BLOCK_M, BLOCK_N), batch * nchunks, ngroups),
 //         each axis grid-stride (any grid size >= 1 is correct); static shared memory
@@ -29,11 +33,14 @@
 #include "ssd/primitives/dtype.cuh"
 #include "ssd/primitives/mma.cuh"
 #include "ssd/primitives/spec.cuh"
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "ssd/bmm_chunk_sm90a.cuh"  // bmm_chunk_fwd_wgmma (hopper.cuh: sm_90a only)
+#endif
 
 namespace ssd_kernels {
 
 template <class Spec>
-__device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
+__device__ void bmm_chunk_fwd_mma(const BmmChunkFwdParams& p) {
   SSD_TILE_SPEC_NAMES(Spec);  // Q, P, N, HEADS_PER_GROUP, BLOCK_M, BLOCK_N, BLOCK_K; T: bf16 or fp16
   static_assert(fwd_geom::bmm_chunk_tile_problem(Q, N, BLOCK_M, BLOCK_N, 0) == nullptr,
                 "illegal tile: the host's check (src/kernels) refuses it");
@@ -142,6 +149,21 @@ __device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
         __syncthreads();  // shared tiles and s_seq are reused by the next tile
       }
     }
+  }
+}
+
+// The entry: on sm_90a the family sets Spec::kWgmma (a pure function of the specialization:
+// src/kernels/bmm_chunk.cpp) and the wgmma kernel runs; elsewhere the mma.sync one.
+template <class Spec>
+__device__ void bmm_chunk_fwd(const BmmChunkFwdParams& p) {
+  if constexpr (spec_detail::optional_kWgmma<Spec>(0)) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    bmm_chunk_fwd_wgmma<Spec>(p);
+#else
+    static_assert(!spec_detail::optional_kWgmma<Spec>(0), "the wgmma bmm_chunk_fwd needs the sm_90a target");
+#endif
+  } else {
+    bmm_chunk_fwd_mma<Spec>(p);
   }
 }
 

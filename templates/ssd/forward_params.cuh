@@ -175,6 +175,27 @@ SSD_HOST_DEVICE constexpr int bmm_chunk_smem_bytes(int n, int bm, int bn) {
   return bmm_chunk_stages(n, bm, bn) * bmm_chunk_stage_bytes(bm, bn, bmm_chunk_block_k(n, bm, bn)) + 4 * (bm + bn);
 }
 
+// ---- bmm_chunk_fwd on sm_90a (bmm_chunk_sm90a.cuh): one warpgroup per pair of 64-row bands (lo,
+// Q/64 - 1 - lo), all of its 64 x 64 tiles; two stages of 64 n columns (the two C bands, then Q B rows).
+// Its tile is 64 x 64 x 64 (k: the n step); the mma.sync kernel's tiles have k = 0 (derived), and on
+// sm_90a both are legal where the shape allows the wgmma kernel (the same bits).
+SSD_HOST_DEVICE constexpr bool bmm_chunk_wgmma_shape(int q, int n) { return (q == 128 || q == 256) && n % 64 == 0; }
+// The one rule for which kernel a specialization runs (the family's Spec and the launcher's grid).
+SSD_HOST_DEVICE constexpr bool bmm_chunk_uses_wgmma(bool sm90a, int q, int n, int bk) {
+  return sm90a && bk == 64 && bmm_chunk_wgmma_shape(q, n);
+}
+SSD_HOST_DEVICE constexpr int bmm_chunk_wgmma_threads() { return 128; }
+SSD_HOST_DEVICE constexpr int bmm_chunk_wgmma_pairs(int q) { return q / 128; }
+SSD_HOST_DEVICE constexpr int bmm_chunk_wgmma_stages() { return 2; }
+SSD_HOST_DEVICE constexpr int bmm_chunk_wgmma_stage_bytes(int q) { return (128 + q) * 128; }
+SSD_HOST_DEVICE constexpr int bmm_chunk_wgmma_smem_bytes(int q) {
+  return 1024 + bmm_chunk_wgmma_stages() * bmm_chunk_wgmma_stage_bytes(q);
+}
+// grid.x of either kernel.
+SSD_HOST_DEVICE constexpr int bmm_chunk_blocks_x(bool sm90a, int q, int n, int bm, int bn, int bk) {
+  return bmm_chunk_uses_wgmma(sm90a, q, n, bk) ? bmm_chunk_wgmma_pairs(q) : bmm_chunk_tiles(q, bm, bn);
+}
+
 // ---- chunk_state_fwd<Q, P, N, HEADS_PER_GROUP, BLOCK_M (p), BLOCK_N (n), BLOCK_K (positions), T, HAS_SEQ_IDX>
 // grid.x = (P / BM) * (N / BN)
 SSD_HOST_DEVICE constexpr int chunk_state_threads(int bm, int bn) { return warp_grid_threads(bm, bn); }
@@ -257,9 +278,16 @@ SSD_HOST_DEVICE constexpr bool divides(int a, int b) { return a > 0 && b % a == 
 SSD_HOST_DEVICE constexpr const char* bmm_chunk_tile_problem(int q, int n, int bm, int bn, int bk) {
   return !pow2_in(bm, 16, 128) || !pow2_in(bn, 16, 128)      ? "m, n in 16, 32, 64, 128"
          : !divides(bm, q) || !divides(bn, q)                ? "m and n must divide chunk_size"
-         : bk != 0                                           ? "k must be 0 (derived)"
+         : bk != 0 ? "k must be 0 (derived), or 64: the wgmma kernel (sm_90a, chunk 128 or 256, dstate a "
+                     "multiple of 64)"
          : bmm_chunk_smem_bytes(n, bm, bn) > kMaxStaticSmem ? "the tiles' shared memory must fit in 48 KiB"
                                                              : nullptr;
+}
+
+SSD_HOST_DEVICE constexpr const char* bmm_chunk_wgmma_tile_problem(int q, int n, int bm, int bn, int bk) {
+  return !bmm_chunk_wgmma_shape(q, n)  ? "the wgmma kernel needs chunk_size 128 or 256 and dstate a multiple of 64"
+         : bm != 64 || bn != 64 || bk != 64 ? "the wgmma kernel's tile is 64 x 64 x 64"
+                                            : nullptr;
 }
 
 // chunk_state_fwd and chunk_scan_bwd_dstates (the same template).

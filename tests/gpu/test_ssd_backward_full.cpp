@@ -1145,8 +1145,9 @@ TEST_CASE("ssd_forward_prepare / ssd_backward_prepare: the calls then find every
       po.mode = -1;  // the backward's own args.mode
       GPU_CHECK_SSD(ssd_backward_prepare(warm, &b, &po, &br));
       // cumsum, bmm, the fused state pass, chunk_scan_fwd; on sm_90a also the cp.async twins of the
-      // two TMA kernels (a call picks by its tensors' alignment: src/ops/prepare.cpp).
-      CHECK(fr.kernels == (device_is_sm90a() ? 6 : 4));
+      // two TMA kernels (a call picks by its tensors' alignment: src/ops/prepare.cpp) and, where the
+      // shape has it (these do), bmm's wgmma kernel beside its mma.sync one (a call picks by its grid).
+      CHECK(fr.kernels == (device_is_sm90a() ? 7 : 4));
       // The recompute's cumsum and bmm are the forward's (its state pass: fp32 P); in fast mode the
       // backward runs the deterministic kernels (backward_kernel_mode) and the forward's are keyed fast.
       CHECK(br.from_memory >= (mode == SSD_MODE_DETERMINISTIC ? 2 : 0));

@@ -607,6 +607,73 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma state pass gives the mma.sync kernel
                                                             << " elements bitwise equal");
 }
 
+TEST_CASE("ssd_forward on sm_90a: the wgmma bmm_chunk_fwd gives the mma.sync kernel's CB" *
+          doctest::skip(!gpu_available())) {
+  // bmm_chunk_fwd on sm_90a (bmm_chunk_sm90a.cuh, chunk 128 or 256, dstate a multiple of 64, tile 64 x
+  // 64 x 64) keeps the mma.sync kernel's chain: from +0 in 16-wide n steps, increasing n, and writes
+  // the same 64 x 64 tiles. This compares the workspace's CB section (fp32, the whole section: both
+  // runs poison the workspace first, so entries neither kernel writes match too) of the device's
+  // runtime at the wgmma tile (set by the tuning: the call takes it only for grids of a full wave,
+  // bmm_config) with a runtime built for sm_90 (mma.sync at its default 64 x 64 tile). Shapes without
+  // the wgmma kernel run the default on both.
+  if (!device_is_sm90a()) {
+    MESSAGE("not an sm_90a device: the wgmma bmm does not run here");
+    return;
+  }
+  RuntimeHolder rt90a(SSD_ARCH_SM90A), rt90(SSD_ARCH_SM90);
+  std::vector<FwdCase> cases(std::begin(kFwdCases), std::end(kFwdCases));
+  // fp16, seq_idx, a partial last chunk (1000 = 3 * 256 + 232), 2 groups.
+  cases.push_back({1, 1000, 4, 64, 2, 256, 256, SSD_DTYPE_FP16, true, false, false, true, true, false, true});
+  // dstate 128 (two n steps), one group, seq_idx.
+  cases.push_back({3, 700, 8, 64, 1, 128, 256, SSD_DTYPE_BF16, true, false, false, true, true, true, true});
+  // chunk 128 with dstate 64 (one n step), 4 groups, a short last chunk.
+  cases.push_back({2, 300, 8, 32, 4, 64, 128, SSD_DTYPE_BF16, false, false, false, true, true, false, true});
+  int wgmma_cases = 0;
+  size_t all_equal = 0, all_total = 0;
+  for (const FwdCase& c : cases) {
+    CAPTURE(describe(c));
+    FwdProblem prob(c);
+    ssd_forward_args a = prob.args();
+    const bool wgmma = (c.Q == 128 || c.Q == 256) && c.n % 64 == 0;
+    ssd::ForwardTuning t;
+    if (wgmma) t.bmm = ssd_tile{64, 64, 64, 0, 0};
+    auto configs = ssd::forward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, &t);
+    REQUIRE(configs.ok());
+    for (const ssd_kernel_config& k : configs.value()) {
+      if (k.kernel != SSD_KERNEL_BMM_CHUNK_FWD) continue;
+      auto n = ssd::normalize_config(k);
+      REQUIRE(n.ok());
+      auto u = ssd::generate_unit(n.value());
+      REQUIRE(u.ok());
+      CHECK(wgmma == (u->source.find("kWgmma = true") != std::string::npos));
+    }
+    wgmma_cases += wgmma;
+    poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
+    REQUIRE(ssd::ssd_forward(*rt90a.rt, &a, nullptr, nullptr, {}, &t).ok());
+    const std::vector<uint8_t> ws90a = download_bytes(prob.d_ws);
+    prob.run(rt90.rt);
+    const std::vector<uint8_t> ws90 = download_bytes(prob.d_ws);
+    const size_t ncb = size_t(c.b * prob.nc * c.g * c.Q * c.Q);
+    const float* cb90a = reinterpret_cast<const float*>(ws90a.data() + prob.layout.CB_offset);
+    const float* cb90 = reinterpret_cast<const float*>(ws90.data() + prob.layout.CB_offset);
+    size_t equal = 0, finite = 0;
+    for (size_t i = 0; i < ncb; ++i) {
+      equal += std::memcmp(cb90a + i, cb90 + i, 4) == 0;
+      finite += std::isfinite(cb90a[i]);
+    }
+    MESSAGE("bmm_chunk_fwd " << std::string(wgmma ? "wgmma" : "mma.sync (not a wgmma shape)") << " vs sm_90 mma.sync "
+                             << describe(c) << ": CB " << equal << " of " << ncb << " elements bitwise equal ("
+                             << finite << " written, finite)");
+    CHECK(finite > 0);
+    CHECK(equal == ncb);
+    all_equal += equal;
+    all_total += ncb;
+  }
+  CHECK(wgmma_cases >= 6);
+  MESSAGE("sm_90a (wgmma) vs sm_90 (mma.sync) bmm: " << all_equal << " of " << all_total
+                                                     << " CB elements bitwise equal, " << wgmma_cases << " wgmma cases");
+}
+
 TEST_CASE("chunk_scan_fwd sm_90a: the TMA operand tiles give the cp.async loaders' bits, every tile" *
           doctest::skip(!gpu_available())) {
   // SSD_FLAG_TMA only changes how the operand tiles reach shared memory (chunk_scan_fwd's C, P, x

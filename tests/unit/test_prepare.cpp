@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -111,6 +112,69 @@ TEST_CASE("prepare: the forward's kernels are the call's, from shapes alone") {
     CHECK(c.arch == SSD_ARCH_SM80);
     CHECK(c.mode == SSD_MODE_FAST);
   }
+}
+
+TEST_CASE("prepare: on sm_90a bmm_chunk_fwd runs on wgmma where its grid fills the GPU; shape lists hold both") {
+  // nemotronh-56b's shape (chunk 256, dstate 256, 8 groups): the wgmma kernel's grid is b x chunks x 8
+  // x 2 blocks, the call takes it from 128 blocks on (about one per SM of the H200).
+  auto bmm_tiles = [](const std::vector<ssd_kernel_config>& configs) {
+    std::vector<int> ks;
+    for (const ssd_kernel_config& c : configs)
+      if (c.kernel == SSD_KERNEL_BMM_CHUNK_FWD) ks.push_back(normalize_config(c)->tile.k);
+    std::sort(ks.begin(), ks.end());
+    return ks;
+  };
+  auto call_configs = [](Shape s, ssd_arch arch) {
+    ssd_forward_args a = forward_shape(s);
+    uintptr_t next = 1 << 20;
+    for (ssd_tensor* t : {&a.x, &a.dt, &a.A, &a.B, &a.C, &a.out}) give(*t, next);
+    auto configs = forward_kernel_configs(&a, arch, SSD_MODE_DETERMINISTIC);
+    REQUIRE_MESSAGE(configs.ok(), configs.status().detail);
+    return configs.value();
+  };
+  Shape s;
+  s.h = 256, s.p = 64, s.g = 8, s.n = 256, s.Q = 256;
+  s.b = 4, s.L = 2048;  // 512 blocks
+  CHECK(bmm_tiles(call_configs(s, SSD_ARCH_SM90A)) == std::vector<int>{64});
+  CHECK(bmm_tiles(call_configs(s, SSD_ARCH_SM80)) == std::vector<int>{0});
+  s.b = 1, s.L = 16384;  // 1024 blocks
+  CHECK(bmm_tiles(call_configs(s, SSD_ARCH_SM90A)) == std::vector<int>{64});
+  s.b = 1, s.L = 2048;  // 128 blocks
+  CHECK(bmm_tiles(call_configs(s, SSD_ARCH_SM90A)) == std::vector<int>{64});
+  s.b = 1, s.L = 1024;  // 64 blocks: fewer than one per SM
+  CHECK(bmm_tiles(call_configs(s, SSD_ARCH_SM90A)) == std::vector<int>{0});
+  s.b = 1, s.L = 512;  // 32 blocks
+  CHECK(bmm_tiles(call_configs(s, SSD_ARCH_SM90A)) == std::vector<int>{0});
+  // A tuning's tile is taken as given.
+  ssd_forward_args a = forward_shape(s);
+  uintptr_t next = 1 << 20;
+  for (ssd_tensor* p : {&a.x, &a.dt, &a.A, &a.B, &a.C, &a.out}) give(*p, next);
+  ForwardTuning t;
+  t.bmm = ssd_tile{64, 64, 64, 0, 0};
+  auto tuned = forward_kernel_configs(&a, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC, &t);
+  REQUIRE(tuned.ok());
+  CHECK(bmm_tiles(tuned.value()) == std::vector<int>{64});
+  // Prepare's lists (and so the presets and `ssdgen compile --shape`) hold both kernels on sm_90a,
+  // whatever the extents; one where the shape has one kernel.
+  for (int64_t b : {1, 4}) {
+    s.b = b, s.L = 2048;
+    ssd_forward_args f = forward_shape(s);
+    auto prepared = forward_prepare_configs(&f, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+    REQUIRE_MESSAGE(prepared.ok(), prepared.status().detail);
+    CHECK(bmm_tiles(prepared.value()) == std::vector<int>{0, 64});
+  }
+  s.n = 16;
+  ssd_forward_args small = forward_shape(s);
+  auto one = forward_prepare_configs(&small, SSD_ARCH_SM90A, SSD_MODE_DETERMINISTIC);
+  REQUIRE(one.ok());
+  CHECK(bmm_tiles(one.value()) == std::vector<int>{0});
+  // The wgmma tile is refused where the shape has no wgmma kernel, by name.
+  ssd_kernel_config c = one.value()[1];
+  REQUIRE(c.kernel == SSD_KERNEL_BMM_CHUNK_FWD);
+  c.tile = ssd_tile{64, 64, 64, 0, 0};
+  auto bad = normalize_config(c);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().detail.find("wgmma") != std::string::npos);
 }
 
 TEST_CASE("prepare: the backward's kernels are the call's, without duplicates") {

@@ -159,7 +159,8 @@ the total, in deterministic mode and then with the fast (atomic) kernels, with t
 needs (a fast-mode ssd_backward call runs the deterministic kernels: docs/api.md). Deterministic
 mode fuses dstates and state_passing_bwd (chunk_state_passing_bwd; its time is the state_passing_bwd
 row); --staged runs the pair (and the recompute's staged states), state_pass= sets the fused tile,
-recompute_state_pass= / recompute_bmm= the recompute's state pass / bmm_chunk_fwd.
+recompute_state_pass= / recompute_bmm= the recompute's state pass / bmm_chunk_fwd (bmm=64x64x64 and
+recompute_bmm=64x64x64: bmm_chunk_fwd's wgmma kernel on sm_90a; MxN: the mma.sync kernel's tiles).
 --fused-intra runs dcb and ddA_intra as one kernel (chunk_scan_bwd_dcb_ddA_intra, each head's dy·xᵀ
 once, the same bits; its time is the ddA_intra row and the dcb row reads ~0), dcb_intra= sets its tile.
 --slices N / --slice-buffers K run the backward as N group slices through K workspace buffers (the
