@@ -147,8 +147,8 @@ ssd_chunk_cumsum_bwd_args default_cumsum_bwd_args() { return default_dt_args<ssd
 
 Status chunk_cumsum_fwd(ssd_runtime& rt, const ssd_chunk_cumsum_fwd_args* user_args,
                         const ssd_launch_options* user_options, CUstream stream) {
-  ssd_chunk_cumsum_fwd_args a;
-  ssd_launch_options options;
+  ssd_chunk_cumsum_fwd_args a{};  // read_call fills both (value-initialized: g++ cannot see that it does)
+  ssd_launch_options options{};
   SSD_RETURN_IF_ERROR(read_call(user_args, default_cumsum_fwd_args(), user_options, a, options));
   Dims d{};
   SSD_RETURN_IF_ERROR(check_limits(a.dt_limit_lo, a.dt_limit_hi));
@@ -241,8 +241,8 @@ Result<size_t> chunk_cumsum_bwd_workspace_bytes(int64_t batch, int64_t seqlen, i
 
 Status chunk_cumsum_bwd(ssd_runtime& rt, const ssd_chunk_cumsum_bwd_args* user_args,
                         const ssd_launch_options* user_options, CUstream stream, bool ddA_increments) {
-  ssd_chunk_cumsum_bwd_args a;
-  ssd_launch_options options;
+  ssd_chunk_cumsum_bwd_args a{};  // read_call fills both (value-initialized: g++ cannot see that it does)
+  ssd_launch_options options{};
   SSD_RETURN_IF_ERROR(read_call(user_args, default_cumsum_bwd_args(), user_options, a, options));
   Dims d{};
   SSD_RETURN_IF_ERROR(check_bwd(a, d));

@@ -614,8 +614,8 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma bmm_chunk_fwd gives the mma.sync ker
   // the same 64 x 64 tiles. This compares the workspace's CB section (fp32, the whole section: both
   // runs poison the workspace first, so entries neither kernel writes match too) of the device's
   // runtime at the wgmma tile (set by the tuning: the call takes it only for grids of a full wave,
-  // bmm_config) with a runtime built for sm_90 (mma.sync at its default 64 x 64 tile). Shapes without
-  // the wgmma kernel run the default on both.
+  // bmm_config) with a runtime built for sm_90 (mma.sync at its default 64 x 64 tile), on the full
+  // grid and on grids of 1 and 7 blocks. Shapes without the wgmma kernel run the default on both.
   if (!device_is_sm90a()) {
     MESSAGE("not an sm_90a device: the wgmma bmm does not run here");
     return;
@@ -666,6 +666,17 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma bmm_chunk_fwd gives the mma.sync ker
                              << finite << " written, finite)");
     CHECK(finite > 0);
     CHECK(equal == ncb);
+    // Persistent grids (D4): with 1 or 7 blocks a block walks both band pairs, several (b, c) items
+    // and groups, reusing its stages and s_seq; the same CB bytes.
+    for (int32_t cap : {1, 7}) {
+      CAPTURE(cap);
+      ssd::ForwardTuning capped = t;
+      capped.max_blocks = cap;
+      poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
+      REQUIRE(ssd::ssd_forward(*rt90a.rt, &a, nullptr, nullptr, {}, &capped).ok());
+      const std::vector<uint8_t> wsc = download_bytes(prob.d_ws);
+      CHECK(std::memcmp(wsc.data() + prob.layout.CB_offset, ws90.data() + prob.layout.CB_offset, 4 * ncb) == 0);
+    }
     all_equal += equal;
     all_total += ncb;
   }
