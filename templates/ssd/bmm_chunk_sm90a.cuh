@@ -8,7 +8,8 @@
 //
 // The same order, term for term: each output is one fp32 chain over n in 16-wide steps, increasing n,
 // from an accumulator zeroed by ordinary stores (WgAcc::zero, so the first wgmma adds to +0.0 as the
-// first mma.m16n8k16 does), one wgmma m64n64k16 per step. Its bits equal the mma.sync kernel's where
+// first mma.m16n8k16 does), one wgmma m64nNk16 per 16 n and accumulator part (N = 64 … 256 columns of a
+// band: BmmBandAcc; the N split changes no element's chain). Its bits equal the mma.sync kernel's where
 // one wgmma k16 step accumulates as one mma.m16n8k16 does (the GPU tests compare the two kernels' CB
 // element for element). σ is the same select; the written entries are the mma.sync kernel's at its
 // default 64 x 64 tile: every 64 x 64 tile (i, j) with j <= i, in full.
