@@ -615,7 +615,8 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma bmm_chunk_fwd gives the mma.sync ker
   // runs poison the workspace first, so entries neither kernel writes match too) of the device's
   // runtime at the wgmma tile (set by the tuning: the call takes it only for grids of a full wave,
   // bmm_config) with a runtime built for sm_90 (mma.sync at its default 64 x 64 tile), on the full
-  // grid and on grids of 1 and 7 blocks. Shapes without the wgmma kernel run the default on both.
+  // grid, on grids of 1 and 7 blocks, and with B and C off 16-byte alignment. Shapes without the
+  // wgmma kernel run the default on both.
   if (!device_is_sm90a()) {
     MESSAGE("not an sm_90a device: the wgmma bmm does not run here");
     return;
@@ -666,6 +667,27 @@ TEST_CASE("ssd_forward on sm_90a: the wgmma bmm_chunk_fwd gives the mma.sync ker
                              << finite << " written, finite)");
     CHECK(finite > 0);
     CHECK(equal == ncb);
+    // B and C one element past a 16-byte boundary: the kernels' element-wise tile copies (the vector
+    // test fails on the base), the same values, so the same CB bytes.
+    if (wgmma) {
+      auto shifted = [&](const HostArray& h, DeviceBuffer& buf, const ssd_tensor& like) {
+        std::vector<uint8_t> bytes(h.bytes.size() + 16, 0xff);
+        std::memcpy(bytes.data() + 2, h.bytes.data(), h.bytes.size());
+        buf = DeviceBuffer(bytes.size());
+        buf.upload(bytes.data(), bytes.size());
+        ssd_tensor t = like;
+        t.data = static_cast<uint8_t*>(buf.get()) + 2;
+        return t;
+      };
+      DeviceBuffer d_b2, d_c2;
+      ssd_forward_args off = a;
+      off.B = shifted(prob.B, d_b2, a.B);
+      off.C = shifted(prob.C, d_c2, a.C);
+      poison_all({&prob.d_out, &prob.d_out_x, &prob.d_final, &prob.d_ws});
+      REQUIRE(ssd::ssd_forward(*rt90a.rt, &off, nullptr, nullptr, {}, &t).ok());
+      const std::vector<uint8_t> wso = download_bytes(prob.d_ws);
+      CHECK(std::memcmp(wso.data() + prob.layout.CB_offset, ws90.data() + prob.layout.CB_offset, 4 * ncb) == 0);
+    }
     // Persistent grids (D4): with 1 or 7 blocks a block walks both band pairs, several (b, c) items
     // and groups, reusing its stages and s_seq; the same CB bytes.
     for (int32_t cap : {1, 7}) {
