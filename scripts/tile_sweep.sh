@@ -8,7 +8,7 @@ out=${1:-${OUT:-$root/build-gpu/out}}
 which=${2:-both}
 export SSD_CACHE_DIR=${SSD_CACHE_DIR:-$(mktemp -d)}
 [ "$which" = bwd ] || for tiles in "" "scan=128x32x32" "scan=64x32x32" "scan=64x64x16" \
-             "state_pass=128x128x64" "state_pass=64x128x32" "state_pass=64x128x64" "state_pass=64x64x64" "state_pass=128x64x32" "bmm=128x64" "bmm=64x128"; do
+             "state_pass=128x128x64" "state_pass=64x128x32" "state_pass=64x128x64" "state_pass=64x64x64" "state_pass=128x64x32" "bmm=128x64" "bmm=64x128" "bmm=64x64" "bmm=64x64x64"; do
   "$root/build-gpu/ssdgen" bench fwd --preset nemotronh-56b --batch 4 --seqlen 2048 --iters 50 ${tiles:+--tiles $tiles} \
     | grep -E "^bench|chunk_scan|chunk_state_passing|bmm_chunk|total" | tee -a "$out/tile_sweep.txt"
 done
