@@ -182,6 +182,12 @@ ssd_tile default_tile(const ssd_kernel_config& c) { return find_family(c.kernel)
 
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& c) { return find_family(c.kernel)->legal_tiles(c); }
 
+bool tile_is_legal(const ssd_kernel_config& c, const ssd_tile& t) {
+  for (const ssd_tile& l : legal_tiles(c))
+    if (l.m == t.m && l.n == t.n && l.k == t.k) return true;
+  return false;
+}
+
 Result<ssd_kernel_config> normalize_config(const ssd_kernel_config& config) {
   SSD_RETURN_IF_ERROR(validate_config(config));
   ssd_kernel_config c = config;

@@ -44,6 +44,8 @@ ssd_tile default_tile(const ssd_kernel_config& config);
 
 // Every tile shape this kernel accepts for the specialization (used by the D2 tests).
 std::vector<ssd_tile> legal_tiles(const ssd_kernel_config& config);
+// Whether `tile` (m, n, k) is among legal_tiles(config).
+bool tile_is_legal(const ssd_kernel_config& config, const ssd_tile& tile);
 
 // validate + default tile filled in. The result is what keys, codegen and launchers see.
 Result<ssd_kernel_config> normalize_config(const ssd_kernel_config& config);

@@ -12,8 +12,9 @@ constexpr SsdFieldUse kUses{false, true, false};  // per group: no headdim, no h
 // tiles (k = 0, derived; the family's default 64 x 64 everywhere) and the wgmma one
 // (bmm_chunk_sm90a.cuh) at its one tile 64 x 64 x 64 (k: its n step), which the forward takes where
 // its grid fills the GPU (bmm_config in src/ops/ssd_forward.cpp). Every other specialization has the
-// mma.sync kernel only. The kernel is a pure function of the specialization (fwd_geom::bmm_chunk_uses_wgmma, which
-// the launcher's grid reads too); both give the same bits (docs/determinism.md).
+// mma.sync kernel only. The kernel is a pure function of the specialization
+// (fwd_geom::bmm_chunk_uses_wgmma, which the launcher's grid reads too); both give the same bits
+// (docs/determinism.md).
 bool wgmma_shape(const ssd_kernel_config& c) {
   return c.arch == SSD_ARCH_SM90A && ssd_kernels::fwd_geom::bmm_chunk_wgmma_shape(c.chunk_size, c.dstate);
 }

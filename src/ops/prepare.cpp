@@ -131,16 +131,12 @@ Result<std::vector<ssd_kernel_config>> with_cp_async_twins(ssd_arch arch, Config
     auto twins = configs_with(cp_async);
     if (!twins.ok()) return twins.status();
     all.insert(all.end(), twins->begin(), twins->end());
-    // Both bmm_chunk_fwd kernels where sm_90a has two (the wgmma one at 64 x 64 x 64, the mma.sync one
-    // at 64 x 64): the forward picks one by its grid (batch x chunks x groups, ssd_forward.cpp's
+    // Both bmm_chunk_fwd kernels where sm_90a has two (the family's default, mma.sync, and the wgmma
+    // kernel's tile): the forward picks one by its grid (batch x chunks x groups, ssd_forward.cpp's
     // bmm_config), which a shape list (b = 1, L = chunk) does not have.
     for (size_t i = 0, n = all.size(); i < n; ++i) {
-      if (all[i].kernel != SSD_KERNEL_BMM_CHUNK_FWD) continue;
-      const std::vector<ssd_tile> legal = legal_tiles(all[i]);
-      for (const ssd_tile& t : {ssd_tile{64, 64, 64, 0, 0}, ssd_tile{64, 64, 0, 0, 0}}) {
-        const bool ok = std::any_of(legal.begin(), legal.end(),
-                                    [&](const ssd_tile& l) { return l.m == t.m && l.n == t.n && l.k == t.k; });
-        if (!ok) continue;
+      if (all[i].kernel != SSD_KERNEL_BMM_CHUNK_FWD || !tile_is_legal(all[i], kBmmWgmmaTile)) continue;
+      for (const ssd_tile& t : {default_tile(all[i]), kBmmWgmmaTile}) {
         ssd_kernel_config v = all[i];
         v.tile = t;
         all.push_back(v);

@@ -875,18 +875,12 @@ BackwardTuning with_slice_loaders(const ssd_backward_args& a, const ForwardDims&
   return tn;
 }
 // The blocks of a wgmma state pass's grid (chunk_state_passing_fwd / _bwd, launch_state_pass) at tile
-// t over one slice's extents ds, and whether t is among c's legal tiles: the two tests of the slice
-// rules below.
+// t over one slice's extents ds: with tile_is_legal (config.h), the two tests of the slice rules below.
 int64_t state_pass_blocks(const ForwardDims& ds, const ssd_tile& t) {
   namespace geom = ssd_kernels::fwd_geom;
   const int p = int(ds.p);
   return int64_t(geom::chunk_state_tiles(p, int(ds.n), geom::chunk_state_passing_head_rows(p, t.m), t.n)) * ds.b *
          (ds.h / geom::chunk_state_passing_heads_per_block(p, t.m));
-}
-bool tile_is_legal(const ssd_kernel_config& c, const ssd_tile& t) {
-  for (const ssd_tile& l : legal_tiles(c))
-    if (l.m == t.m && l.n == t.n && l.k == t.k) return true;
-  return false;
 }
 // `a`: the whole problem's arguments; f0, ds: slice 0's forward inputs and extents (the whole
 // problem's when `sliced` is false).

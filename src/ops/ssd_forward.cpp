@@ -188,7 +188,7 @@ ssd_kernel_config bmm_config(const F& c) {
   const int64_t blocks = c.d.b * c.d.nc * c.d.g * ssd_kernels::fwd_geom::bmm_chunk_wgmma_pairs(c.d.Q);
   if (!t.m && !t.n && !t.k && c.arch == SSD_ARCH_SM90A &&
       ssd_kernels::fwd_geom::bmm_chunk_wgmma_shape(c.d.Q, int(c.d.n)) && blocks >= kWgmmaBmmMinBlocks)
-    k.tile = ssd_tile{64, 64, 64, 0, 0};
+    k.tile = kBmmWgmmaTile;
   return k;
 }
 Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
@@ -198,11 +198,10 @@ Status bmm_launch(const F& c, const ssd_kernel& k, CUstream stream) {
   p.seq_idx = ref<const int, 2>(c.a.seq_idx);
   p.CB = cb_ref<float, 4>(c);
   p.batch = c.d.b; p.seqlen = c.d.L; p.nchunks = c.d.nc; p.ngroups = c.d.g;
-  const ssd_tile& t = k.built->config.tile;
-  void* params[] = {&p};
   const ssd_kernel_config& kc = k.built->config;
+  void* params[] = {&p};
   return launch_kernel(k, grid_x(ssd_kernels::fwd_geom::bmm_chunk_blocks_x(kc.arch == SSD_ARCH_SM90A, kc.chunk_size,
-                                                                           kc.dstate, t.m, t.n, t.k),
+                                                                           kc.dstate, kc.tile.m, kc.tile.n, kc.tile.k),
                                  c.max_blocks),
                        gy(c),
                        grid_yz(c.d.g, c.max_blocks), params, stream);

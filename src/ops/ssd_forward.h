@@ -58,6 +58,10 @@ struct ForwardTuning {
   int32_t max_blocks = 0;
 };
 
+// bmm_chunk_fwd's wgmma kernel (sm_90a): its one tile, which the forward takes where the grid allows
+// (ssd_forward.cpp's bmm_config) and prepare lists beside the family's default.
+constexpr ssd_tile kBmmWgmmaTile{64, 64, 64, 0, 0};
+
 // SSD_FLAG_SEQ_IDX, _INITIAL_STATES, _D, _D_PER_HEADDIM, _Z as the arguments give them.
 uint32_t specialization_flags(const ssd_forward_args& args);
 
